@@ -1,0 +1,207 @@
+/*
+ * hicoll: hierarchical AllGather / ReduceScatter for sharded data-parallel training.
+ *
+ * The C ABI, modelled on nccl.h. Every call returns an hcResult_t; no C++ exception ever
+ * crosses this boundary. hcGetLastError() returns a human-readable description of the last
+ * failure on the calling thread (it names the rank, peer, collective and size).
+ *
+ * Buffers and streams
+ *   stream == NULL  : host buffers; the call blocks until the operation is complete on this
+ *                     rank (its receive buffer holds the result, its send buffer may be reused).
+ *   stream != NULL  : a cudaStream_t; buffers are device memory. The call enqueues the work and
+ *                     returns; it starts after prior work on the stream and later work waits
+ *                     for it (only in builds with CUDA; otherwise hcUnsupported).
+ *
+ * Ordering
+ *   Collectives on one communicator must be called in the same order on every rank, from one
+ *   thread at a time. Different communicators are independent.
+ *
+ * Counts
+ *   Counts are in elements of the given datatype. A zero count is valid and completes
+ *   immediately on every rank without communication (all ranks must pass zero).
+ *   Counts, datatypes and ops must agree across ranks; a mismatch that is detected returns
+ *   hcInvalidUsage (or hcRemoteError on the peer) instead of corrupting memory.
+ *
+ * In-place rules (as in NCCL)
+ *   AllGather:     in place when sendbuff == recvbuff + rank * sendcount * size(datatype).
+ *   ReduceScatter: in place when recvbuff == sendbuff + rank * recvcount * size(datatype).
+ *   AllReduce, Broadcast: in place when sendbuff == recvbuff.
+ *   Any other overlap of send and receive buffers is invalid (hcInvalidArgument).
+ *
+ * Errors
+ *   After hcRemoteError or hcTimeout the communicator is unusable: call hcCommAbort or
+ *   hcCommDestroy. Every wait is bounded by HICOLL_TIMEOUT_MS.
+ */
+#ifndef HICOLL_HICOLL_H_
+#define HICOLL_HICOLL_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define HICOLL_MAJOR 0
+#define HICOLL_MINOR 1
+#define HICOLL_PATCH 0
+#define HICOLL_VERSION_CODE (HICOLL_MAJOR * 10000 + HICOLL_MINOR * 100 + HICOLL_PATCH)
+
+#if defined(__GNUC__)
+#define HC_API __attribute__((visibility("default")))
+#else
+#define HC_API
+#endif
+
+typedef struct hcComm* hcComm_t;
+/* A cudaStream_t for device buffers, NULL for host buffers. */
+typedef void* hcStream_t;
+
+#define HC_UNIQUE_ID_BYTES 128
+typedef struct {
+  char internal[HC_UNIQUE_ID_BYTES];
+} hcUniqueId;
+
+typedef enum {
+  hcSuccess = 0,
+  hcInvalidArgument = 1, /* a bad pointer, count, datatype, op or rank */
+  hcInvalidUsage = 2,    /* a call sequence or configuration the library does not allow */
+  hcSystemError = 3,     /* an OS or library call failed */
+  hcRemoteError = 4,     /* a peer failed, died or disagreed */
+  hcTimeout = 5,         /* a wait exceeded HICOLL_TIMEOUT_MS */
+  hcUnsupported = 6,     /* valid, but not supported by this build or configuration */
+  hcInternalError = 7,
+  hcInProgress = 8,
+  hcNumResults = 9
+} hcResult_t;
+
+typedef enum {
+  hcInt8 = 0,
+  hcUint8 = 1,
+  hcInt32 = 2,
+  hcUint32 = 3,
+  hcInt64 = 4,
+  hcUint64 = 5,
+  hcFloat16 = 6,
+  hcFloat32 = 7,
+  hcFloat64 = 8,
+  hcBfloat16 = 9,
+  hcNumTypes = 10,
+  /* aliases, as in nccl.h */
+  hcChar = hcInt8,
+  hcInt = hcInt32,
+  hcHalf = hcFloat16,
+  hcFloat = hcFloat32,
+  hcDouble = hcFloat64
+} hcDataType_t;
+
+/* Built-in reductions. fp16 and bf16 are reduced in fp32 arithmetic. hcAvg divides the sum by
+ * the number of ranks (integer division, truncating, for integer types). A pre-multiplied sum
+ * is made with hcRedOpCreatePreMulSum and has a value >= hcNumOps. */
+typedef enum {
+  hcSum = 0,
+  hcProd = 1,
+  hcMax = 2,
+  hcMin = 3,
+  hcAvg = 4,
+  hcNumOps = 5,
+  hcMaxRedOp = 0x7fffffff
+} hcRedOp_t;
+
+/* Paths a collective can take; indexes of hcCollStats.calls. */
+typedef enum { hcPathHierarchical = 0, hcPathRing = 1, hcPathFallback = 2, hcNumPaths = 3 } hcPath_t;
+
+typedef enum {
+  hcCollAllGather = 0,
+  hcCollReduceScatter = 1,
+  hcCollAllReduce = 2,
+  hcCollBroadcast = 3,
+  hcCollBarrier = 4,
+  hcNumColls = 5
+} hcColl_t;
+
+typedef struct {
+  uint64_t calls[hcNumPaths];   /* calls by path taken */
+  uint64_t bytes_intra;         /* payload bytes this rank sent to ranks on its node */
+  uint64_t bytes_inter;         /* payload bytes this rank sent to ranks on other nodes */
+  char last_fallback_reason[128];
+} hcCollStats;
+
+/* Grows at the end only; set .size = sizeof(hcStats) before calling hcCommGetStats. */
+typedef struct {
+  size_t size;
+  int rank, nranks;
+  int nnodes, local_ranks; /* local_ranks = 0 when nodes have uneven rank counts */
+  int node, local_rank;
+  hcCollStats coll[hcNumColls];
+} hcStats;
+#define HC_STATS_INITIALIZER {sizeof(hcStats)}
+
+/* An injectable bootstrap: a key-value store shared by all ranks (for example a c10d Store).
+ * get() blocks until the key exists or timeout_ms passes; values have the exact length asked.
+ * Callbacks return 0 on success, non-zero on failure. The store must outlive the communicator
+ * and every communicator split from it. */
+typedef struct {
+  size_t size; /* sizeof(hcStoreOps) */
+  void* ctx;
+  int (*set)(void* ctx, const char* key, const void* value, size_t len);
+  int (*get)(void* ctx, const char* key, void* value, size_t len, int timeout_ms);
+} hcStoreOps;
+
+HC_API const char* hcGetErrorString(hcResult_t result);
+/* The last error message of the calling thread ("" when none). */
+HC_API const char* hcGetLastError(hcComm_t comm);
+HC_API hcResult_t hcGetVersion(int* version);
+
+/* Rank 0 calls this once and passes the id to all ranks out of band (MPI_Bcast, a file...).
+ * It starts a rendezvous listener on HICOLL_SOCKET_IFNAME (default loopback) that lives in
+ * this process until the communicator created with it is destroyed. */
+HC_API hcResult_t hcGetUniqueId(hcUniqueId* uniqueId);
+HC_API hcResult_t hcCommInitRank(hcComm_t* comm, int nranks, hcUniqueId commId, int rank);
+/* Reads RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (torchrun), OMPI_COMM_WORLD_* (mpirun) or
+ * SLURM_PROCID/SLURM_NTASKS (srun); the rendezvous is MASTER_ADDR:MASTER_PORT or
+ * HICOLL_COMM_ID=host:port, with rank 0 listening there. */
+HC_API hcResult_t hcCommInitFromEnv(hcComm_t* comm);
+/* Bootstraps through a caller-provided key-value store; keys are prefixed with prefix. */
+HC_API hcResult_t hcCommInitRankStore(hcComm_t* comm, int nranks, int rank, const hcStoreOps* store,
+                                      const char* prefix);
+/* Collective over comm. Ranks with the same color form a new communicator ordered by key
+ * (then by parent rank). color < 0 (HC_SPLIT_NOCOLOR) returns *newcomm = NULL. */
+#define HC_SPLIT_NOCOLOR (-1)
+HC_API hcResult_t hcCommSplit(hcComm_t comm, int color, int key, hcComm_t* newcomm);
+/* Frees the communicator; collective-free, safe after an error. */
+HC_API hcResult_t hcCommDestroy(hcComm_t comm);
+/* Marks the communicator failed so peers stop waiting on it, then frees it. */
+HC_API hcResult_t hcCommAbort(hcComm_t comm);
+HC_API hcResult_t hcCommCount(const hcComm_t comm, int* count);
+HC_API hcResult_t hcCommUserRank(const hcComm_t comm, int* rank);
+HC_API hcResult_t hcCommGetStats(const hcComm_t comm, hcStats* stats);
+
+/* op = scalar * sum(x): each input is multiplied by *scalar (host memory, of datatype) first. */
+HC_API hcResult_t hcRedOpCreatePreMulSum(hcRedOp_t* op, const void* scalar, hcDataType_t datatype,
+                                         hcComm_t comm);
+HC_API hcResult_t hcRedOpDestroy(hcRedOp_t op, hcComm_t comm);
+
+/* recvbuff holds nranks * sendcount elements in rank order. */
+HC_API hcResult_t hcAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                              hcDataType_t datatype, hcComm_t comm, hcStream_t stream);
+/* sendbuff holds nranks * recvcount elements; rank r receives the reduction of block r. */
+HC_API hcResult_t hcReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                  hcDataType_t datatype, hcRedOp_t op, hcComm_t comm,
+                                  hcStream_t stream);
+HC_API hcResult_t hcAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                              hcDataType_t datatype, hcRedOp_t op, hcComm_t comm,
+                              hcStream_t stream);
+/* sendbuff is read on root only; recvbuff receives count elements on every rank. */
+HC_API hcResult_t hcBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                              hcDataType_t datatype, int root, hcComm_t comm, hcStream_t stream);
+HC_API hcResult_t hcBarrier(hcComm_t comm);
+
+/* Size of one element of datatype in bytes (0 for an invalid datatype). */
+HC_API size_t hcTypeSize(hcDataType_t datatype);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* HICOLL_HICOLL_H_ */

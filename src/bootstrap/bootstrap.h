@@ -1,0 +1,42 @@
+// Bootstrap: small collectives among the ranks of a communicator, out of band, used at
+// creation (addresses, host names, configuration), by hcCommSplit, and by the NCCL fallback
+// (its unique id). Built on a Store plus a key prefix; every operation uses fresh keys.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bootstrap/store.h"
+
+namespace hicoll {
+
+class Bootstrap {
+ public:
+  Bootstrap(std::shared_ptr<Store> store, std::string prefix, int rank, int size, long timeout_ms);
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  long timeoutMs() const { return timeout_ms_; }
+
+  // all (size * len bytes) receives every rank's `mine` (len bytes) in rank order.
+  void allgather(const void* mine, void* all, size_t len);
+  void barrier();
+  // root's len bytes to everyone.
+  void broadcast(void* data, size_t len, int root);
+  // Collective: ranks with the same color (>= 0) get a bootstrap ordered by (key, rank);
+  // color < 0 returns nullptr. members (if given) receives the parent ranks of the new group.
+  std::unique_ptr<Bootstrap> split(int color, int key, std::vector<int>* members = nullptr);
+
+  const std::shared_ptr<Store>& store() const { return store_; }
+
+ private:
+  std::string nextKey(const char* what);
+  std::shared_ptr<Store> store_;
+  std::string prefix_;
+  int rank_, size_;
+  long timeout_ms_;
+  uint64_t seq_ = 0;
+};
+
+}  // namespace hicoll

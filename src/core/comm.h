@@ -1,0 +1,53 @@
+// The communicator: configuration, bootstrap, topology, transports, buffers and statistics.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "bootstrap/bootstrap.h"
+#include "core/coll.h"
+#include "core/config.h"
+#include "core/device.h"
+#include "core/topology.h"
+#include "transport/transport.h"
+
+namespace hicoll {
+class ShmTransport;
+}
+
+struct hcComm {
+  hicoll::Config cfg;
+  int rank = 0;
+  int nranks = 0;
+  std::unique_ptr<hicoll::Bootstrap> bootstrap;
+  hicoll::Topology topo;
+  std::unique_ptr<hicoll::ShmTransport> shm;  // ranks of this node (always present)
+  std::unique_ptr<hicoll::Transport> ofi;     // ranks of other nodes (null on one node)
+  std::unique_ptr<hicoll::DeviceEngine> device;
+  std::shared_ptr<void> keepalive;            // e.g. the rendezvous server of hcGetUniqueId
+
+  // Scratch and sort buffers live in this rank's shared-memory segment (readable by the
+  // node's ranks, registered with libfabric).
+  void* scratch = nullptr;
+  size_t scratch_bytes = 0;
+  void* sort = nullptr;
+  size_t sort_bytes = 0;
+
+  std::mutex stats_mu;
+  hcStats stats{};
+  std::vector<hicoll::RedOp> premul_ops;  // handle - hcNumOps -> op; Sum kind when freed
+  uint64_t seq = 0;
+  std::atomic<bool> failed{false};
+  std::string failure;  // first error, repeated by later calls
+
+  int node() const { return topo.node_of[rank]; }
+  int localRank() const { return topo.local_of[rank]; }
+  long timeoutMs() const { return cfg.num(hicoll::Knob::TimeoutMs); }
+  // The transport that reaches peer: shm on the same node, ofi otherwise.
+  hicoll::Transport& transportTo(int peer);
+  void countCall(hcColl_t c, hcPath_t path, const std::string& fallback_reason = "");
+  void countBytes(hcColl_t c, int peer, size_t bytes);
+};

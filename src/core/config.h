@@ -1,0 +1,75 @@
+// Strictly parsed configuration read once per communicator from the knob table.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/config_table.h"
+
+namespace hicoll {
+
+enum class KnobType { String, Int, Size, Size8K, Bool, Enum, List };
+
+enum class Knob {
+#define HC_KNOB_ENUM(id, name, type, def, allowed, doc) id,
+  HICOLL_KNOBS(HC_KNOB_ENUM)
+#undef HC_KNOB_ENUM
+      Count
+};
+
+struct KnobInfo {
+  Knob id;
+  const char* name;
+  KnobType type;
+  const char* def;
+  const char* allowed;
+  const char* doc;
+};
+
+const std::vector<KnobInfo>& knobTable();
+const char* knobTypeName(KnobType t);
+
+class Config {
+ public:
+  // Reads every knob from the environment; throws hcInvalidArgument naming the variable and
+  // the value on anything that does not parse.
+  static Config fromEnv();
+  // Same, with an explicit lookup (tests).
+  template <class Lookup>
+  static Config from(Lookup&& getenv_fn);
+
+  const std::string& str(Knob k) const { return raw_[idx(k)]; }
+  int64_t num(Knob k) const { return num_[idx(k)]; }
+  bool flag(Knob k) const { return num_[idx(k)] != 0; }
+  // For List knobs: is word in the list ("all" matches every word).
+  bool listHas(Knob k, const std::string& word) const;
+  bool isDefault(Knob k) const { return from_default_[idx(k)]; }
+  // Values that must agree across ranks, hashed (names of differing knobs are found by
+  // comparing per-knob hashes).
+  std::vector<uint64_t> consistencyHashes() const;
+
+ private:
+  static size_t idx(Knob k) { return static_cast<size_t>(k); }
+  void set(const KnobInfo& info, const char* value);
+  std::vector<std::string> raw_ = std::vector<std::string>(static_cast<size_t>(Knob::Count));
+  std::vector<int64_t> num_ = std::vector<int64_t>(static_cast<size_t>(Knob::Count));
+  std::vector<bool> from_default_ = std::vector<bool>(static_cast<size_t>(Knob::Count), true);
+};
+
+template <class Lookup>
+Config Config::from(Lookup&& getenv_fn) {
+  Config c;
+  for (const KnobInfo& k : knobTable()) {
+    const char* v = getenv_fn(k.name);
+    c.set(k, v ? v : k.def);
+    c.from_default_[idx(k.id)] = (v == nullptr);
+  }
+  return c;
+}
+
+// Parse helpers, exposed for tests and agbench (sizes with K/M/G binary suffixes).
+int64_t parseInt(const std::string& name, const std::string& value);
+int64_t parseSize(const std::string& name, const std::string& value);
+
+}  // namespace hicoll

@@ -1,0 +1,52 @@
+// Every environment knob of hicoll, declared once. env.md is generated from this table
+// (`hicoll_info --markdown`) and a test checks that they agree.
+//
+// X(id, NAME, type, default, allowed, doc)
+//   type: String | Int | Size | Size8K (size, a positive multiple of 8192) | Bool | Enum | List
+//   allowed: for Enum and List, the accepted words separated by '|'
+#pragma once
+
+#define HICOLL_KNOBS(X)                                                                          \
+  X(Debug, "HICOLL_DEBUG", Enum, "WARN", "NONE|WARN|INFO|TRACE",                                 \
+    "Log level. INFO announces every fallback with its reason; TRACE logs every collective.")   \
+  X(TimeoutMs, "HICOLL_TIMEOUT_MS", Int, "120000", "",                                           \
+    "Upper bound in milliseconds on every wait (bootstrap, peers, network). A dead or silent "   \
+    "peer becomes hcTimeout or hcRemoteError after at most this long.")                          \
+  X(TopoNode, "HICOLL_TOPO_NODE", String, "", "",                                                \
+    "Node label of this rank. Ranks with the same label form one node. Default: the host "     \
+    "name. Lets tests simulate several nodes on one machine.")                                  \
+  X(Algo, "HICOLL_ALGO", Enum, "auto", "auto|hier|ring",                                         \
+    "Algorithm for host buffers: hier (hierarchical), ring (flat ring), or auto (hier when "    \
+    "the configuration supports it).")                                                           \
+  X(ForceFallback, "HICOLL_FORCE_FALLBACK", List, "",                                            \
+    "allgather|reducescatter|allreduce|broadcast|all",                                           \
+    "Collectives forced onto the fallback path (NCCL for device buffers, flat ring for host "   \
+    "buffers), comma separated. The seed's ddp_dist_backend=nccl.")                              \
+  X(ScratchBytes, "SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES", Size8K, "16777216", "",                  \
+    "Scratch buffer per rank (registered). The hierarchical AllGather/ReduceScatter fall back " \
+    "when it is smaller than the per-rank block.")                                               \
+  X(SortBytes, "SMDDP_AG_SORT_BUFFER_SIZE_BYTES", Size8K, "134217728", "",                       \
+    "Sort buffer per rank (registered, readable by the ranks of the node). The hierarchical "   \
+    "AllGather/ReduceScatter fall back when it is smaller than nodes x per-rank block.")        \
+  X(ChunkBytes, "HICOLL_CHUNK_SIZE", Size, "1048576", "",                                        \
+    "Pipeline chunk: the inter-node exchange of chunk k+1 overlaps the intra-node sort of "     \
+    "chunk k.")                                                                                  \
+  X(AllReduceSmallBytes, "HICOLL_ALLREDUCE_SMALL_BYTES", Size, "65536", "",                      \
+    "AllReduce buffers up to this size use the latency-optimal path (one AllGather, local "    \
+    "reduction).")                                                                               \
+  X(ShmCma, "HICOLL_SHM_CMA", Enum, "auto", "auto|0|1",                                          \
+    "Intra-node single copy with process_vm_readv from the peer's buffer. auto: use it when "   \
+    "the kernel allows; 0: stage through shared memory (two copies).")                           \
+  X(OfiProvider, "HICOLL_OFI_PROVIDER", String, "tcp;ofi_rxm", "",                               \
+    "libfabric provider for inter-node traffic (FI_PROVIDER, when set, takes precedence). "     \
+    "EFA in production; tcp;ofi_rxm or net on ordinary Linux.")                                  \
+  X(OfiIface, "HICOLL_OFI_IFACE", String, "", "",                                                \
+    "Network interface for libfabric endpoints. Default: lo when all ranks share one host, "    \
+    "else the provider's choice.")                                                               \
+  X(SocketIfname, "HICOLL_SOCKET_IFNAME", String, "", "",                                        \
+    "Interface the hcGetUniqueId rendezvous listener binds to. Default: loopback.")             \
+  X(CommId, "HICOLL_COMM_ID", String, "", "",                                                    \
+    "host:port of the rendezvous for hcCommInitFromEnv when MASTER_ADDR/MASTER_PORT are not "  \
+    "set (rank 0 listens there).")                                                               \
+  X(NcclLib, "HICOLL_NCCL_LIB", String, "libnccl.so.2", "",                                      \
+    "Library loaded with dlopen for the NCCL fallback of device buffers.")

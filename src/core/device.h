@@ -1,0 +1,30 @@
+// The device-buffer (CUDA) path of a communicator: stream-ordered collectives on GPU memory,
+// CUDA IPC within a node, host-staged inter-node, and the NCCL fallback. Implemented under
+// src/device/ in CUDA builds; makeDeviceEngine returns nullptr in host-only builds, and then
+// calls with a stream fail with hcUnsupported.
+#pragma once
+
+#include <memory>
+
+#include "core/coll.h"
+
+struct hcComm;
+
+namespace hicoll {
+
+class DeviceEngine {
+ public:
+  virtual ~DeviceEngine() = default;
+  // Enqueues a on a.stream (device buffers) and returns; errors found later surface on the
+  // next call or at destruction. Throws hicoll::Error for what it can see up front.
+  virtual void enqueue(const CollArgs& a) = 0;
+  // Blocks until every enqueued collective has finished (destroy, abort).
+  virtual void drain() = 0;
+};
+
+// Created lazily by the first call with a non-NULL stream.
+std::unique_ptr<DeviceEngine> makeDeviceEngine(hcComm& comm);
+// True when ptr is device memory (cudaPointerGetAttributes); false in host-only builds.
+bool isDevicePointer(const void* ptr);
+
+}  // namespace hicoll

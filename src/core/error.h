@@ -1,0 +1,35 @@
+// Internal error handling: throw inside, convert to hcResult_t at the C ABI (see api.cc).
+#pragma once
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "hicoll/hicoll.h"
+
+namespace hicoll {
+
+class Error : public std::runtime_error {
+ public:
+  Error(hcResult_t code, const std::string& msg) : std::runtime_error(msg), code_(code) {}
+  hcResult_t code() const { return code_; }
+
+ private:
+  hcResult_t code_;
+};
+
+[[noreturn]] void throwSystemError(const char* what, int err, const char* file, int line);
+
+}  // namespace hicoll
+
+#define HC_THROW(code, ...) throw ::hicoll::Error((code), ::fmt::format(__VA_ARGS__))
+#define HC_CHECK(cond, code, ...) \
+  do {                            \
+    if (!(cond)) HC_THROW((code), __VA_ARGS__); \
+  } while (0)
+// For POSIX calls that return -1 and set errno.
+#define HC_SYSCHECK(call, what)                                                   \
+  do {                                                                            \
+    if ((call) < 0) ::hicoll::throwSystemError((what), errno, __FILE__, __LINE__); \
+  } while (0)

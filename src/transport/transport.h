@@ -1,0 +1,41 @@
+// The point-to-point interface every transport implements (one folder each: shm/, ofi/).
+// Requests are posted asynchronously and completed by test(); progress is driven by the
+// caller's thread (manual progress). Messages between a pair of ranks with the same tag match
+// in posting order. A receive must be posted with exactly the length that was sent: a
+// mismatch is an error naming the peer, not a truncation.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/deadline.h"
+
+namespace hicoll {
+
+using ReqId = uint64_t;
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual const char* name() const = 0;
+  // Peers are ranks of the communicator the transport was created for.
+  virtual bool canConnect(int peer) const = 0;
+  virtual ReqId isend(int peer, const void* buf, size_t len, uint64_t tag) = 0;
+  virtual ReqId irecv(int peer, void* buf, size_t len, uint64_t tag) = 0;
+  // Drives progress; true (and the request is released) once it is complete. Throws
+  // hicoll::Error (hcRemoteError, hcSystemError, hcInvalidUsage for a length mismatch) naming
+  // the peer and the tag.
+  virtual bool test(ReqId req) = 0;
+  virtual void progress() = 0;
+  // Cancels everything outstanding; later calls fail fast.
+  virtual void abort() = 0;
+  // Memory that will be sent from / received into often (scratch, sort buffers).
+  virtual void registerRegion(void* base, size_t len) { (void)base; (void)len; }
+};
+
+// Waits for all requests (any order) until the deadline; throws hcTimeout naming `what`.
+void waitAll(Transport& t, std::vector<ReqId>& reqs, const Deadline& deadline, const std::string& what);
+
+}  // namespace hicoll
