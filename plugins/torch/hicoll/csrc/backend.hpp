@@ -1,0 +1,229 @@
+// c10d::Backend for hicoll: the collectives FSDP/ZeRO use run on a hicoll communicator
+// bootstrapped through the c10d Store; everything else, and every call hicoll declines, is
+// forwarded (announced and counted) to a gloo (CPU) or NCCL (CUDA) backend made lazily on the
+// same store.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <torch/version.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "hicoll/hicoll.h"
+
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8)
+#define HICOLL_TORCH_HAS_SPLIT 1  // Backend::split / getBackendOptions (torch >= 2.8)
+#else
+#define HICOLL_TORCH_HAS_SPLIT 0
+#endif
+
+namespace hicoll_torch {
+
+// Makes the fallback backend ("gloo" for device "cpu", "nccl" for "cuda") for a group given by
+// (store, rank, size). Implemented in Python (torch.distributed owns those classes); it is a
+// collective over the group, so every rank calls it at the same point of the program.
+using FallbackFactory = std::function<c10::intrusive_ptr<c10d::Backend>(
+    const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, const std::string& device)>;
+
+// hcStoreOps over a c10d Store (already prefixed per group).
+class StoreBridge {
+ public:
+  explicit StoreBridge(c10::intrusive_ptr<c10d::Store> store);
+  const hcStoreOps* ops() const { return &ops_; }
+
+ private:
+  static int set(void* ctx, const char* key, const void* value, size_t len);
+  static int get(void* ctx, const char* key, void* value, size_t len, int timeout_ms);
+  c10::intrusive_ptr<c10d::Store> store_;
+  hcStoreOps ops_{};
+};
+
+// One queued call. The worker thread runs `run`; when hicoll declines at run time
+// (hcUnsupported) it runs `fallback` instead, which issues the same call on the fallback
+// backend and waits for it.
+class HicollWork : public c10d::Work {
+ public:
+  HicollWork(int rank, c10d::OpType type, const char* title, std::vector<at::Tensor> outputs,
+             std::chrono::milliseconds timeout, uint64_t seq, std::function<void()> run,
+             std::function<void()> fallback);
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  std::vector<at::Tensor> result() override { return outputs_; }
+  uint64_t getSequencenumber() const override { return seq_; }
+
+  // Worker thread only.
+  void execute(bool declined_before_run);
+  void fail(std::exception_ptr error);
+  std::function<void()>& fallbackFn() { return fallback_; }
+
+ private:
+  std::vector<at::Tensor> outputs_;
+  std::chrono::milliseconds timeout_;
+  uint64_t seq_;
+  std::function<void()> run_;
+  std::function<void()> fallback_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+// Thrown inside a work's run function when hicoll returns hcUnsupported.
+struct Declined {
+  std::string reason;
+};
+
+class HicollBackend : public c10d::Backend {
+ public:
+  struct Config {
+    std::chrono::milliseconds timeout{std::chrono::minutes(30)};
+    std::string group_name;
+    std::vector<uint64_t> global_ranks;
+    FallbackFactory fallback_factory;
+  };
+
+  HicollBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, Config cfg);
+  ~HicollBackend() override;
+
+  const std::string getBackendName() const override { return "hicoll"; }
+  void setSequenceNumberForGroup() override {}
+  uint64_t getSequenceNumberForGroup() override { return seq_; }
+  void abort() override;
+  void shutdown() override;
+#if HICOLL_TORCH_HAS_SPLIT
+  void setTimeout(std::chrono::milliseconds timeout) override { cfg_.timeout = timeout; }
+  c10d::ErrorType getError() override;
+  bool supportsSplitting() const override { return true; }
+  c10::intrusive_ptr<Options> getBackendOptions() override;
+  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store,
+                                          const std::vector<int>& ranks,
+                                          const c10::intrusive_ptr<Options>& opts) override;
+#endif
+
+  // Run by hicoll.
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+
+  // Forwarded to the fallback backend.
+  c10::intrusive_ptr<c10d::Work> allreduce_sparse(std::vector<at::Tensor>& tensors,
+                                                  const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& output_splits,
+                                               std::vector<int64_t>& input_splits,
+                                               const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override;
+
+  // Observability for Python (hicoll.torch.fallback_counts and friends).
+  std::map<std::string, int64_t> hicollCounts() const;
+  std::map<std::string, int64_t> fallbackCounts() const;
+  std::map<std::string, std::string> fallbackReasons() const;
+  hcStats stats() const;
+  const std::string& groupName() const { return cfg_.group_name; }
+
+ private:
+  using WorkPtr = c10::intrusive_ptr<c10d::Work>;
+  using FallbackCall = std::function<WorkPtr(c10d::Backend&)>;
+
+  std::chrono::milliseconds opTimeout(std::chrono::milliseconds requested) const;
+  // Why hicoll will not run `coll` (a name of HICOLL_FORCE_FALLBACK) on these tensors, if it won't.
+  std::optional<std::string> declineReason(const char* coll, const std::vector<at::Tensor>& ts,
+                                           const c10d::ReduceOp* op) const;
+  // Queues `run` on the worker (hicoll path), or, when `reason` is set, the fallback call.
+  WorkPtr submit(c10d::OpType type, const char* op, std::vector<at::Tensor> outputs,
+                 std::chrono::milliseconds timeout, const std::vector<at::Tensor>& probe,
+                 std::optional<std::string> reason, std::function<void()> run, FallbackCall fb);
+  // Ops hicoll does not implement: CPU collectives go through the queue (issue order), p2p and
+  // CUDA calls straight to the fallback (stream semantics, non-blocking p2p pairs).
+  WorkPtr forward(c10d::OpType type, const char* op, const std::vector<at::Tensor>& probe,
+                  std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout, bool p2p,
+                  FallbackCall fb);
+  c10::intrusive_ptr<c10d::Backend> fallbackBackend(c10::DeviceType device);
+  void countFallback(const char* op, c10::DeviceType device, const std::string& reason);
+  void countHicoll(const char* op);
+  void enqueue(const c10::intrusive_ptr<HicollWork>& work);
+  void workerLoop();
+  void stopWorker(bool drain);
+  // Throws DistBackendError (Declined for hcUnsupported) naming the call.
+  void check(hcResult_t res, const char* what);
+
+  // Engine calls (worker thread; tensors are contiguous CPU tensors).
+  void doAllGather(const at::Tensor& in, const at::Tensor& out);
+  void doReduceScatter(const at::Tensor& in, const at::Tensor& out, const c10d::ReduceOp& op);
+  void doAllReduce(const at::Tensor& t, const c10d::ReduceOp& op);
+  void withRedOp(const c10d::ReduceOp& op, at::ScalarType dtype,
+                 const std::function<void(hcRedOp_t, hcDataType_t)>& fn);
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  Config cfg_;
+  std::unique_ptr<StoreBridge> bridge_;
+  hcComm_t comm_ = nullptr;
+  std::set<std::string> forced_;  // HICOLL_FORCE_FALLBACK
+  int log_level_ = 1;             // HICOLL_DEBUG: 0 none, 1 warn, 2 info, 3 trace
+
+  std::atomic<uint64_t> seq_{0};
+  mutable std::mutex stats_mu_;
+  std::map<std::string, int64_t> hicoll_calls_, fallback_calls_;
+  std::map<std::string, std::string> fallback_reasons_;
+  std::set<std::string> announced_;
+
+  std::mutex fb_mu_;
+  std::map<c10::DeviceType, c10::intrusive_ptr<c10d::Backend>> fallbacks_;
+
+  std::mutex q_mu_;
+  std::condition_variable q_cv_;
+  std::deque<c10::intrusive_ptr<HicollWork>> queue_;
+  bool stopping_ = false;
+  std::string broken_;  // set after hcRemoteError / hcTimeout: the communicator is unusable
+  c10d::ErrorType error_ = c10d::ErrorType::SUCCESS;
+  std::thread worker_;
+};
+
+}  // namespace hicoll_torch

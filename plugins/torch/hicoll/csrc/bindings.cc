@@ -1,0 +1,94 @@
+// Python module hicoll._C: the backend class, constructed by hicoll.torch's creator function.
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/utils/pybind.h>
+#include <torch/python.h>
+
+#include "backend.hpp"
+
+namespace py = pybind11;
+using hicoll_torch::HicollBackend;
+
+namespace {
+
+// A Python object that may be released on any thread (the GIL is taken to drop it).
+std::shared_ptr<py::object> holdPy(py::object obj) {
+  return std::shared_ptr<py::object>(new py::object(std::move(obj)), [](py::object* p) {
+    if (Py_IsInitialized() && !_Py_IsFinalizing()) {
+      py::gil_scoped_acquire gil;
+      delete p;
+    } else {
+      p->release();  // the interpreter is gone: leak the reference rather than crash
+      delete p;
+    }
+  });
+}
+
+py::dict collStats(const hcCollStats& c) {
+  py::dict d;
+  d["hierarchical"] = c.calls[hcPathHierarchical];
+  d["ring"] = c.calls[hcPathRing];
+  d["fallback"] = c.calls[hcPathFallback];
+  d["bytes_intra"] = c.bytes_intra;
+  d["bytes_inter"] = c.bytes_inter;
+  d["last_fallback_reason"] = std::string(c.last_fallback_reason);
+  return d;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "hicoll c10d backend";
+  py::module_::import("torch.distributed");  // registers c10d::Backend / Store with pybind
+
+  py::class_<HicollBackend, c10d::Backend, c10::intrusive_ptr<HicollBackend>>(m, "ProcessGroupHicoll")
+      .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                       double timeout_s, std::string group_name, std::vector<uint64_t> global_ranks,
+                       py::object fallback_factory) {
+             HicollBackend::Config cfg;
+             cfg.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000.0));
+             cfg.group_name = std::move(group_name);
+             cfg.global_ranks = std::move(global_ranks);
+             if (!fallback_factory.is_none()) {
+               auto fn = holdPy(std::move(fallback_factory));
+               cfg.fallback_factory = [fn](const c10::intrusive_ptr<c10d::Store>& st, int r, int n,
+                                           const std::string& device) {
+                 py::gil_scoped_acquire gil;
+                 try {
+                   py::object b = (*fn)(st, r, n, device);
+                   return b.cast<c10::intrusive_ptr<c10d::Backend>>();
+                 } catch (py::error_already_set& e) {
+                   // Keep the Python message; the exception object needs the GIL, held here.
+                   TORCH_CHECK(false, "hicoll: creating the ", device, " fallback failed: ", e.what());
+                 }
+               };
+             }
+             py::gil_scoped_release nogil;  // the bootstrap waits on the store
+             return c10::make_intrusive<HicollBackend>(store, rank, size, std::move(cfg));
+           }),
+           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout_s"),
+           py::arg("group_name") = "", py::arg("global_ranks") = std::vector<uint64_t>{},
+           py::arg("fallback_factory") = py::none())
+      .def("hicoll_counts", &HicollBackend::hicollCounts,
+           "Calls run by hicoll, by c10d op name.")
+      .def("fallback_counts", &HicollBackend::fallbackCounts,
+           "Calls forwarded to the gloo/NCCL fallback, by c10d op name.")
+      .def("fallback_reasons", &HicollBackend::fallbackReasons,
+           "The last fallback reason, by c10d op name.")
+      .def_property_readonly("group_name", &HicollBackend::groupName)
+      .def("stats", [](const HicollBackend& b) {
+        const hcStats s = b.stats();
+        py::dict d;
+        d["rank"] = s.rank;
+        d["nranks"] = s.nranks;
+        d["nnodes"] = s.nnodes;
+        d["local_ranks"] = s.local_ranks;
+        d["node"] = s.node;
+        d["local_rank"] = s.local_rank;
+        d["allgather"] = collStats(s.coll[hcCollAllGather]);
+        d["reducescatter"] = collStats(s.coll[hcCollReduceScatter]);
+        d["allreduce"] = collStats(s.coll[hcCollAllReduce]);
+        d["broadcast"] = collStats(s.coll[hcCollBroadcast]);
+        d["barrier"] = collStats(s.coll[hcCollBarrier]);
+        return d;
+      }, "hcCommGetStats of the communicator, as a dict.");
+}

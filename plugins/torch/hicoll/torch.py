@@ -1,0 +1,128 @@
+"""Registers the torch.distributed backends "hicoll" and its alias "smddp".
+
+    import hicoll.torch
+    dist.init_process_group(backend="hicoll")          # or "smddp", "cpu:hicoll,cuda:nccl", ...
+
+The creator is called once per process group (the world, new_group, DeviceMesh dimensions) with
+that group's store; each group gets its own hicoll communicator. Calls hicoll does not run go to
+a gloo (CPU) or NCCL (CUDA) backend made lazily on the same store under another prefix; they are
+counted (fallback_counts) and announced at HICOLL_DEBUG=INFO.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+
+import torch
+import torch.distributed as dist
+from torch.distributed import PrefixStore
+
+from hicoll import _C
+
+__all__ = [
+    "BACKEND_NAMES",
+    "ProcessGroupHicoll",
+    "backend_of",
+    "fallback_counts",
+    "fallback_reasons",
+    "hicoll_counts",
+    "stats",
+]
+
+logger = logging.getLogger("hicoll.torch")
+ProcessGroupHicoll = _C.ProcessGroupHicoll
+BACKEND_NAMES = ("hicoll", "smddp")
+
+
+def _timeout_seconds(timeout) -> float:
+    if timeout is None:
+        return 1800.0
+    if isinstance(timeout, datetime.timedelta):
+        return timeout.total_seconds()
+    return float(timeout)
+
+
+def _make_fallback_factory(timeout_s: float, group_name: str, global_ranks: list[int]):
+    """Returns f(store, rank, size, device) -> gloo / NCCL backend on a prefixed store."""
+
+    def make(store, rank: int, size: int, device: str):
+        fb_store = PrefixStore(f"hicoll_fallback/{device}/", store)
+        timeout = datetime.timedelta(seconds=timeout_s)
+        if device == "cpu":
+            if not dist.is_gloo_available():
+                raise RuntimeError("hicoll: CPU fallback needs gloo, which this torch lacks")
+            backend = dist.ProcessGroupGloo(fb_store, rank, size, timeout)
+        elif device == "cuda":
+            if not (dist.is_nccl_available() and torch.cuda.is_available()):
+                raise RuntimeError("hicoll: CUDA fallback needs NCCL and a GPU")
+            opts = dist.ProcessGroupNCCL.Options()
+            opts._timeout = timeout
+            opts.global_ranks_in_group = list(global_ranks)
+            opts.group_name = f"{group_name}:hicoll_fallback"
+            backend = dist.ProcessGroupNCCL(fb_store, rank, size, opts)
+        else:
+            raise RuntimeError(f"hicoll: no fallback backend for device {device!r}")
+        logger.info("hicoll: made the %s fallback for group %r (rank %d of %d)",
+                    backend.name(), group_name, rank, size)
+        return backend
+
+    return make
+
+
+def _create_backend(dist_opts, backend_options=None):
+    """Creator for Backend.register_backend(..., extended_api=True)."""
+    timeout_s = _timeout_seconds(dist_opts.timeout)
+    group_name = str(dist_opts.group_id or "")
+    global_ranks = [int(r) for r in (dist_opts.global_ranks_in_group or [])]
+    return ProcessGroupHicoll(
+        dist_opts.store,
+        dist_opts.group_rank,
+        dist_opts.group_size,
+        timeout_s,
+        group_name,
+        global_ranks,
+        _make_fallback_factory(timeout_s, group_name, global_ranks),
+    )
+
+
+def _register() -> None:
+    for name in BACKEND_NAMES:
+        if name.upper() in dist.Backend._plugins:
+            continue
+        dist.Backend.register_backend(
+            name, _create_backend, extended_api=True, devices=["cpu", "cuda"]
+        )
+
+
+def backend_of(group=None, device: str = "cpu") -> ProcessGroupHicoll:
+    """The hicoll backend of a process group (default: the world) for a device type."""
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    backend = pg._get_backend(torch.device(device))
+    if not isinstance(backend, ProcessGroupHicoll):
+        raise ValueError(f"group {pg.group_name!r} has no hicoll backend for {device} "
+                         f"(it has {backend.name()})")
+    return backend
+
+
+def fallback_counts(group=None, device: str = "cpu") -> dict[str, int]:
+    """Calls of this group forwarded to gloo/NCCL, by c10d op name."""
+    return dict(backend_of(group, device).fallback_counts())
+
+
+def fallback_reasons(group=None, device: str = "cpu") -> dict[str, str]:
+    """The last reason each op fell back, by c10d op name."""
+    return dict(backend_of(group, device).fallback_reasons())
+
+
+def hicoll_counts(group=None, device: str = "cpu") -> dict[str, int]:
+    """Calls of this group run by hicoll, by c10d op name."""
+    return dict(backend_of(group, device).hicoll_counts())
+
+
+def stats(group=None, device: str = "cpu") -> dict:
+    """hcCommGetStats of the group's communicator (paths taken, bytes intra/inter node)."""
+    return backend_of(group, device).stats()
+
+
+_register()
