@@ -1,0 +1,84 @@
+// Hierarchical Broadcast: the root sends to its rail peer on every other node (one hop), then
+// each node's holder exposes its buffer and the node's ranks read it chunk by chunk as it
+// arrives (one copy).
+#include <algorithm>
+#include <cstring>
+
+#include "algorithms/run.h"
+#include "core/error.h"
+
+namespace hicoll {
+
+void hierBroadcast(Run& r, const void* send, void* recv, size_t count, int root) {
+  hcComm& c = r.comm;
+  const size_t bytes = count * r.esize;
+  if (bytes == 0) return;
+  r.beginPhase();
+  const Topology& t = c.topo;
+  const int N = t.nnodes, L = r.shm.localSize(), n = c.node(), me = r.shm.localIndex();
+  const int rn = t.node_of[root], rl = t.local_of[root];
+  const size_t C = std::min<size_t>(bytes, std::max<int64_t>(c.cfg.num(Knob::ChunkBytes), 4096));
+  const size_t K = (bytes + C - 1) / C;
+  auto chunkLen = [&](size_t k) { return std::min(C, bytes - k * C); };
+  char* out = static_cast<char*>(recv);
+  const bool holder = me == rl;  // this node's copy arrives here first
+  const char* exposed = c.rank == root ? static_cast<const char*>(send) : out;
+  r.post(exposed, count, hcCollBroadcast);
+  if (!holder) r.waitPosted(rl);
+
+  Run::Pending sends, recvs;
+  size_t have = 0;  // chunks available at the holder
+  if (holder) {
+    if (c.rank == root) {
+      have = K;
+      r.publish(1, K);
+      for (size_t k = 0; k < K; ++k)
+        for (int m = 0; m < N; ++m)
+          if (m != rn) r.send(sends, t.rankAt(m, rl), exposed + k * C, chunkLen(k), r.tag(5, static_cast<unsigned>(k)));
+    }
+  }
+  size_t copied = 0;
+  Backoff backoff;
+  while (true) {
+    bool moved = false;
+    if (holder && c.rank != root && have < K) {
+      // Receive chunks in order; publish each as it lands.
+      if (recvs.empty()) r.recv(recvs, root, out + have * C, chunkLen(have), r.tag(5, static_cast<unsigned>(have)));
+      if (r.poll(recvs)) {
+        r.publish(1, ++have);
+        moved = true;
+      }
+    }
+    if (!sends.empty()) moved |= r.poll(sends) > 0;
+    if (holder) {
+      if (c.rank == root && send != recv && copied < K) {
+        std::memcpy(out + copied * C, exposed + copied * C, chunkLen(copied));
+        ++copied;
+        moved = true;
+      } else if (c.rank != root || send == recv) {
+        copied = K;
+      }
+    } else {
+      size_t avail = r.readyOf(rl, 1);
+      if (copied < avail) {
+        r.shm.read(rl, reinterpret_cast<const char*>(r.shm.board(rl).addr[0]) + copied * C, out + copied * C,
+                   chunkLen(copied));
+        c.countBytes(r.a.coll, t.rankAt(n, rl), chunkLen(copied));
+        ++copied;
+        moved = true;
+      }
+    }
+    if (copied == K && (!holder || have == K) && sends.empty()) break;
+    if (moved) {
+      backoff.reset();
+    } else {
+      r.shm.checkPeers();
+      r.checkDeadline("in the hierarchical Broadcast");
+      backoff.pause();
+    }
+  }
+  (void)L;
+  r.finishNode();
+}
+
+}  // namespace hicoll

@@ -1,0 +1,134 @@
+// Hierarchical AllGather (DESIGN.md): a rail-aligned one-hop inter-node exchange into the sort
+// buffer, then the node's ranks read each other's sort buffers into rank order, pipelined in
+// chunks so the sort of chunk k overlaps the exchange of chunk k+1.
+#include <algorithm>
+#include <cstring>
+
+#include "algorithms/run.h"
+#include "core/error.h"
+
+namespace hicoll {
+
+void hierAllGather(Run& r, const void* send, void* recv, size_t count) {
+  hcComm& c = r.comm;
+  const size_t b = count * r.esize;
+  if (b == 0) return;
+  r.beginPhase();
+  const Topology& t = c.topo;
+  const int N = t.nnodes, L = r.shm.localSize(), n = c.node(), me = r.shm.localIndex();
+  const size_t C = std::min<size_t>(b, std::max<int64_t>(c.cfg.num(Knob::ChunkBytes), 4096));
+  const size_t K = (b + C - 1) / C;
+  auto chunkLen = [&](size_t k) { return std::min(C, b - k * C); };
+  char* out = static_cast<char*>(recv);
+  const char* in = static_cast<const char*>(send);
+  const bool in_place = in == out + static_cast<size_t>(c.rank) * b;
+  const bool direct = r.shm.directRead();
+
+  // Without single-copy reads, local peers read this rank's block from its scratch buffer.
+  r.post(in, count, hcCollAllGather);
+  for (int l = 0; l < L; ++l)
+    if (l != me) r.waitPosted(l);
+
+  // Inter-node: block of (m, my local index) for every other node m into sort slot m.
+  Run::Pending net;
+  std::vector<size_t> chunk_left(K, N - 1);
+  std::vector<std::pair<Run::Pending::value_type, size_t>> recvs;  // request, chunk
+  char* my_sort = r.shm.sort(me);
+  size_t staged = direct ? K : 0;  // chunks of my block in my scratch
+  const char* src_net = direct ? in : r.shm.scratch(me);
+  size_t sent_chunks = 0;
+  auto postChunk = [&](size_t k) {
+    for (int m = 0; m < N; ++m) {
+      if (m == n) continue;
+      int peer = t.rankAt(m, me);
+      r.recv(net, peer, my_sort + m * b + k * C, chunkLen(k), r.tag(0, static_cast<unsigned>(k)));
+      recvs.emplace_back(net.back(), k);
+      net.pop_back();
+      r.send(net, peer, src_net + k * C, chunkLen(k), r.tag(0, static_cast<unsigned>(k)));
+    }
+  };
+  if (N == 1) std::fill(chunk_left.begin(), chunk_left.end(), 0);
+
+  // Intra-node work items: (local peer, chunk) for the sort blocks and the own-node blocks.
+  std::vector<size_t> sort_done(L, 0), own_done(L, 0);
+  size_t received_prefix = N == 1 ? K : 0;
+  if (N == 1) r.publish(1, K);
+  Backoff backoff;
+  while (true) {
+    bool moved = false;
+    // Stage my block (no CMA), then let the network send it.
+    if (staged < K) {
+      std::memcpy(r.shm.scratch(me) + staged * C, in + staged * C, chunkLen(staged));
+      ++staged;
+      r.publish(0, staged);
+      moved = true;
+    }
+    while (N > 1 && sent_chunks < staged) postChunk(sent_chunks++), moved = true;
+    if (!net.empty()) moved |= r.poll(net) > 0;
+    for (size_t i = 0; i < recvs.size();) {
+      if (recvs[i].first.first->test(recvs[i].first.second)) {
+        --chunk_left[recvs[i].second];
+        recvs[i] = recvs.back();
+        recvs.pop_back();
+        moved = true;
+      } else {
+        ++i;
+      }
+    }
+    size_t prefix = received_prefix;
+    while (prefix < K && chunk_left[prefix] == 0) ++prefix;
+    if (prefix != received_prefix) {
+      received_prefix = prefix;
+      r.publish(1, received_prefix);
+    }
+    // Copy what the node has ready into rank order.
+    bool all_done = true;
+    for (int l = 0; l < L; ++l) {
+      // Own-node block of local rank l.
+      const int owner = t.rankAt(n, l);
+      if (own_done[l] < K) {
+        size_t avail = l == me ? K : (direct ? K : r.readyOf(l, 0));
+        if (own_done[l] < avail) {
+          size_t k = own_done[l]++;
+          char* dst = out + static_cast<size_t>(owner) * b + k * C;
+          if (l == me) {
+            if (!in_place) std::memcpy(dst, in + k * C, chunkLen(k));
+          } else if (direct) {
+            r.shm.read(l, reinterpret_cast<const char*>(r.shm.board(l).addr[0]) + k * C, dst, chunkLen(k));
+            c.countBytes(r.a.coll, owner, chunkLen(k));
+          } else {
+            std::memcpy(dst, r.shm.scratch(l) + k * C, chunkLen(k));
+            c.countBytes(r.a.coll, owner, chunkLen(k));
+          }
+          moved = true;
+        }
+      }
+      // Blocks local rank l received from the other nodes.
+      if (N > 1 && sort_done[l] < K) {
+        size_t avail = l == me ? received_prefix : r.readyOf(l, 1);
+        if (sort_done[l] < avail) {
+          size_t k = sort_done[l]++;
+          const char* sort = r.shm.sort(l);
+          for (int m = 0; m < N; ++m) {
+            if (m == n) continue;
+            std::memcpy(out + static_cast<size_t>(t.rankAt(m, l)) * b + k * C, sort + m * b + k * C, chunkLen(k));
+          }
+          if (l != me) c.countBytes(r.a.coll, t.rankAt(n, l), chunkLen(k) * (N - 1));
+          moved = true;
+        }
+      }
+      all_done = all_done && own_done[l] == K && (N == 1 || sort_done[l] == K);
+    }
+    if (all_done && net.empty() && recvs.empty()) break;
+    if (moved) {
+      backoff.reset();
+    } else {
+      r.shm.checkPeers();
+      r.checkDeadline("in the hierarchical AllGather");
+      backoff.pause();
+    }
+  }
+  r.finishNode();
+}
+
+}  // namespace hicoll

@@ -1,0 +1,151 @@
+// Hierarchical ReduceScatter (DESIGN.md), the mirror image of the AllGather:
+// (1) intra-node by rail: local index l sums, over its node, the blocks owned by ranks (m, l)
+//     for every node m, reading the peers' inputs directly (one copy);
+// (2) inter-node: each partial goes to its owner's rail peer, which sums the N partials.
+// Pipelined in chunks. Partials bound for other nodes are staged in a ring of chunk slots in
+// the scratch buffer; partials received land in the sort buffer (slot per node).
+#include <algorithm>
+#include <cstring>
+
+#include "algorithms/run.h"
+#include "core/error.h"
+
+namespace hicoll {
+
+void hierReduceScatter(Run& r, const void* send, void* recv, size_t count) {
+  hcComm& c = r.comm;
+  const size_t b = count * r.esize;
+  if (b == 0) return;
+  r.beginPhase();
+  const Topology& t = c.topo;
+  const int N = t.nnodes, L = r.shm.localSize(), n = c.node(), me = r.shm.localIndex();
+  HC_CHECK(r.shm.directRead(), hcInternalError, "hierarchical ReduceScatter needs direct intra-node reads");
+  // Chunks are whole elements.
+  size_t C = std::min<size_t>(b, std::max<int64_t>(c.cfg.num(Knob::ChunkBytes), 4096));
+  C = std::max(r.esize, C / r.esize * r.esize);
+  const size_t K = (b + C - 1) / C;
+  auto chunkLen = [&](size_t k) { return std::min(C, b - k * C); };
+  const char* in = static_cast<const char*>(send);
+  char* out = static_cast<char*>(recv);
+
+  r.post(in, count, hcCollReduceScatter);
+  std::vector<const char*> peer_in(L);
+  for (int l = 0; l < L; ++l) {
+    if (l != me) r.waitPosted(l);
+    peer_in[l] = reinterpret_cast<const char*>(r.shm.board(l).addr[0]);
+  }
+  // Peers' chunks are copied here (one copy, CMA) and summed from cache.
+  std::vector<char> tmp(C * L);
+  std::vector<const void*> srcs(L);
+  const uint64_t all_inputs = L >= 64 ? ~0ull : ((1ull << L) - 1);
+
+  // Sum over the node of chunk k of the block owned by rank `owner` into dst.
+  auto nodePartial = [&](int owner, size_t k, void* dst, bool final_step) {
+    const size_t off = static_cast<size_t>(owner) * b + k * C, len = chunkLen(k);
+    for (int l = 0; l < L; ++l) {
+      if (l == me) {
+        srcs[l] = in + off;
+      } else {
+        r.shm.read(l, peer_in[l] + off, tmp.data() + l * C, len);
+        c.countBytes(r.a.coll, t.rankAt(n, l), len);
+        srcs[l] = tmp.data() + l * C;
+      }
+    }
+    reduceN(r.reduceSpec(all_inputs, final_step), dst, srcs.data(), L, len / r.esize);
+  };
+
+  if (N == 1) {
+    for (size_t k = 0; k < K; ++k) {
+      nodePartial(c.rank, k, out + k * C, true);
+      r.checkDeadline("in the intra-node ReduceScatter");
+    }
+    r.finishNode();
+    return;
+  }
+
+  // Receive every other node's partial of my block, chunk by chunk, into sort slot m.
+  char* my_sort = r.shm.sort(me);
+  std::vector<std::pair<Run::Pending::value_type, size_t>> recvs;
+  Run::Pending tmp_p;
+  std::vector<size_t> chunk_left(K, N - 1);
+  for (size_t k = 0; k < K; ++k)
+    for (int m = 0; m < N; ++m) {
+      if (m == n) continue;
+      r.recv(tmp_p, t.rankAt(m, me), my_sort + m * b + k * C, chunkLen(k), r.tag(1, static_cast<unsigned>(k)));
+      recvs.emplace_back(tmp_p.back(), k);
+      tmp_p.pop_back();
+    }
+  // Outgoing partials: a ring of chunk slots in scratch, each free again once its send completes.
+  const size_t slots = std::max<size_t>(1, c.scratch_bytes / C);
+  std::vector<std::pair<Run::Pending::value_type, size_t>> sends;  // request, slot
+  std::vector<bool> slot_busy(slots, false);
+  size_t next_slot = 0;
+  std::vector<bool> own_done(K, false);
+  size_t work_k = 0;
+  int work_m = 0;  // next partial to compute: chunk work_k for node work_m (own node last)
+  size_t finals = 0;
+  Backoff backoff;
+  while (finals < K || !sends.empty()) {
+    bool moved = false;
+    for (size_t i = 0; i < sends.size();) {
+      if (sends[i].first.first->test(sends[i].first.second)) {
+        slot_busy[sends[i].second] = false;
+        sends[i] = sends.back();
+        sends.pop_back();
+        moved = true;
+      } else {
+        ++i;
+      }
+    }
+    for (size_t i = 0; i < recvs.size();) {
+      if (recvs[i].first.first->test(recvs[i].first.second)) {
+        --chunk_left[recvs[i].second];
+        recvs[i] = recvs.back();
+        recvs.pop_back();
+        moved = true;
+      } else {
+        ++i;
+      }
+    }
+    // Next partial, in chunk order; one waits for a free scratch slot if it must travel.
+    if (work_k < K && (work_m == n || !slot_busy[next_slot])) {
+      if (work_m == n) {
+        nodePartial(c.rank, work_k, out + work_k * C, false);
+        own_done[work_k] = true;
+      } else {
+        char* slot = r.shm.scratch(me) + next_slot * C;
+        int owner = t.rankAt(work_m, me);
+        nodePartial(owner, work_k, slot, false);
+        r.send(tmp_p, owner, slot, chunkLen(work_k), r.tag(1, static_cast<unsigned>(work_k)));
+        sends.emplace_back(tmp_p.back(), next_slot);
+        tmp_p.pop_back();
+        slot_busy[next_slot] = true;
+        next_slot = (next_slot + 1) % slots;
+      }
+      moved = true;
+      if (++work_m == N) {
+        work_m = 0;
+        ++work_k;
+      }
+    }
+    // Final sums, in chunk order, once all partials of a chunk are here.
+    while (finals < K && own_done[finals] && chunk_left[finals] == 0) {
+      const size_t k = finals++;
+      std::vector<const void*> parts{out + k * C};
+      for (int m = 0; m < N; ++m)
+        if (m != n) parts.push_back(my_sort + m * b + k * C);
+      reduceN(r.reduceSpec(0, true), out + k * C, parts.data(), N, chunkLen(k) / r.esize);
+      moved = true;
+    }
+    if (moved) {
+      backoff.reset();
+    } else {
+      r.shm.checkPeers();
+      r.checkDeadline("in the hierarchical ReduceScatter");
+      backoff.pause();
+    }
+  }
+  r.finishNode();
+}
+
+}  // namespace hicoll

@@ -1,0 +1,189 @@
+#include "algorithms/reduce.h"
+
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+
+#include "core/error.h"
+
+namespace hicoll {
+
+float halfToFloat(uint16_t h) {
+  uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ffu, bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: normalise
+      exp = 127 - 15 + 1;
+      while (!(mant & 0x400u)) {
+        mant <<= 1;
+        --exp;
+      }
+      bits = sign | (exp << 23) | ((mant & 0x3ffu) << 13);
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t floatToHalf(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000u;
+  uint32_t absx = x & 0x7fffffffu;
+  if (absx >= 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00u | (absx > 0x7f800000u ? 0x200u : 0));
+  if (absx >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to infinity
+  if (absx < 0x38800000u) {  // subnormal or zero in half
+    if (absx < 0x33000000u) return static_cast<uint16_t>(sign);
+    uint32_t exp = absx >> 23, mant = (absx & 0x7fffffu) | 0x800000u;
+    uint32_t shift = 126 - exp;  // 14 + (113 - exp)
+    uint32_t r = mant >> shift, rem = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (r & 1))) ++r;
+    return static_cast<uint16_t>(sign | r);
+  }
+  uint32_t r = absx + 0xc8000000u;  // rebias exponent: (127-15) << 23
+  uint32_t lsb = (r >> 13) & 1;
+  r += 0xfffu + lsb;  // round to nearest even
+  return static_cast<uint16_t>(sign | (r >> 13));
+}
+
+float bf16ToFloat(uint16_t h) {
+  uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t floatToBf16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40);  // quiet NaN
+  x += 0x7fffu + ((x >> 16) & 1);
+  return static_cast<uint16_t>(x >> 16);
+}
+
+namespace {
+
+struct Half {
+  uint16_t v;
+};
+struct Bf16 {
+  uint16_t v;
+};
+
+template <class T>
+struct Traits {
+  using Acc = T;
+  static Acc load(T x) { return x; }
+  static T store(Acc a) { return a; }
+};
+template <>
+struct Traits<Half> {
+  using Acc = float;
+  static float load(Half x) { return halfToFloat(x.v); }
+  static Half store(float a) { return Half{floatToHalf(a)}; }
+};
+template <>
+struct Traits<Bf16> {
+  using Acc = float;
+  static float load(Bf16 x) { return bf16ToFloat(x.v); }
+  static Bf16 store(float a) { return Bf16{floatToBf16(a)}; }
+};
+
+// Integer sums and products wrap (two's complement), as in NCCL, without signed overflow.
+template <class A>
+A addWrap(A a, A b) {
+  if constexpr (std::is_integral_v<A>) {
+    using U = std::make_unsigned_t<A>;
+    return static_cast<A>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+  } else {
+    return a + b;
+  }
+}
+template <class A>
+A mulWrap(A a, A b) {
+  if constexpr (std::is_integral_v<A>) {
+    using U = std::conditional_t<(sizeof(A) < sizeof(unsigned)), unsigned, std::make_unsigned_t<A>>;
+    return static_cast<A>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
+  } else {
+    return a * b;
+  }
+}
+
+template <class T, OpKind K>
+void reduceTyped(const ReduceSpec& s, T* __restrict dst, const void* const* srcs, int nsrc, size_t n) {
+  using Acc = typename Traits<T>::Acc;
+  constexpr size_t kBlock = 512;
+  alignas(64) Acc acc[kBlock];
+  const Acc scale = static_cast<Acc>(s.scalar);
+  for (size_t base = 0; base < n; base += kBlock) {
+    const size_t m = std::min(kBlock, n - base);
+    const T* s0 = static_cast<const T*>(srcs[0]) + base;
+    const bool premul0 = K == OpKind::PreMulSum && (s.premul_mask & 1);
+    for (size_t j = 0; j < m; ++j) acc[j] = premul0 ? mulWrap<Acc>(Traits<T>::load(s0[j]), scale) : Traits<T>::load(s0[j]);
+    for (int k = 1; k < nsrc; ++k) {
+      const T* sk = static_cast<const T*>(srcs[k]) + base;
+      const bool premul = K == OpKind::PreMulSum && k < 64 && ((s.premul_mask >> k) & 1);
+      for (size_t j = 0; j < m; ++j) {
+        Acc x = Traits<T>::load(sk[j]);
+        if constexpr (K == OpKind::Sum || K == OpKind::Avg) {
+          acc[j] = addWrap<Acc>(acc[j], x);
+        } else if constexpr (K == OpKind::PreMulSum) {
+          acc[j] = addWrap<Acc>(acc[j], premul ? mulWrap<Acc>(x, scale) : x);
+        } else if constexpr (K == OpKind::Prod) {
+          acc[j] = mulWrap<Acc>(acc[j], x);
+        } else if constexpr (K == OpKind::Max) {
+          acc[j] = x > acc[j] ? x : acc[j];
+        } else {
+          acc[j] = x < acc[j] ? x : acc[j];
+        }
+      }
+    }
+    if constexpr (K == OpKind::Avg) {
+      if (s.avg_divisor > 0)
+        for (size_t j = 0; j < m; ++j) acc[j] = static_cast<Acc>(acc[j] / static_cast<Acc>(s.avg_divisor));
+    }
+    T* d = dst + base;
+    for (size_t j = 0; j < m; ++j) d[j] = Traits<T>::store(acc[j]);
+  }
+}
+
+template <class T>
+void reduceOp(const ReduceSpec& s, void* dst, const void* const* srcs, int nsrc, size_t n) {
+  T* d = static_cast<T*>(dst);
+  switch (s.kind) {
+    case OpKind::Sum: return reduceTyped<T, OpKind::Sum>(s, d, srcs, nsrc, n);
+    case OpKind::Prod: return reduceTyped<T, OpKind::Prod>(s, d, srcs, nsrc, n);
+    case OpKind::Max: return reduceTyped<T, OpKind::Max>(s, d, srcs, nsrc, n);
+    case OpKind::Min: return reduceTyped<T, OpKind::Min>(s, d, srcs, nsrc, n);
+    case OpKind::Avg: return reduceTyped<T, OpKind::Avg>(s, d, srcs, nsrc, n);
+    case OpKind::PreMulSum: return reduceTyped<T, OpKind::PreMulSum>(s, d, srcs, nsrc, n);
+  }
+}
+
+}  // namespace
+
+void reduceN(const ReduceSpec& s, void* dst, const void* const* srcs, int nsrc, size_t n) {
+  if (n == 0) return;
+  HC_CHECK(nsrc >= 1, hcInternalError, "reduce with no source");
+  switch (s.dtype) {
+    case hcInt8: return reduceOp<int8_t>(s, dst, srcs, nsrc, n);
+    case hcUint8: return reduceOp<uint8_t>(s, dst, srcs, nsrc, n);
+    case hcInt32: return reduceOp<int32_t>(s, dst, srcs, nsrc, n);
+    case hcUint32: return reduceOp<uint32_t>(s, dst, srcs, nsrc, n);
+    case hcInt64: return reduceOp<int64_t>(s, dst, srcs, nsrc, n);
+    case hcUint64: return reduceOp<uint64_t>(s, dst, srcs, nsrc, n);
+    case hcFloat16: return reduceOp<Half>(s, dst, srcs, nsrc, n);
+    case hcFloat32: return reduceOp<float>(s, dst, srcs, nsrc, n);
+    case hcFloat64: return reduceOp<double>(s, dst, srcs, nsrc, n);
+    case hcBfloat16: return reduceOp<Bf16>(s, dst, srcs, nsrc, n);
+    default: HC_THROW(hcInvalidArgument, "reduce: invalid datatype {}", static_cast<int>(s.dtype));
+  }
+}
+
+}  // namespace hicoll

@@ -1,0 +1,30 @@
+// Element-wise reductions on host memory. Sources are combined in one pass per block, in
+// registers of the accumulation type (fp32 for fp16/bf16, the type itself otherwise), so n
+// sources cost one read of each and one write.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/coll.h"
+
+namespace hicoll {
+
+struct ReduceSpec {
+  hcDataType_t dtype = hcFloat32;
+  OpKind kind = OpKind::Sum;
+  double scalar = 1.0;     // PreMulSum
+  uint64_t premul_mask = 0;  // PreMulSum: sources (bit k = srcs[k]) that are inputs, scaled first
+  int avg_divisor = 0;     // Avg: divide the result by this (only at the last step)
+};
+
+// dst[i] = srcs[0][i] op srcs[1][i] op ... ; dst may be one of the sources.
+void reduceN(const ReduceSpec& spec, void* dst, const void* const* srcs, int nsrc, size_t n);
+
+// Conversions used by the reduction and by tests.
+float halfToFloat(uint16_t h);
+uint16_t floatToHalf(float f);
+float bf16ToFloat(uint16_t h);
+uint16_t floatToBf16(float f);
+
+}  // namespace hicoll

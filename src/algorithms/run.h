@@ -1,0 +1,64 @@
+// What a running host collective needs: the communicator, a deadline, tags, the node board
+// protocol (post, wait for peers, publish progress, finish together) and request waiting
+// across transports.
+#pragma once
+
+#include <utility>
+#include <vector>
+
+#include "algorithms/reduce.h"
+#include "core/comm.h"
+#include "transport/shm/shm_transport.h"
+
+namespace hicoll {
+
+struct Run {
+  Run(hcComm& c, const CollArgs& args);
+
+  hcComm& comm;
+  const CollArgs& a;
+  Deadline deadline;
+  size_t esize;
+  ShmTransport& shm;
+  uint64_t seq = 0;  // of the current phase (one collective may run several)
+
+  // Starts a phase: a fresh sequence number for tags and the board.
+  void beginPhase() { seq = ++comm.seq; }
+  // Tags: phase sequence, step, chunk.
+  uint64_t tag(unsigned step, unsigned chunk) const {
+    return ((seq & 0xffffffffull) << 28) | (static_cast<uint64_t>(step & 0xff) << 20) | (chunk & 0xfffff);
+  }
+  ReduceSpec reduceSpec(uint64_t premul_mask, bool final_step) const;
+
+  // Node board protocol.
+  void post(const void* addr0, size_t count, int phase_kind);  // info + addr[0], then posted=seq
+  void waitPosted(int local);  // peer posted this phase with the same info, else an error
+  void publish(int stream, uint64_t chunks);
+  uint64_t readyOf(int local, int stream);
+  void finishNode();  // done=seq, then wait until every local peer is done
+
+  // Point-to-point on whichever transport reaches the peer.
+  using Pending = std::vector<std::pair<Transport*, ReqId>>;
+  void send(Pending& p, int peer, const void* buf, size_t len, uint64_t tag);
+  void recv(Pending& p, int peer, void* buf, size_t len, uint64_t tag);
+  // Tests each once; returns the number completed (and removes them).
+  size_t poll(Pending& p);
+  void waitAll(Pending& p, const char* what);
+  void checkDeadline(const char* what);
+
+ private:
+  uint64_t info_[4] = {};
+};
+
+// Algorithms (host buffers, blocking). count = elements per rank block.
+void hierAllGather(Run& r, const void* send, void* recv, size_t count);
+void hierReduceScatter(Run& r, const void* send, void* recv, size_t count);
+void ringAllGather(Run& r, const void* send, void* recv, size_t count);
+void ringReduceScatter(Run& r, const void* send, void* recv, size_t count);
+// AllReduce = ReduceScatter + AllGather on blocks of ceil(count/W) (ring or hierarchical),
+// or for small buffers one AllGather of everything and a local reduction.
+void allReduce(Run& r, const void* send, void* recv, size_t count, bool hier);
+void hierBroadcast(Run& r, const void* send, void* recv, size_t count, int root);
+void chainBroadcast(Run& r, const void* send, void* recv, size_t count, int root);
+
+}  // namespace hicoll

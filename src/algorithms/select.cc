@@ -1,0 +1,113 @@
+// Which path a host collective takes, and why. Every input of the decision agrees across
+// ranks (configuration checked at creation, counts required equal), so all ranks choose alike.
+#include <algorithm>
+#include <cctype>
+
+#include "algorithms/host.h"
+#include "algorithms/run.h"
+#include "core/error.h"
+#include "core/log.h"
+
+namespace hicoll {
+namespace {
+
+std::string lowerName(hcColl_t c) {
+  std::string s = collName(c);
+  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
+}
+
+// Per-rank block of the hierarchical phases of a collective, in bytes.
+size_t blockBytes(const hcComm& c, const CollArgs& a) {
+  const size_t e = hcTypeSize(a.dtype);
+  switch (a.coll) {
+    case hcCollAllGather:
+    case hcCollReduceScatter: return a.count * e;
+    case hcCollAllReduce:
+      if (a.count * e <= static_cast<size_t>(c.cfg.num(Knob::AllReduceSmallBytes))) return a.count * e;
+      return (a.count + c.nranks - 1) / c.nranks * e;
+    default: return 0;
+  }
+}
+
+}  // namespace
+
+PathChoice choosePath(const hcComm& c, const CollArgs& a) {
+  PathChoice p;
+  if (c.cfg.listHas(Knob::ForceFallback, lowerName(a.coll))) {
+    p.path = hcPathFallback;
+    p.reason = fmt::format("HICOLL_FORCE_FALLBACK={}", c.cfg.str(Knob::ForceFallback));
+    return p;
+  }
+  if (a.coll == hcCollBarrier) return p;
+  if (c.cfg.str(Knob::Algo) == "ring") {
+    p.path = hcPathRing;
+    return p;
+  }
+  const Topology& t = c.topo;
+  if (!t.uniform) {
+    std::string counts;
+    for (int n = 0; n < t.nnodes; ++n)
+      counts += fmt::format("{}{}={}", n ? ", " : "", t.labels[n], t.localSize(n));
+    p.path = hcPathFallback;
+    p.reason = fmt::format("uneven ranks per node ({})", counts);
+    return p;
+  }
+  if (a.coll == hcCollBroadcast) {
+    if (!c.shm->directRead()) {
+      p.path = hcPathFallback;
+      p.reason = "no single-copy intra-node reads (HICOLL_SHM_CMA=0 or process_vm_readv not permitted)";
+    }
+    return p;
+  }
+  const size_t b = blockBytes(c, a);
+  const size_t N = static_cast<size_t>(t.nnodes);
+  if (c.scratch_bytes < b) {
+    p.path = hcPathFallback;
+    p.reason = fmt::format("SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES={} < per-rank block {} bytes", c.scratch_bytes, b);
+  } else if (c.sort_bytes < N * b) {
+    p.path = hcPathFallback;
+    p.reason = fmt::format("SMDDP_AG_SORT_BUFFER_SIZE_BYTES={} < {} nodes x per-rank block {} bytes = {}",
+                           c.sort_bytes, N, b, N * b);
+  } else if (a.coll != hcCollAllGather && !c.shm->directRead() &&
+             !(a.coll == hcCollAllReduce && a.count * hcTypeSize(a.dtype) <=
+                                                static_cast<size_t>(c.cfg.num(Knob::AllReduceSmallBytes)))) {
+    p.path = hcPathFallback;
+    p.reason = "no single-copy intra-node reads (HICOLL_SHM_CMA=0 or process_vm_readv not permitted)";
+  }
+  return p;
+}
+
+void runHostCollective(hcComm& c, const CollArgs& a) {
+  PathChoice p = choosePath(c, a);
+  if (p.path == hcPathFallback) HC_INFO("fallback: {} takes the flat ring: {}", describe(a), p.reason);
+  HC_TRACE("{}: path {}", describe(a), p.path == hcPathHierarchical ? "hierarchical" : "ring");
+  c.countCall(a.coll, p.path, p.reason);
+  const bool hier = p.path == hcPathHierarchical;
+  Run r(c, a);
+  switch (a.coll) {
+    case hcCollAllGather:
+      hier ? hierAllGather(r, a.send, a.recv, a.count) : ringAllGather(r, a.send, a.recv, a.count);
+      break;
+    case hcCollReduceScatter:
+      hier ? hierReduceScatter(r, a.send, a.recv, a.count) : ringReduceScatter(r, a.send, a.recv, a.count);
+      break;
+    case hcCollAllReduce: allReduce(r, a.send, a.recv, a.count, hier); break;
+    case hcCollBroadcast:
+      hier ? hierBroadcast(r, a.send, a.recv, a.count, a.root) : chainBroadcast(r, a.send, a.recv, a.count, a.root);
+      break;
+    case hcCollBarrier: {
+      // A barrier is a one-byte AllGather: it crosses every node and notices dead peers.
+      std::vector<uint8_t> all(c.nranks);
+      uint8_t one = 1;
+      CollArgs g = a;
+      g.dtype = hcUint8;
+      Run rg(c, g);
+      hier && c.topo.uniform ? hierAllGather(rg, &one, all.data(), 1) : ringAllGather(rg, &one, all.data(), 1);
+      break;
+    }
+    default: HC_THROW(hcInvalidArgument, "unknown collective {}", static_cast<int>(a.coll));
+  }
+}
+
+}  // namespace hicoll

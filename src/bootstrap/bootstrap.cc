@@ -1,0 +1,77 @@
+#include "bootstrap/bootstrap.h"
+
+#include <algorithm>
+#include <cstring>
+#include <tuple>
+
+#include "core/error.h"
+
+namespace hicoll {
+
+Bootstrap::Bootstrap(std::shared_ptr<Store> store, std::string prefix, int rank, int size, long timeout_ms)
+    : store_(std::move(store)), prefix_(std::move(prefix)), rank_(rank), size_(size), timeout_ms_(timeout_ms) {
+  HC_CHECK(size > 0 && rank >= 0 && rank < size, hcInvalidArgument, "bootstrap: rank {} is outside [0, {})", rank,
+           size);
+}
+
+std::string Bootstrap::nextKey(const char* what) { return fmt::format("{}/{}/{}", prefix_, what, seq_++); }
+
+void Bootstrap::allgather(const void* mine, void* all, size_t len) {
+  std::string base = nextKey("ag");
+  const uint8_t* m = static_cast<const uint8_t*>(mine);
+  store_->set(fmt::format("{}/{}", base, rank_), std::vector<uint8_t>(m, m + len));
+  uint8_t* out = static_cast<uint8_t*>(all);
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) {
+      if (len) std::memcpy(out + r * len, mine, len);
+      continue;
+    }
+    std::vector<uint8_t> v = store_->get(fmt::format("{}/{}", base, r), len, timeout_ms_);
+    if (len) std::memcpy(out + r * len, v.data(), len);
+  }
+}
+
+void Bootstrap::barrier() {
+  uint8_t one = 1;
+  std::vector<uint8_t> all(size_);
+  allgather(&one, all.data(), 1);
+}
+
+void Bootstrap::broadcast(void* data, size_t len, int root) {
+  HC_CHECK(root >= 0 && root < size_, hcInvalidArgument, "bootstrap: broadcast root {} is outside [0, {})", root,
+           size_);
+  std::string key = nextKey("bc");
+  if (rank_ == root) {
+    const uint8_t* d = static_cast<const uint8_t*>(data);
+    store_->set(key, std::vector<uint8_t>(d, d + len));
+  } else {
+    std::vector<uint8_t> v = store_->get(key, len, timeout_ms_);
+    if (len) std::memcpy(data, v.data(), len);
+  }
+}
+
+std::unique_ptr<Bootstrap> Bootstrap::split(int color, int key, std::vector<int>* members) {
+  struct Entry {
+    int32_t color, key;
+  };
+  Entry mine{color, key};
+  std::vector<Entry> all(size_);
+  uint64_t split_id = seq_;  // same on every rank: names the new group's keys
+  allgather(&mine, all.data(), sizeof(Entry));
+  if (color < 0) return nullptr;
+  std::vector<std::tuple<int, int>> group;  // (key, parent rank)
+  for (int r = 0; r < size_; ++r)
+    if (all[r].color == color) group.emplace_back(all[r].key, r);
+  std::sort(group.begin(), group.end());
+  int new_rank = -1;
+  std::vector<int> ranks;
+  for (size_t i = 0; i < group.size(); ++i) {
+    ranks.push_back(std::get<1>(group[i]));
+    if (std::get<1>(group[i]) == rank_) new_rank = static_cast<int>(i);
+  }
+  if (members) *members = ranks;
+  return std::make_unique<Bootstrap>(store_, fmt::format("{}/split{}/c{}", prefix_, split_id, color), new_rank,
+                                     static_cast<int>(group.size()), timeout_ms_);
+}
+
+}  // namespace hicoll

@@ -1,0 +1,152 @@
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <mutex>
+
+#include "bootstrap/rendezvous.h"
+#include "bootstrap/tcp_store.h"
+#include "core/config.h"
+#include "core/error.h"
+#include "core/log.h"
+
+namespace hicoll {
+namespace {
+
+constexpr uint64_t kIdMagic = 0x6863756e69717565ULL;
+
+struct IdData {
+  uint64_t magic;
+  uint8_t secret[16];
+  uint32_t addrlen;
+  uint32_t pad;
+  uint8_t addr[sizeof(sockaddr_in6)];  // IPv4 or IPv6
+};
+static_assert(sizeof(IdData) <= HC_UNIQUE_ID_BYTES, "hcUniqueId is too small");
+
+// Servers started by hcGetUniqueId in this process, until a rank of this process joins.
+std::mutex g_mu;
+std::map<std::string, std::shared_ptr<TcpStoreServer>> g_servers;
+
+std::string secretKey(const uint8_t* s) { return std::string(reinterpret_cast<const char*>(s), 16); }
+
+const char* env(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : nullptr;
+}
+
+// Launchers give no secret; derive one from the job's id so unrelated jobs cannot collide.
+Secret envSecret() {
+  Secret s{};
+  std::string job;
+  for (const char* n : {"HICOLL_COMM_SECRET", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "OMPI_MCA_ess_base_jobid"})
+    if (const char* v = env(n)) job += std::string(n) + "=" + v + ";";
+  size_t h1 = std::hash<std::string>{}(job), h2 = std::hash<std::string>{}(job + "#");
+  std::memcpy(s.data(), &h1, 8);
+  std::memcpy(s.data() + 8, &h2, 8);
+  return s;
+}
+
+}  // namespace
+
+hcUniqueId makeUniqueId(const std::string& socket_ifname) {
+  SockAddr addr = addressOfInterface(socket_ifname);
+  Secret secret = randomSecret();
+  auto server = startTcpStoreServer(addr, secret);
+  IdData d{};
+  d.magic = kIdMagic;
+  std::memcpy(d.secret, secret.data(), 16);
+  SockAddr bound = server->address();
+  HC_CHECK(bound.len <= sizeof d.addr, hcInternalError, "rendezvous address too long");
+  d.addrlen = bound.len;
+  std::memcpy(d.addr, &bound.ss, bound.len);
+  HC_INFO("rendezvous listening on {}", bound.str());
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_servers[secretKey(d.secret)] = server;
+  }
+  hcUniqueId id{};
+  std::memcpy(id.internal, &d, sizeof d);
+  return id;
+}
+
+Rendezvous joinUniqueId(const hcUniqueId& id, int rank, int nranks, long timeout_ms) {
+  IdData d;
+  std::memcpy(&d, id.internal, sizeof d);
+  HC_CHECK(d.magic == kIdMagic && d.addrlen > 0 && d.addrlen <= sizeof d.addr, hcInvalidArgument,
+           "hcCommInitRank: the unique id is not one made by hcGetUniqueId");
+  Rendezvous rv;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    auto it = g_servers.find(secretKey(d.secret));
+    if (it != g_servers.end()) {
+      rv.keepalive = it->second;
+      g_servers.erase(it);
+    }
+  }
+  SockAddr addr;
+  std::memcpy(&addr.ss, d.addr, d.addrlen);
+  addr.len = d.addrlen;
+  Secret secret;
+  std::memcpy(secret.data(), d.secret, 16);
+  rv.store = connectTcpStore(addr, secret, rank, nranks, timeout_ms);
+  return rv;
+}
+
+LaunchEnv readLaunchEnv(const std::string& comm_id) {
+  LaunchEnv e;
+  auto num = [](const char* name) { return static_cast<int>(parseInt(name, env(name))); };
+  if (env("RANK") && env("WORLD_SIZE")) {
+    e.rank = num("RANK");
+    e.nranks = num("WORLD_SIZE");
+    e.source = "torchrun";
+  } else if (env("OMPI_COMM_WORLD_RANK") && env("OMPI_COMM_WORLD_SIZE")) {
+    e.rank = num("OMPI_COMM_WORLD_RANK");
+    e.nranks = num("OMPI_COMM_WORLD_SIZE");
+    e.source = "mpirun";
+  } else if (env("SLURM_PROCID") && env("SLURM_NTASKS")) {
+    e.rank = num("SLURM_PROCID");
+    e.nranks = num("SLURM_NTASKS");
+    e.source = "srun";
+  } else {
+    HC_THROW(hcInvalidArgument,
+             "hcCommInitFromEnv: no launcher environment (RANK/WORLD_SIZE, OMPI_COMM_WORLD_RANK/SIZE or "
+             "SLURM_PROCID/NTASKS)");
+  }
+  HC_CHECK(e.nranks > 0 && e.rank >= 0 && e.rank < e.nranks, hcInvalidArgument,
+           "hcCommInitFromEnv: rank {} is outside [0, {}) ({})", e.rank, e.nranks, e.source);
+  if (!comm_id.empty()) {
+    size_t colon = comm_id.rfind(':');
+    HC_CHECK(colon != std::string::npos, hcInvalidArgument, "HICOLL_COMM_ID='{}' is not host:port", comm_id);
+    e.host = comm_id.substr(0, colon);
+    if (e.host.size() > 2 && e.host.front() == '[') e.host = e.host.substr(1, e.host.size() - 2);
+    e.port = static_cast<int>(parseInt("HICOLL_COMM_ID", comm_id.substr(colon + 1)));
+  } else if (env("MASTER_ADDR") && env("MASTER_PORT")) {
+    // MASTER_PORT itself is taken by torchrun's own store: hicoll listens on the next port.
+    e.host = env("MASTER_ADDR");
+    e.port = num("MASTER_PORT") + 1;
+  } else {
+    HC_THROW(hcInvalidArgument,
+             "hcCommInitFromEnv: rank {} of {} ({}) has no rendezvous: set MASTER_ADDR and MASTER_PORT, or "
+             "HICOLL_COMM_ID=host:port",
+             e.rank, e.nranks, e.source);
+  }
+  HC_CHECK(e.port > 0 && e.port < 65536, hcInvalidArgument, "hcCommInitFromEnv: rendezvous port {} is invalid",
+           e.port);
+  return e;
+}
+
+Rendezvous joinEnv(const LaunchEnv& e, long timeout_ms) {
+  Rendezvous rv;
+  SockAddr addr = resolveHostPort(e.host, e.port);
+  Secret secret = envSecret();
+  if (e.rank == 0) {
+    auto server = startTcpStoreServer(addr, secret);
+    HC_INFO("rendezvous for {} ranks ({}) listening on {}", e.nranks, e.source, server->address().str());
+    rv.keepalive = server;
+  }
+  rv.store = connectTcpStore(addr, secret, e.rank, e.nranks, timeout_ms);
+  return rv;
+}
+
+}  // namespace hicoll

@@ -1,0 +1,61 @@
+#include "bootstrap/store.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+
+#include "core/error.h"
+
+namespace hicoll {
+namespace {
+
+class InMemoryStore : public Store {
+ public:
+  void set(const std::string& key, const std::vector<uint8_t>& value) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      data_[key] = value;
+    }
+    cv_.notify_all();
+  }
+  std::vector<uint8_t> get(const std::string& key, size_t len, long timeout_ms) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return data_.count(key) > 0; }))
+      HC_THROW(hcTimeout, "bootstrap: timed out after {} ms waiting for key '{}'", timeout_ms, key);
+    const auto& v = data_[key];
+    HC_CHECK(v.size() == len, hcRemoteError, "bootstrap: key '{}' has {} bytes, expected {}", key, v.size(), len);
+    return v;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, std::vector<uint8_t>> data_;
+};
+
+class CallbackStore : public Store {
+ public:
+  explicit CallbackStore(const hcStoreOps& ops) : ops_(ops) {}
+  void set(const std::string& key, const std::vector<uint8_t>& value) override {
+    HC_CHECK(ops_.set(ops_.ctx, key.c_str(), value.data(), value.size()) == 0, hcRemoteError,
+             "bootstrap: store set('{}') failed", key);
+  }
+  std::vector<uint8_t> get(const std::string& key, size_t len, long timeout_ms) override {
+    std::vector<uint8_t> v(len);
+    int rc = ops_.get(ops_.ctx, key.c_str(), v.data(), len, static_cast<int>(timeout_ms));
+    HC_CHECK(rc == 0, hcTimeout, "bootstrap: store get('{}', {} bytes) failed or timed out after {} ms", key, len,
+             timeout_ms);
+    return v;
+  }
+
+ private:
+  hcStoreOps ops_;
+};
+
+}  // namespace
+
+std::shared_ptr<Store> makeInMemoryStore() { return std::make_shared<InMemoryStore>(); }
+std::shared_ptr<Store> makeCallbackStore(const hcStoreOps& ops) { return std::make_shared<CallbackStore>(ops); }
+
+}  // namespace hicoll

@@ -1,0 +1,358 @@
+// The C ABI: validate, dispatch, and turn every exception into an hcResult_t.
+#include <cstring>
+#include <new>
+
+#include "algorithms/host.h"
+#include "algorithms/reduce.h"
+#include <functional>
+#include <optional>
+#include "bootstrap/rendezvous.h"
+#include "core/error.h"
+#include "core/init.h"
+#include "core/log.h"
+#include "transport/shm/shm_transport.h"
+
+using namespace hicoll;
+
+namespace {
+
+thread_local std::string t_last_error;
+
+// One try/catch for every entry point; a communicator that saw a remote error or a timeout
+// is marked failed so later calls fail fast with the first error.
+template <class F>
+hcResult_t guard(hcComm* comm, const char* fn, F&& f) {
+  try {
+    if (comm && comm->failed.load())
+      HC_THROW(hcRemoteError, "{}: the communicator failed earlier: {}", fn, comm->failure);
+    std::optional<ScopedLogRank> lr;
+    if (comm) lr.emplace(comm->rank);
+    f();
+    return hcSuccess;
+  } catch (const Error& e) {
+    t_last_error = e.what();
+    if (comm && (e.code() == hcRemoteError || e.code() == hcTimeout || e.code() == hcSystemError)) {
+      if (!comm->failed.exchange(true)) comm->failure = e.what();
+      try {
+        if (comm->shm) comm->shm->abort();  // peers stop waiting on this rank
+      } catch (...) {
+      }
+    }
+    ScopedLogRank lr(comm ? comm->rank : -1);
+    HC_WARN("{} failed: {} ({})", fn, e.what(), hcGetErrorString(e.code()));
+    return e.code();
+  } catch (const std::bad_alloc&) {
+    t_last_error = std::string(fn) + ": out of memory";
+    return hcSystemError;
+  } catch (const std::exception& e) {
+    t_last_error = std::string(fn) + ": internal error: " + e.what();
+    return hcInternalError;
+  } catch (...) {
+    t_last_error = std::string(fn) + ": unknown internal error";
+    return hcInternalError;
+  }
+}
+
+RedOp resolveOp(hcComm& c, hcRedOp_t op) {
+  switch (op) {
+    case hcSum: return {OpKind::Sum, 1.0, op};
+    case hcProd: return {OpKind::Prod, 1.0, op};
+    case hcMax: return {OpKind::Max, 1.0, op};
+    case hcMin: return {OpKind::Min, 1.0, op};
+    case hcAvg: return {OpKind::Avg, 1.0, op};
+    default: break;
+  }
+  long i = static_cast<long>(op) - hcNumOps;
+  HC_CHECK(i >= 0 && i < static_cast<long>(c.premul_ops.size()) && c.premul_ops[i].kind == OpKind::PreMulSum,
+           hcInvalidArgument, "invalid reduction op {}", static_cast<int>(op));
+  return c.premul_ops[i];
+}
+
+bool overlaps(const void* a, size_t alen, const void* b, size_t blen) {
+  auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return alen && blen && x < y + blen && y < x + alen;
+}
+
+void runColl(hcComm& c, CollArgs& a, const char* fn) {
+  HC_CHECK(a.dtype >= 0 && a.dtype < hcNumTypes, hcInvalidArgument, "{}: invalid datatype {}", fn,
+           static_cast<int>(a.dtype));
+  const size_t e = hcTypeSize(a.dtype), W = static_cast<size_t>(c.nranks), R = static_cast<size_t>(c.rank);
+  if (a.coll == hcCollBroadcast)
+    HC_CHECK(a.root >= 0 && a.root < c.nranks, hcInvalidArgument, "{}: root {} is outside [0, {})", fn, a.root,
+             c.nranks);
+  a.seq = c.seq;
+  if (a.count == 0 && a.coll != hcCollBarrier) return;
+  HC_CHECK(a.count <= SIZE_MAX / e / W, hcInvalidArgument, "{}: count {} overflows", fn, a.count);
+  const size_t b = a.count * e;
+  const bool needs_send = a.coll != hcCollBroadcast || c.rank == a.root;
+  HC_CHECK(a.coll == hcCollBarrier || ((!needs_send || a.send) && a.recv), hcInvalidArgument,
+           "{}: NULL buffer for {} elements", fn, a.count);
+  switch (a.coll) {
+    case hcCollAllGather:
+      HC_CHECK(a.send == static_cast<char*>(a.recv) + R * b || !overlaps(a.send, b, a.recv, W * b), hcInvalidArgument,
+               "{}: send and receive buffers overlap but not in place (sendbuff must be recvbuff + rank * sendcount)",
+               fn);
+      break;
+    case hcCollReduceScatter:
+      HC_CHECK(a.recv == static_cast<const char*>(a.send) + R * b || !overlaps(a.send, W * b, a.recv, b),
+               hcInvalidArgument,
+               "{}: send and receive buffers overlap but not in place (recvbuff must be sendbuff + rank * recvcount)",
+               fn);
+      break;
+    case hcCollAllReduce:
+    case hcCollBroadcast:
+      HC_CHECK(a.send == a.recv || !needs_send || !overlaps(a.send, b, a.recv, b), hcInvalidArgument,
+               "{}: send and receive buffers overlap but are not equal", fn);
+      break;
+    default: break;
+  }
+  if (a.stream) {
+    if (!c.device) c.device = makeDeviceEngine(c);
+    HC_CHECK(c.device, hcUnsupported, "{}: a stream was given but this build of hicoll has no CUDA support", fn);
+    c.device->enqueue(a);
+    return;
+  }
+  HC_CHECK(!isDevicePointer(a.send) && !isDevicePointer(a.recv), hcInvalidArgument,
+           "{}: device buffers need a stream (NULL means host buffers)", fn);
+  runHostCollective(c, a);
+}
+
+hcResult_t initWith(hcComm_t* out, const char* fn, const std::function<std::unique_ptr<hcComm>()>& make) {
+  if (!out) {
+    t_last_error = std::string(fn) + ": comm is NULL";
+    return hcInvalidArgument;
+  }
+  *out = nullptr;
+  return guard(nullptr, fn, [&] { *out = make().release(); });
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* hcGetErrorString(hcResult_t r) {
+  switch (r) {
+    case hcSuccess: return "success";
+    case hcInvalidArgument: return "invalid argument";
+    case hcInvalidUsage: return "invalid usage";
+    case hcSystemError: return "system error";
+    case hcRemoteError: return "remote error (a peer failed or disagreed)";
+    case hcTimeout: return "timeout";
+    case hcUnsupported: return "unsupported";
+    case hcInternalError: return "internal error";
+    case hcInProgress: return "in progress";
+    default: return "unknown result";
+  }
+}
+
+const char* hcGetLastError(hcComm_t) { return t_last_error.c_str(); }
+
+hcResult_t hcGetVersion(int* version) {
+  if (!version) return hcInvalidArgument;
+  *version = HICOLL_VERSION_CODE;
+  return hcSuccess;
+}
+
+hcResult_t hcGetUniqueId(hcUniqueId* id) {
+  if (!id) return hcInvalidArgument;
+  return guard(nullptr, "hcGetUniqueId", [&] {
+    Config cfg = Config::fromEnv();
+    *id = makeUniqueId(cfg.str(Knob::SocketIfname));
+  });
+}
+
+hcResult_t hcCommInitRank(hcComm_t* comm, int nranks, hcUniqueId id, int rank) {
+  return initWith(comm, "hcCommInitRank", [&] {
+    HC_CHECK(nranks > 0 && rank >= 0 && rank < nranks, hcInvalidArgument,
+             "hcCommInitRank: rank {} is outside [0, {})", rank, nranks);
+    long timeout = Config::fromEnv().num(Knob::TimeoutMs);
+    Rendezvous rv = joinUniqueId(id, rank, nranks, timeout);
+    return createComm(std::make_unique<Bootstrap>(rv.store, "hc", rank, nranks, timeout), rv.keepalive);
+  });
+}
+
+hcResult_t hcCommInitFromEnv(hcComm_t* comm) {
+  return initWith(comm, "hcCommInitFromEnv", [&] {
+    Config cfg = Config::fromEnv();
+    long timeout = cfg.num(Knob::TimeoutMs);
+    LaunchEnv e = readLaunchEnv(cfg.str(Knob::CommId));
+    Rendezvous rv = joinEnv(e, timeout);
+    return createComm(std::make_unique<Bootstrap>(rv.store, "hc", e.rank, e.nranks, timeout), rv.keepalive);
+  });
+}
+
+hcResult_t hcCommInitRankStore(hcComm_t* comm, int nranks, int rank, const hcStoreOps* store, const char* prefix) {
+  return initWith(comm, "hcCommInitRankStore", [&] {
+    HC_CHECK(store && store->set && store->get, hcInvalidArgument, "hcCommInitRankStore: store callbacks are NULL");
+    HC_CHECK(store->size >= sizeof(hcStoreOps), hcInvalidArgument, "hcCommInitRankStore: hcStoreOps.size is {}",
+             store->size);
+    HC_CHECK(nranks > 0 && rank >= 0 && rank < nranks, hcInvalidArgument,
+             "hcCommInitRankStore: rank {} is outside [0, {})", rank, nranks);
+    long timeout = Config::fromEnv().num(Knob::TimeoutMs);
+    return createComm(std::make_unique<Bootstrap>(makeCallbackStore(*store), prefix ? prefix : "hc", rank, nranks,
+                                                  timeout),
+                      nullptr);
+  });
+}
+
+hcResult_t hcCommSplit(hcComm_t comm, int color, int key, hcComm_t* newcomm) {
+  if (!comm || !newcomm) return hcInvalidArgument;
+  *newcomm = nullptr;
+  return guard(comm, "hcCommSplit", [&] {
+    std::unique_ptr<Bootstrap> bs = comm->bootstrap->split(color, key);
+    if (bs) *newcomm = createComm(std::move(bs), comm->keepalive).release();
+  });
+}
+
+hcResult_t hcCommDestroy(hcComm_t comm) {
+  if (!comm) return hcInvalidArgument;
+  hcResult_t r = guard(nullptr, "hcCommDestroy", [&] {
+    if (comm->device) comm->device->drain();
+  });
+  delete comm;
+  return r;
+}
+
+hcResult_t hcCommAbort(hcComm_t comm) {
+  if (!comm) return hcInvalidArgument;
+  comm->failed = true;
+  try {
+    if (comm->shm) comm->shm->abort();
+    if (comm->ofi) comm->ofi->abort();
+  } catch (...) {
+  }
+  delete comm;
+  return hcSuccess;
+}
+
+hcResult_t hcCommCount(const hcComm_t comm, int* count) {
+  if (!comm || !count) return hcInvalidArgument;
+  *count = comm->nranks;
+  return hcSuccess;
+}
+
+hcResult_t hcCommUserRank(const hcComm_t comm, int* rank) {
+  if (!comm || !rank) return hcInvalidArgument;
+  *rank = comm->rank;
+  return hcSuccess;
+}
+
+hcResult_t hcCommGetStats(const hcComm_t comm, hcStats* stats) {
+  if (!comm || !stats || stats->size < sizeof(size_t)) return hcInvalidArgument;
+  std::lock_guard<std::mutex> lock(comm->stats_mu);
+  size_t n = std::min(stats->size, sizeof(hcStats));
+  std::memcpy(reinterpret_cast<char*>(stats) + sizeof(size_t), reinterpret_cast<const char*>(&comm->stats) + sizeof(size_t),
+              n - sizeof(size_t));
+  return hcSuccess;
+}
+
+hcResult_t hcRedOpCreatePreMulSum(hcRedOp_t* op, const void* scalar, hcDataType_t dtype, hcComm_t comm) {
+  if (!op || !scalar || !comm) return hcInvalidArgument;
+  return guard(comm, "hcRedOpCreatePreMulSum", [&] {
+    double v = 0;
+    switch (dtype) {
+      case hcInt8: v = *static_cast<const int8_t*>(scalar); break;
+      case hcUint8: v = *static_cast<const uint8_t*>(scalar); break;
+      case hcInt32: v = *static_cast<const int32_t*>(scalar); break;
+      case hcUint32: v = *static_cast<const uint32_t*>(scalar); break;
+      case hcInt64: v = static_cast<double>(*static_cast<const int64_t*>(scalar)); break;
+      case hcUint64: v = static_cast<double>(*static_cast<const uint64_t*>(scalar)); break;
+      case hcFloat16: v = halfToFloat(*static_cast<const uint16_t*>(scalar)); break;
+      case hcBfloat16: v = bf16ToFloat(*static_cast<const uint16_t*>(scalar)); break;
+      case hcFloat32: v = *static_cast<const float*>(scalar); break;
+      case hcFloat64: v = *static_cast<const double*>(scalar); break;
+      default: HC_THROW(hcInvalidArgument, "hcRedOpCreatePreMulSum: invalid datatype {}", static_cast<int>(dtype));
+    }
+    size_t i = 0;
+    while (i < comm->premul_ops.size() && comm->premul_ops[i].kind == OpKind::PreMulSum) ++i;
+    if (i == comm->premul_ops.size()) comm->premul_ops.emplace_back();
+    *op = static_cast<hcRedOp_t>(hcNumOps + i);
+    comm->premul_ops[i] = RedOp{OpKind::PreMulSum, v, *op};
+  });
+}
+
+hcResult_t hcRedOpDestroy(hcRedOp_t op, hcComm_t comm) {
+  if (!comm) return hcInvalidArgument;
+  long i = static_cast<long>(op) - hcNumOps;
+  if (i < 0 || i >= static_cast<long>(comm->premul_ops.size()) || comm->premul_ops[i].kind != OpKind::PreMulSum) {
+    t_last_error = fmt::format("hcRedOpDestroy: {} is not a pre-multiplied sum of this communicator", static_cast<int>(op));
+    return hcInvalidArgument;
+  }
+  comm->premul_ops[i] = RedOp{};  // Sum kind marks the slot free
+  return hcSuccess;
+}
+
+hcResult_t hcAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, hcDataType_t datatype,
+                       hcComm_t comm, hcStream_t stream) {
+  if (!comm) return hcInvalidArgument;
+  return guard(comm, "hcAllGather", [&] {
+    CollArgs a;
+    a.coll = hcCollAllGather;
+    a.send = sendbuff;
+    a.recv = recvbuff;
+    a.count = sendcount;
+    a.dtype = datatype;
+    a.stream = stream;
+    runColl(*comm, a, "hcAllGather");
+  });
+}
+
+hcResult_t hcReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, hcDataType_t datatype,
+                           hcRedOp_t op, hcComm_t comm, hcStream_t stream) {
+  if (!comm) return hcInvalidArgument;
+  return guard(comm, "hcReduceScatter", [&] {
+    CollArgs a;
+    a.coll = hcCollReduceScatter;
+    a.send = sendbuff;
+    a.recv = recvbuff;
+    a.count = recvcount;
+    a.dtype = datatype;
+    a.op = resolveOp(*comm, op);
+    a.stream = stream;
+    runColl(*comm, a, "hcReduceScatter");
+  });
+}
+
+hcResult_t hcAllReduce(const void* sendbuff, void* recvbuff, size_t count, hcDataType_t datatype, hcRedOp_t op,
+                       hcComm_t comm, hcStream_t stream) {
+  if (!comm) return hcInvalidArgument;
+  return guard(comm, "hcAllReduce", [&] {
+    CollArgs a;
+    a.coll = hcCollAllReduce;
+    a.send = sendbuff;
+    a.recv = recvbuff;
+    a.count = count;
+    a.dtype = datatype;
+    a.op = resolveOp(*comm, op);
+    a.stream = stream;
+    runColl(*comm, a, "hcAllReduce");
+  });
+}
+
+hcResult_t hcBroadcast(const void* sendbuff, void* recvbuff, size_t count, hcDataType_t datatype, int root,
+                       hcComm_t comm, hcStream_t stream) {
+  if (!comm) return hcInvalidArgument;
+  return guard(comm, "hcBroadcast", [&] {
+    CollArgs a;
+    a.coll = hcCollBroadcast;
+    a.send = sendbuff;
+    a.recv = recvbuff;
+    a.count = count;
+    a.dtype = datatype;
+    a.root = root;
+    a.stream = stream;
+    runColl(*comm, a, "hcBroadcast");
+  });
+}
+
+hcResult_t hcBarrier(hcComm_t comm) {
+  if (!comm) return hcInvalidArgument;
+  return guard(comm, "hcBarrier", [&] {
+    CollArgs a;
+    a.coll = hcCollBarrier;
+    a.dtype = hcUint8;
+    runColl(*comm, a, "hcBarrier");
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,130 @@
+// Communicator creation: configuration, the ranks' identities, topology, transports.
+#include "core/comm.h"
+
+#include <unistd.h>
+
+#include <cstring>
+
+#include "core/error.h"
+#include "core/init.h"
+#include "core/log.h"
+#include "transport/ofi/ofi_transport.h"
+#include "transport/shm/shm_transport.h"
+
+namespace hicoll {
+namespace {
+
+constexpr int kMaxKnobs = 48;
+
+struct RankInfo {
+  char host[128];
+  char label[128];
+  uint64_t knob_hash[kMaxKnobs];
+  int32_t pid;
+  int32_t pad;
+};
+
+void copyString(char* dst, size_t cap, const std::string& s) {
+  std::snprintf(dst, cap, "%s", s.c_str());
+}
+
+void checkConsistency(const Config& cfg, const std::vector<RankInfo>& all, int rank) {
+  const auto& table = knobTable();
+  for (size_t k = 0; k < table.size(); ++k)
+    for (size_t r = 0; r < all.size(); ++r)
+      if (all[r].knob_hash[k] != all[rank].knob_hash[k])
+        HC_THROW(hcInvalidUsage,
+                 "{} must be the same on every rank: rank {} has '{}' and rank {} has a different value",
+                 table[k].name, rank, cfg.str(table[k].id), r);
+}
+
+}  // namespace
+
+std::unique_ptr<hcComm> createComm(std::unique_ptr<Bootstrap> bs, std::shared_ptr<void> keepalive) {
+  static_assert(static_cast<int>(Knob::Count) <= kMaxKnobs, "RankInfo::knob_hash is too small");
+  auto c = std::make_unique<hcComm>();
+  c->cfg = Config::fromEnv();
+  c->rank = bs->rank();
+  c->nranks = bs->size();
+  c->keepalive = std::move(keepalive);
+  ScopedLogRank log_rank(c->rank);
+
+  RankInfo mine{};
+  char host[128] = {};
+  gethostname(host, sizeof host - 1);
+  copyString(mine.host, sizeof mine.host, host);
+  std::string label = c->cfg.str(Knob::TopoNode).empty() ? host : c->cfg.str(Knob::TopoNode);
+  HC_CHECK(label.size() < sizeof mine.label, hcInvalidArgument, "HICOLL_TOPO_NODE='{}' is longer than {} characters",
+           label, sizeof mine.label - 1);
+  copyString(mine.label, sizeof mine.label, label);
+  auto hashes = c->cfg.consistencyHashes();
+  std::copy(hashes.begin(), hashes.end(), mine.knob_hash);
+  mine.pid = getpid();
+  std::vector<RankInfo> all(c->nranks);
+  bs->allgather(&mine, all.data(), sizeof mine);
+  checkConsistency(c->cfg, all, c->rank);
+
+  std::vector<std::string> labels, hosts;
+  for (const RankInfo& i : all) {
+    labels.emplace_back(i.label);
+    hosts.emplace_back(i.host);
+  }
+  c->topo = Topology::build(labels, hosts);
+  c->bootstrap = std::move(bs);
+
+  c->scratch_bytes = static_cast<size_t>(c->cfg.num(Knob::ScratchBytes));
+  c->sort_bytes = static_cast<size_t>(c->cfg.num(Knob::SortBytes));
+  ShmOptions so;
+  so.scratch_bytes = c->scratch_bytes;
+  so.sort_bytes = c->sort_bytes;
+  so.cma = c->cfg.str(Knob::ShmCma);
+  so.timeout_ms = c->timeoutMs();
+  c->shm = std::make_unique<ShmTransport>(*c->bootstrap, c->topo.ranks_of[c->node()], so);
+  c->scratch = c->shm->scratch(c->shm->localIndex());
+  c->sort = c->shm->sort(c->shm->localIndex());
+
+  if (c->topo.nnodes > 1) {
+    OfiOptions oo;
+    oo.provider = c->cfg.str(Knob::OfiProvider);
+    oo.iface = c->cfg.str(Knob::OfiIface);
+    if (oo.iface.empty() && c->topo.single_host) oo.iface = "lo";  // simulated nodes: stay on loopback
+    oo.timeout_ms = c->timeoutMs();
+    c->ofi = makeOfiTransport(*c->bootstrap, oo);
+    c->ofi->registerRegion(c->scratch, c->scratch_bytes);
+    c->ofi->registerRegion(c->sort, c->sort_bytes);
+  }
+  c->stats.size = sizeof(hcStats);
+  c->stats.rank = c->rank;
+  c->stats.nranks = c->nranks;
+  c->stats.nnodes = c->topo.nnodes;
+  c->stats.local_ranks = c->topo.uniform ? c->topo.localSize(0) : 0;
+  c->stats.node = c->node();
+  c->stats.local_rank = c->localRank();
+  HC_INFO("communicator of {} ranks on {} node(s){}; this rank is node {} ({}) local {}", c->nranks,
+          c->topo.nnodes, c->topo.uniform ? "" : " (uneven)", c->node(), c->topo.labels[c->node()],
+          c->localRank());
+  return c;
+}
+
+}  // namespace hicoll
+
+hicoll::Transport& hcComm::transportTo(int peer) {
+  if (topo.node_of[peer] == node()) return *shm;
+  HC_CHECK(ofi, hcInternalError, "no inter-node transport to rank {}", peer);
+  return *ofi;
+}
+
+void hcComm::countCall(hcColl_t c, hcPath_t path, const std::string& reason) {
+  std::lock_guard<std::mutex> lock(stats_mu);
+  stats.coll[c].calls[path]++;
+  if (!reason.empty()) hicoll::copyTruncated(stats.coll[c].last_fallback_reason, sizeof stats.coll[c].last_fallback_reason, reason);
+}
+
+void hcComm::countBytes(hcColl_t c, int peer, size_t bytes) {
+  std::lock_guard<std::mutex> lock(stats_mu);
+  if (topo.node_of[peer] == node()) {
+    stats.coll[c].bytes_intra += bytes;
+  } else {
+    stats.coll[c].bytes_inter += bytes;
+  }
+}

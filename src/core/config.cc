@@ -1,0 +1,161 @@
+#include "core/config.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace hicoll {
+namespace {
+
+std::vector<std::string> splitWords(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::string cur;
+  std::istringstream in(s);
+  while (std::getline(in, cur, sep)) out.push_back(cur);
+  return out;
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
+  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
+}
+
+// Knobs whose values must agree on every rank: they steer which path a collective takes.
+bool mustAgree(Knob k) {
+  switch (k) {
+    case Knob::Algo:
+    case Knob::ForceFallback:
+    case Knob::ScratchBytes:
+    case Knob::SortBytes:
+    case Knob::ChunkBytes:
+    case Knob::AllReduceSmallBytes:
+    case Knob::ShmCma:
+    case Knob::OfiProvider: return true;
+    default: return false;
+  }
+}
+
+}  // namespace
+
+const std::vector<KnobInfo>& knobTable() {
+  static const std::vector<KnobInfo> table = {
+#define HC_KNOB_INFO(id, name, type, def, allowed, doc) {Knob::id, name, KnobType::type, def, allowed, doc},
+      HICOLL_KNOBS(HC_KNOB_INFO)
+#undef HC_KNOB_INFO
+  };
+  return table;
+}
+
+const char* knobTypeName(KnobType t) {
+  switch (t) {
+    case KnobType::String: return "string";
+    case KnobType::Int: return "integer";
+    case KnobType::Size: return "bytes";
+    case KnobType::Size8K: return "bytes, multiple of 8192";
+    case KnobType::Bool: return "bool";
+    case KnobType::Enum: return "one of";
+    case KnobType::List: return "comma-separated list of";
+  }
+  return "?";
+}
+
+int64_t parseInt(const std::string& name, const std::string& value) {
+  std::string v = trim(value);
+  char* end = nullptr;
+  errno = 0;
+  long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || errno == ERANGE)
+    HC_THROW(hcInvalidArgument, "{}='{}' is not an integer", name, value);
+  return x;
+}
+
+int64_t parseSize(const std::string& name, const std::string& value) {
+  std::string v = trim(value);
+  size_t digits = 0;
+  while (digits < v.size() && std::isdigit(static_cast<unsigned char>(v[digits]))) ++digits;
+  if (digits == 0) HC_THROW(hcInvalidArgument, "{}='{}' is not a size in bytes (a non-negative integer, optionally with K, M or G)", name, value);
+  std::string suffix = lower(v.substr(digits));
+  int shift = 0;
+  if (suffix.empty() || suffix == "b") shift = 0;
+  else if (suffix == "k" || suffix == "kib") shift = 10;
+  else if (suffix == "m" || suffix == "mib") shift = 20;
+  else if (suffix == "g" || suffix == "gib") shift = 30;
+  else HC_THROW(hcInvalidArgument, "{}='{}' has an unknown size suffix '{}' (use K, M or G)", name, value, suffix);
+  errno = 0;
+  unsigned long long x = std::strtoull(v.substr(0, digits).c_str(), nullptr, 10);
+  if (errno == ERANGE || x > (static_cast<unsigned long long>(INT64_MAX) >> shift))
+    HC_THROW(hcInvalidArgument, "{}='{}' is too large", name, value);
+  return static_cast<int64_t>(x << shift);
+}
+
+void Config::set(const KnobInfo& k, const char* value) {
+  std::string v = value;
+  size_t i = idx(k.id);
+  raw_[i] = v;
+  num_[i] = 0;
+  switch (k.type) {
+    case KnobType::String: break;
+    case KnobType::Int: num_[i] = parseInt(k.name, v); break;
+    case KnobType::Size: num_[i] = parseSize(k.name, v); break;
+    case KnobType::Size8K:
+      num_[i] = parseSize(k.name, v);
+      if (num_[i] <= 0 || num_[i] % 8192 != 0)
+        HC_THROW(hcInvalidArgument, "{}='{}' must be a positive multiple of 8192 bytes", k.name, value);
+      break;
+    case KnobType::Bool: {
+      std::string l = lower(trim(v));
+      if (l == "1" || l == "true" || l == "yes" || l == "on") num_[i] = 1;
+      else if (l == "0" || l == "false" || l == "no" || l == "off" || l.empty()) num_[i] = 0;
+      else HC_THROW(hcInvalidArgument, "{}='{}' is not a boolean (0/1/true/false)", k.name, value);
+      break;
+    }
+    case KnobType::Enum: {
+      std::string l = lower(trim(v));
+      bool ok = false;
+      for (const std::string& w : splitWords(k.allowed, '|'))
+        if (lower(w) == l) { raw_[i] = w; ok = true; }
+      if (!ok) HC_THROW(hcInvalidArgument, "{}='{}' is not one of {}", k.name, value, k.allowed);
+      break;
+    }
+    case KnobType::List: {
+      std::string norm;
+      for (std::string w : splitWords(v, ',')) {
+        w = lower(trim(w));
+        if (w.empty()) continue;
+        bool ok = false;
+        for (const std::string& a : splitWords(k.allowed, '|')) ok = ok || a == w;
+        if (!ok) HC_THROW(hcInvalidArgument, "{}='{}': '{}' is not one of {}", k.name, value, w, k.allowed);
+        norm += (norm.empty() ? "" : ",") + w;
+      }
+      raw_[i] = norm;
+      break;
+    }
+  }
+}
+
+bool Config::listHas(Knob k, const std::string& word) const {
+  for (const std::string& w : splitWords(str(k), ','))
+    if (w == word || w == "all") return true;
+  return false;
+}
+
+Config Config::fromEnv() {
+  return from([](const char* name) -> const char* { return std::getenv(name); });
+}
+
+std::vector<uint64_t> Config::consistencyHashes() const {
+  std::vector<uint64_t> h;
+  for (const KnobInfo& k : knobTable())
+    h.push_back(mustAgree(k.id) ? std::hash<std::string>{}(raw_[idx(k.id)]) : 0);
+  return h;
+}
+
+}  // namespace hicoll

@@ -1,0 +1,61 @@
+// hicoll_info: every configuration knob with its current value (like ucc_info -caf), and the
+// generator of env.md (--markdown).
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "hicoll/hicoll.h"
+
+using namespace hicoll;
+
+static void markdown() {
+  std::printf("# hicoll environment variables\n\n");
+  std::printf("Generated from `src/core/config_table.h` by `hicoll_info --markdown`; a test checks that\n"
+              "this file and the table agree. Every value is parsed strictly: an invalid value fails\n"
+              "communicator creation with a message naming the variable.\n\n");
+  std::printf("| Variable | Type | Default | Description |\n|---|---|---|---|\n");
+  for (const KnobInfo& k : knobTable()) {
+    std::string type = knobTypeName(k.type);
+    if (k.type == KnobType::Enum || k.type == KnobType::List) {
+      std::string allowed = k.allowed;
+      for (char& c : allowed)
+        if (c == '|') c = ',';
+      type += std::string(" `") + allowed + "`";
+    }
+    std::printf("| `%s` | %s | `%s` | %s |\n", k.name, type.c_str(), *k.def ? k.def : "(empty)", k.doc);
+  }
+  std::printf("\nThe sharded-parameter layer's knobs (`sharded_data_parallel_degree`, `sdp_*`) are\n"
+              "fields of `hicoll::sharded::Options` and flags of the training examples, not\n"
+              "environment variables.\n");
+}
+
+int main(int argc, char** argv) {
+  std::string arg = argc > 1 ? argv[1] : "";
+  if (arg == "--markdown") {
+    markdown();
+    return 0;
+  }
+  if (arg == "-h" || arg == "--help") {
+    std::printf("usage: hicoll_info [--markdown]\n  prints every knob, its current value and where it came from\n");
+    return 0;
+  }
+  int version = 0;
+  hcGetVersion(&version);
+  std::printf("# hicoll %d.%d.%d\n", version / 10000, version / 100 % 100, version % 100);
+  int rc = 0;
+  for (const KnobInfo& k : knobTable()) {
+    const char* env = std::getenv(k.name);
+    std::string value = env ? env : k.def;
+    std::string status = env ? "set" : "default";
+    try {
+      Config::from([&](const char* name) -> const char* { return std::string(name) == k.name ? env : nullptr; });
+    } catch (const Error& e) {
+      status = std::string("INVALID: ") + e.what();
+      rc = 1;
+    }
+    std::printf("%s=%s  # %s\n", k.name, value.c_str(), status.c_str());
+  }
+  return rc;
+}

@@ -1,0 +1,352 @@
+#include "transport/shm/shm_transport.h"
+
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "bootstrap/bootstrap.h"
+#include "core/error.h"
+#include "core/log.h"
+
+namespace hicoll {
+namespace {
+
+constexpr uint64_t kSegMagic = 0x6863736567303031ULL;
+constexpr int kMaxLocal = 256;
+constexpr int kQueueDepth = 64;
+constexpr size_t kBounceBytes = 256 << 10;  // per ordered pair, only used without CMA
+constexpr size_t kCmaPiece = 4 << 20;       // large pieces: CMA pins pages per call
+constexpr size_t kPage = 4096;
+
+size_t roundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+struct Desc {
+  uint64_t tag, addr, len;
+};
+
+}  // namespace
+
+// One queue per ordered pair (sender -> receiver), in the sender's segment.
+struct ShmTransport::Pair {
+  // Fields in shared memory are in Header; this is the local bookkeeping per peer.
+  std::deque<ReqId> sends;    // posted or waiting for a queue slot, in order
+  std::deque<ReqId> recvs;    // in order
+  uint64_t next_send = 0;     // descriptors this rank posted to the peer
+  uint64_t next_recv = 0;     // descriptors from the peer this rank has matched
+  uint64_t bounce_recvd = 0;  // bytes of the current recv already copied out
+};
+
+struct ShmTransport::Req {
+  bool send;
+  int peer;  // local index
+  char* buf;
+  size_t len;
+  uint64_t tag;
+  uint64_t slot = UINT64_MAX;  // descriptor index once posted
+  uint64_t fed = 0;            // bytes put into the bounce ring (sends without CMA)
+  bool done = false;
+};
+
+struct alignas(64) QueueShared {
+  std::atomic<uint64_t> head{0};  // sender: descriptors posted
+  alignas(64) std::atomic<uint64_t> tail{0};       // receiver: descriptors completed
+  alignas(64) std::atomic<uint64_t> bytes_in{0};   // sender: bytes written into the bounce ring
+  alignas(64) std::atomic<uint64_t> bytes_out{0};  // receiver: bytes taken out of it
+  Desc desc[kQueueDepth];
+};
+
+struct ShmTransport::Header {
+  uint64_t magic;
+  int32_t pid;
+  int32_t comm_rank;
+  uint64_t base_in_owner;  // where the owner mapped this segment
+  std::atomic<uint32_t> aborted;
+  Board board;
+  QueueShared queue[1];  // [local size], to each receiver
+};
+
+ShmTransport::ShmTransport(Bootstrap& bs, const std::vector<int>& local_ranks, const ShmOptions& opt)
+    : local_ranks_(local_ranks), opt_(opt) {
+  const int L = localSize();
+  HC_CHECK(L <= kMaxLocal, hcUnsupported, "shm: {} ranks on one node; at most {} are supported", L, kMaxLocal);
+  for (int i = 0; i < L; ++i) local_of_[local_ranks_[i]] = i;
+  me_ = local_of_.at(bs.rank());
+  header_bytes_ = roundUp(sizeof(Header) + sizeof(QueueShared) * (L - 1), kPage);
+  bounce_bytes_ = kBounceBytes;
+  size_t total = header_bytes_ + bounce_bytes_ * L + roundUp(opt.scratch_bytes, kPage) + roundUp(opt.sort_bytes, kPage);
+
+  // Create mine, tell everybody its name, map the node's.
+  ShmSegment mine = ShmSegment::create(total);
+  auto* h = new (mine.base()) Header{};
+  h->magic = kSegMagic;
+  h->pid = getpid();
+  h->comm_rank = bs.rank();
+  h->base_in_owner = reinterpret_cast<uint64_t>(mine.base());
+  for (int i = 0; i < L; ++i) new (&h->queue[i]) QueueShared{};
+  struct Info {
+    char name[64];
+    uint64_t size;
+    int32_t pid;
+    int32_t pad;
+  };
+  Info my_info{};
+  std::snprintf(my_info.name, sizeof my_info.name, "%s", mine.name().c_str());
+  my_info.size = total;
+  my_info.pid = getpid();
+  std::vector<Info> all(bs.size());
+  bs.allgather(&my_info, all.data(), sizeof(Info));
+
+  segs_.resize(L);
+  pids_.resize(L);
+  pidfds_.assign(L, -1);
+  try {
+    for (int i = 0; i < L; ++i) {
+      const Info& in = all[local_ranks_[i]];
+      pids_[i] = in.pid;
+      if (i == me_) continue;
+      HC_CHECK(in.size == total, hcInvalidUsage,
+               "shm: rank {} uses a segment of {} bytes, rank {} of {}: scratch/sort sizes differ across ranks",
+               local_ranks_[i], in.size, bs.rank(), total);
+      segs_[i] = ShmSegment::open(in.name, total);
+      if (in.pid != getpid()) pidfds_[i] = static_cast<int>(syscall(SYS_pidfd_open, in.pid, 0));
+    }
+    segs_[me_] = std::move(mine);
+    bs.barrier();  // every local rank mapped every segment: the names can go
+  } catch (...) {
+    mine.unlink();
+    throw;
+  }
+  segs_[me_].unlink();
+
+  // Let local peers read this process's memory (matters under Yama ptrace_scope=1).
+  prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+  same_process_ = std::all_of(pids_.begin(), pids_.end(), [](int p) { return p == getpid(); });
+  bool cma_ok = true;
+  if (!same_process_ && opt_.cma != "0") {
+    for (int i = 0; i < L && cma_ok; ++i) {
+      if (i == me_ || pids_[i] == getpid()) continue;
+      uint64_t magic = 0;
+      iovec l{&magic, sizeof magic}, r{reinterpret_cast<void*>(header(i).base_in_owner), sizeof magic};
+      cma_ok = process_vm_readv(pids_[i], &l, 1, &r, 1, 0) == sizeof magic && magic == kSegMagic;
+    }
+  }
+  if (opt_.cma == "0") cma_ok = false;
+  // Every rank must agree, or a sender would not feed the bounce ring its receiver reads.
+  uint8_t ok = cma_ok ? 1 : 0;
+  std::vector<uint8_t> oks(bs.size());
+  bs.allgather(&ok, oks.data(), 1);
+  direct_ = true;
+  for (int r : local_ranks_) direct_ = direct_ && oks[r];
+  if (opt_.cma == "1" && !direct_)
+    HC_THROW(hcUnsupported, "HICOLL_SHM_CMA=1 but process_vm_readv between the ranks of this node is not permitted");
+  HC_INFO("shm: {} local ranks, intra-node copies: {}", L,
+          same_process_ ? "memcpy (ranks are threads)" : direct_ ? "single copy (process_vm_readv)" : "bounce buffers (two copies)");
+  pairs_.resize(L);
+  for (auto& p : pairs_) p = std::make_unique<Pair>();
+}
+
+ShmTransport::~ShmTransport() {
+  for (int fd : pidfds_)
+    if (fd >= 0) ::close(fd);
+}
+
+ShmTransport::Header& ShmTransport::header(int local) { return *static_cast<Header*>(segs_[local].base()); }
+Board& ShmTransport::board(int local) { return header(local).board; }
+
+char* ShmTransport::scratch(int local) {
+  return static_cast<char*>(segs_[local].base()) + header_bytes_ + bounce_bytes_ * localSize();
+}
+char* ShmTransport::sort(int local) { return scratch(local) + roundUp(opt_.scratch_bytes, kPage); }
+
+void ShmTransport::read(int local, const void* remote, void* dst, size_t len) {
+  if (len == 0) return;
+  Header& h = header(local);
+  uint64_t r = reinterpret_cast<uint64_t>(remote);
+  if (r >= h.base_in_owner && r + len <= h.base_in_owner + segs_[local].size()) {
+    std::memcpy(dst, static_cast<char*>(segs_[local].base()) + (r - h.base_in_owner), len);
+    return;
+  }
+  if (pids_[local] == getpid()) {
+    std::memcpy(dst, remote, len);
+    return;
+  }
+  HC_CHECK(direct_, hcInternalError, "shm: direct read from rank {} without CMA", commRank(local));
+  char* d = static_cast<char*>(dst);
+  size_t off = 0;
+  while (off < len) {
+    size_t n = std::min(kCmaPiece, len - off);
+    iovec l{d + off, n}, rv{reinterpret_cast<void*>(r + off), n};
+    ssize_t got = process_vm_readv(pids_[local], &l, 1, &rv, 1, 0);
+    if (got <= 0) {
+      if (got < 0 && errno == ESRCH) throwPeerError(local, "a read of its buffer");
+      HC_THROW(hcRemoteError, "shm: process_vm_readv of {} bytes from rank {} (pid {}) failed: {}", n,
+               commRank(local), pids_[local], std::strerror(errno));
+    }
+    off += static_cast<size_t>(got);
+  }
+}
+
+void ShmTransport::checkPeers() {
+  auto now = Deadline::Clock::now();
+  if (now - last_check_ < std::chrono::milliseconds(20)) return;
+  last_check_ = now;
+  for (int i = 0; i < localSize(); ++i) {
+    if (i == me_) continue;
+    if (header(i).aborted.load(std::memory_order_acquire)) throwPeerError(i, "its abort");
+    if (pidfds_[i] >= 0) {
+      pollfd p{pidfds_[i], POLLIN, 0};
+      if (::poll(&p, 1, 0) > 0) throwPeerError(i, "a wait");
+    }
+  }
+  if (aborted_) HC_THROW(hcRemoteError, "shm: the communicator was aborted");
+}
+
+void ShmTransport::throwPeerError(int local, const char* what) {
+  if (local < 0) {
+    // A timeout: name the peers that look stuck (alive, not aborted).
+    HC_THROW(hcTimeout, "shm: timed out after {} ms in {} (local ranks {})", opt_.timeout_ms, what,
+             fmt::join(local_ranks_, ","));
+  }
+  if (header(local).aborted.load())
+    HC_THROW(hcRemoteError, "shm: local peer rank {} aborted its communicator (noticed in {})", commRank(local), what);
+  HC_THROW(hcRemoteError, "shm: local peer rank {} (pid {}) died (noticed in {})", commRank(local), pids_[local], what);
+}
+
+void ShmTransport::abort() {
+  aborted_ = true;
+  header(me_).aborted.store(1, std::memory_order_release);
+}
+
+ReqId ShmTransport::isend(int peer, const void* buf, size_t len, uint64_t tag) {
+  HC_CHECK(!aborted_, hcRemoteError, "shm: send on an aborted communicator");
+  int local = local_of_.at(peer);
+  ReqId id = next_req_++;
+  reqs_[id] = std::make_unique<Req>(Req{true, local, static_cast<char*>(const_cast<void*>(buf)), len, tag});
+  pairs_[local]->sends.push_back(id);
+  progressSend(local);
+  return id;
+}
+
+ReqId ShmTransport::irecv(int peer, void* buf, size_t len, uint64_t tag) {
+  HC_CHECK(!aborted_, hcRemoteError, "shm: receive on an aborted communicator");
+  int local = local_of_.at(peer);
+  ReqId id = next_req_++;
+  reqs_[id] = std::make_unique<Req>(Req{false, local, static_cast<char*>(buf), len, tag});
+  pairs_[local]->recvs.push_back(id);
+  return id;
+}
+
+// Posts descriptors while the queue has room; without CMA, also feeds the bounce ring.
+bool ShmTransport::progressSend(int local) {
+  Pair& p = *pairs_[local];
+  QueueShared& q = header(me_).queue[local];
+  bool moved = false;
+  for (ReqId id : p.sends) {
+    Req& r = *reqs_.at(id);
+    if (r.slot != UINT64_MAX) continue;
+    if (p.next_send - q.tail.load(std::memory_order_acquire) >= kQueueDepth) break;
+    r.slot = p.next_send++;
+    q.desc[r.slot % kQueueDepth] = Desc{r.tag, reinterpret_cast<uint64_t>(r.buf), r.len};
+    q.head.store(p.next_send, std::memory_order_release);
+    moved = true;
+  }
+  if (!direct_) {
+    // The ring carries the bytes of posted sends in order.
+    char* ring = static_cast<char*>(segs_[me_].base()) + header_bytes_ + bounce_bytes_ * local;
+    for (ReqId id : p.sends) {
+      Req& r = *reqs_.at(id);
+      if (r.slot == UINT64_MAX) break;
+      if (r.fed == r.len) continue;
+      uint64_t in = q.bytes_in.load(std::memory_order_relaxed);
+      size_t room = bounce_bytes_ - (in - q.bytes_out.load(std::memory_order_acquire));
+      while (room > 0 && r.fed < r.len) {
+        size_t pos = in % bounce_bytes_;
+        size_t n = std::min({room, r.len - r.fed, bounce_bytes_ - pos});
+        std::memcpy(ring + pos, r.buf + r.fed, n);
+        in += n;
+        room -= n;
+        r.fed += n;
+        moved = true;
+      }
+      q.bytes_in.store(in, std::memory_order_release);
+      if (r.fed < r.len) break;
+    }
+  }
+  // Completion: the receiver has taken the descriptor (and so the data).
+  while (!p.sends.empty()) {
+    Req& r = *reqs_.at(p.sends.front());
+    if (r.slot == UINT64_MAX || q.tail.load(std::memory_order_acquire) <= r.slot) break;
+    r.done = true;
+    p.sends.pop_front();
+    moved = true;
+  }
+  return moved;
+}
+
+bool ShmTransport::progressRecv(int local) {
+  Pair& p = *pairs_[local];
+  QueueShared& q = header(local).queue[me_];
+  bool moved = false;
+  while (!p.recvs.empty()) {
+    Req& r = *reqs_.at(p.recvs.front());
+    if (q.head.load(std::memory_order_acquire) <= p.next_recv) break;
+    const Desc& d = q.desc[p.next_recv % kQueueDepth];
+    if (d.tag != r.tag || d.len != r.len)
+      HC_THROW(hcInvalidUsage,
+               "shm: message mismatch from rank {}: it sent {} bytes with tag {:#x}, this rank expected {} bytes "
+               "with tag {:#x} (collectives called in a different order, or with different counts or types)",
+               commRank(local), d.len, d.tag, r.len, r.tag);
+    if (direct_) {
+      read(local, reinterpret_cast<void*>(d.addr), r.buf, r.len);
+    } else {
+      char* ring = static_cast<char*>(segs_[local].base()) + header_bytes_ + bounce_bytes_ * me_;
+      uint64_t out = q.bytes_out.load(std::memory_order_relaxed);
+      uint64_t avail = q.bytes_in.load(std::memory_order_acquire) - out;
+      while (avail > 0 && p.bounce_recvd < r.len) {
+        size_t pos = out % bounce_bytes_;
+        size_t n = std::min<uint64_t>({avail, r.len - p.bounce_recvd, bounce_bytes_ - pos});
+        std::memcpy(r.buf + p.bounce_recvd, ring + pos, n);
+        out += n;
+        avail -= n;
+        p.bounce_recvd += n;
+        moved = true;
+      }
+      q.bytes_out.store(out, std::memory_order_release);
+      if (p.bounce_recvd < r.len) break;
+      p.bounce_recvd = 0;
+    }
+    q.tail.store(++p.next_recv, std::memory_order_release);
+    r.done = true;
+    p.recvs.pop_front();
+    moved = true;
+  }
+  return moved;
+}
+
+void ShmTransport::progress() {
+  for (int i = 0; i < localSize(); ++i) {
+    if (!pairs_[i]->sends.empty()) progressSend(i);
+    if (!pairs_[i]->recvs.empty()) progressRecv(i);
+  }
+}
+
+bool ShmTransport::test(ReqId id) {
+  auto it = reqs_.find(id);
+  HC_CHECK(it != reqs_.end(), hcInternalError, "shm: unknown request {}", id);
+  if (!it->second->done) {
+    progress();
+    if (!it->second->done) {
+      checkPeers();
+      return false;
+    }
+  }
+  reqs_.erase(it);
+  return true;
+}
+
+}  // namespace hicoll

@@ -1,0 +1,118 @@
+// Shared memory between the ranks of one node.
+//
+// Each rank owns one segment: a header (its board and its send queues, one per local peer), a
+// bounce ring per peer, then its scratch and sort buffers. Every local rank maps every other
+// rank's segment, so the hierarchical algorithms read peers' scratch and sort buffers with a
+// plain memcpy, and read peers' user buffers with one copy through process_vm_readv (CMA),
+// described on the peer's board. Point-to-point messages (the ring) are single-copy with CMA,
+// or stream through the bounce ring when CMA is not permitted (HICOLL_SHM_CMA=0).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/deadline.h"
+#include "transport/shm/segment.h"
+#include "transport/transport.h"
+
+namespace hicoll {
+
+class Bootstrap;
+
+// What a rank tells its node about the collective it is running (on its board).
+struct alignas(64) Board {
+  std::atomic<uint64_t> posted{0};  // seq of the collective the fields below describe
+  uint64_t info[4] = {};            // coll, dtype, count, op: checked against the peers'
+  uint64_t addr[4] = {};            // regions exposed to the node, in the owner's address space
+  uint64_t len[4] = {};
+  // (seq << 24) | chunks ready, per stream of data a collective publishes (pipelining).
+  struct alignas(64) Counter {
+    std::atomic<uint64_t> v{0};
+  };
+  Counter ready[2];
+  alignas(64) std::atomic<uint64_t> done{0};  // last seq whose reads of peers this rank finished
+};
+
+struct ShmOptions {
+  size_t scratch_bytes = 0;
+  size_t sort_bytes = 0;
+  std::string cma = "auto";  // auto | 0 | 1
+  long timeout_ms = 120000;
+};
+
+class ShmTransport : public Transport {
+ public:
+  // Collective over bs: every rank of the communicator calls it. local_ranks are the
+  // communicator ranks of this rank's node, ascending.
+  ShmTransport(Bootstrap& bs, const std::vector<int>& local_ranks, const ShmOptions& opt);
+  ~ShmTransport() override;
+
+  // Transport (point-to-point with ranks of this node).
+  const char* name() const override { return "shm"; }
+  bool canConnect(int peer) const override { return local_of_.count(peer) > 0; }
+  ReqId isend(int peer, const void* buf, size_t len, uint64_t tag) override;
+  ReqId irecv(int peer, void* buf, size_t len, uint64_t tag) override;
+  bool test(ReqId req) override;
+  void progress() override;
+  void abort() override;
+
+  // Direct access for the hierarchical algorithms; `local` indexes this node's ranks.
+  int localSize() const { return static_cast<int>(local_ranks_.size()); }
+  int localIndex() const { return me_; }
+  int commRank(int local) const { return local_ranks_[local]; }
+  Board& board(int local);
+  char* scratch(int local);  // the peer's scratch buffer as mapped here
+  char* sort(int local);
+  // One copy of len bytes at remote (an address in the peer's process) into dst.
+  void read(int local, const void* remote, void* dst, size_t len);
+  // True when peers' user buffers can be read directly (CMA, or ranks are threads).
+  bool directRead() const { return direct_; }
+  // Throws hcRemoteError when a local peer died or aborted.
+  void checkPeers();
+  // Waits until pred() holds, checking peers and the deadline; what names the wait.
+  template <class Pred>
+  void waitFor(Pred pred, const Deadline& deadline, const char* what);
+
+ private:
+  struct Req;
+  struct Pair;
+  struct Header;
+  Header& header(int local);
+  void throwPeerError(int local, const char* what);
+  bool progressSend(int local);
+  bool progressRecv(int local);
+
+  std::vector<int> local_ranks_;
+  std::map<int, int> local_of_;  // comm rank -> local index
+  int me_ = 0;
+  ShmOptions opt_;
+  size_t bounce_bytes_ = 0;
+  size_t header_bytes_ = 0;
+  bool direct_ = false;
+  bool same_process_ = false;
+  std::vector<ShmSegment> segs_;
+  std::vector<int> pids_;
+  std::vector<int> pidfds_;
+  std::vector<std::unique_ptr<Pair>> pairs_;
+  std::map<ReqId, std::unique_ptr<Req>> reqs_;
+  ReqId next_req_ = 1;
+  Deadline::Clock::time_point last_check_{};
+  bool aborted_ = false;
+};
+
+template <class Pred>
+void ShmTransport::waitFor(Pred pred, const Deadline& deadline, const char* what) {
+  Backoff backoff;
+  while (!pred()) {
+    backoff.pause();
+    checkPeers();
+    if (deadline.expired()) throwPeerError(-1, what);
+  }
+}
+
+}  // namespace hicoll
