@@ -1,0 +1,34 @@
+// The libfabric transport: RDM endpoint, tagged messages, manual progress.
+//
+// Matching: a receive from peer P with tag T matches only messages sent by P with tag T
+// (FI_DIRECTED_RECV, exact tag), in posting order (FI_ORDER_SAS). Tags must fit the
+// provider's tag width, taken from mem_tag_format (tcp;ofi_rxm: 64 bits, net: 63 bits); a
+// wider tag is hcInvalidArgument at post. Messages above the provider's max_msg_size are split
+// into consecutive chunks with the same tag (both sides split identically: lengths must agree).
+//
+// Close only after the peers have received what this rank sent (a bootstrap barrier does):
+// a send completes locally, and with net (libfabric 1.17) a message whose sender closed its
+// endpoint before the receiver matched it is lost.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "bootstrap/bootstrap.h"
+#include "transport/transport.h"
+
+namespace hicoll {
+
+struct OfiOptions {
+  std::string provider;  // e.g. "tcp;ofi_rxm" (FI_PROVIDER env, when set, takes precedence); "" = tcp;ofi_rxm
+  std::string iface;     // e.g. "lo"; "" = provider's choice (for tcp;ofi_rxm this is hints->domain_attr->name)
+  long timeout_ms = 120000;
+};
+
+// Collective over bs (all ranks of the communicator call it): opens fabric/domain/endpoint/AV/CQ,
+// exchanges endpoint names with bs.allgather, inserts all into the AV, then exchanges one small
+// message with every peer (connections are up and addresses verified before it returns).
+// Throws hicoll::Error.
+std::unique_ptr<Transport> makeOfiTransport(Bootstrap& bs, const OfiOptions& opt);
+
+}  // namespace hicoll
