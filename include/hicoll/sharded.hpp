@@ -217,9 +217,11 @@ class ShardedParams {
   void reduceGrad(int unit);
   // Waits for this micro-batch's reductions.
   void finishMicroStep();
-  // The accumulation boundary: replication-group AllReduce, persistent-gradient AllReduce,
-  // global L2 clipping, loss-scale update and AdamW. Needs gradient_accumulation_steps
-  // finished micro-batches.
+  // The accumulation boundary (MiCS's second hop): the replication-group AllReduce of the
+  // gradient shards and the data-parallel AllReduce of the persistent gradients. Needs
+  // gradient_accumulation_steps finished micro-batches; step() calls it when not yet done.
+  void synchronizeGradients();
+  // Global L2 clipping, loss-scale update and AdamW on the fp32 master shards.
   StepResult step(double lr);
   double lossScale() const;  // multiply the loss by this before backward (1 unless fp16)
 
@@ -228,6 +230,15 @@ class ShardedParams {
 
   // Full fp32 master values of one parameter (collective over the partition group).
   std::vector<float> gatherMaster(int unit, int p);
+  // Full fp32 gradient of one parameter, the mean over the global batch (collective over the
+  // partition group; valid between synchronizeGradients() and step()).
+  std::vector<float> gatherGrad(int unit, int p);
+
+  // The layer's communicators, for statistics (hcCommGetStats). PartitionAllGather is the
+  // partition group's AllGather communicator (a separate ring one when
+  // sdp_hierarchical_allgather is false).
+  enum class Group { DataParallel, Partition, PartitionAllGather, Replication };
+  hcComm_t communicator(Group g) const;
 
   // Sharded checkpoint: each partition rank of replication group 0 writes its shards, rank 0
   // the persistent state and meta.json (with `extra_json`, a JSON object, stored verbatim).

@@ -311,6 +311,7 @@ std::string ShardedParams::load(const std::string& dir_str) {
   if (im.opt.compute_dtype == DType::Float16 && meta.at("compute_dtype") != "fp16")
     im.loss_scale = im.opt.initial_loss_scale;  // switching into fp16: start a fresh scale
   im.micro = 0;
+  im.synced = false;
   im.zeroGrads();
   im.refreshCompute();
   return meta.at("extra").dump();

@@ -87,6 +87,7 @@ struct ShardedParams::Impl {
 
   size_t live_elems = 0;
   int micro = 0;
+  bool synced = false;  // synchronizeGradients() ran for the pending step
   long long adam_step = 0;
   double loss_scale = 1.0;
   int good_steps = 0;
@@ -114,6 +115,8 @@ struct ShardedParams::Impl {
   void checkUnit(int u) const;
   void refreshCompute();  // compute copies from the fp32 masters
   void zeroGrads();
+  // AllGather of unit u's fp32 shard `src` (master or gradient), parameter p extracted.
+  std::vector<float> gatherParam(int u, int p, const float* shard_src, const float* persistent_src);
   // All ranks learn whether any rank failed; throws on every rank if one did.
   void agreeOrThrow(const std::string& local_error, const std::string& what);
 };

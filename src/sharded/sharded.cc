@@ -309,6 +309,7 @@ void ShardedParams::initialize(const Initializer& init) {
   im.adam_step = 0;
   im.good_steps = 0;
   im.micro = 0;
+  im.synced = false;
   im.loss_scale = im.opt.compute_dtype == DType::Float16 ? im.opt.initial_loss_scale : 1.0;
   im.refreshCompute();
 }
@@ -485,6 +486,8 @@ void ShardedParams::reduceGrad(int u) {
 
 void ShardedParams::finishMicroStep() {
   Impl& im = *impl_;
+  if (im.synced)
+    throw Error("finishMicroStep(): gradients were already synchronized; call step() first");
   for (size_t u = 0; u < im.units.size(); ++u)
     if (im.units[u].reduced_in_micro != 1)
       throw Error("finishMicroStep(): reduceGrad('" + im.plans[u].name +
@@ -498,12 +501,14 @@ void ShardedParams::finishMicroStep() {
   ++im.micro;
 }
 
-StepResult ShardedParams::step(double lr) {
+void ShardedParams::synchronizeGradients() {
   Impl& im = *impl_;
   const Options& o = im.opt;
+  if (im.synced) return;
   if (im.micro != o.gradient_accumulation_steps)
-    throw Error("step(): " + std::to_string(im.micro) + " micro-batches finished, but "
-                "gradient_accumulation_steps=" + std::to_string(o.gradient_accumulation_steps));
+    throw Error("synchronizeGradients()/step(): " + std::to_string(im.micro) +
+                " micro-batches finished, but gradient_accumulation_steps=" +
+                std::to_string(o.gradient_accumulation_steps));
   for (size_t u = 0; u < im.units.size(); ++u)
     if (im.units[u].live != UnitState::Live::Free)
       throw Error("step(): unit '" + im.plans[u].name + "' is still gathered; reshard every "
@@ -531,6 +536,14 @@ StepResult ShardedParams::step(double lr) {
   if (im.world > 1 && im.pnumel)
     allReduceFloats(im.p_grad_acc.f32(), im.pnumel, im.dp.get(), "data-parallel", -1);
   im.queue->waitAll();
+  im.synced = true;
+}
+
+StepResult ShardedParams::step(double lr) {
+  Impl& im = *impl_;
+  const Options& o = im.opt;
+  synchronizeGradients();
+  im.synced = false;
 
   // Global L2 norm. Every partition group holds the same shards, so the data-parallel sum
   // counts each element nrepl times; one AllReduce gives every rank the same value.
@@ -600,31 +613,54 @@ void ShardedParams::allReduceSum(double* data, size_t count) {
   if (impl_->world > 1) impl_->allReduceDoubles(data, count, hcSum, impl_->dp.get(), "data-parallel");
 }
 
-std::vector<float> ShardedParams::gatherMaster(int u, int p) {
-  Impl& im = *impl_;
-  im.checkUnit(u);
-  const UnitPlan& plan = im.plans[u];
+std::vector<float> ShardedParams::Impl::gatherParam(int u, int p, const float* shard_src,
+                                                    const float* persistent_src) {
+  checkUnit(u);
+  const UnitPlan& plan = plans[u];
   if (p < 0 || p >= static_cast<int>(plan.params.size()))
     throw Error("unit '" + plan.name + "' has no parameter " + std::to_string(p));
   const ParamPlacement& pl = plan.params[p];
   if (pl.persistent)
-    return std::vector<float>(im.p_master.f32() + pl.offset, im.p_master.f32() + pl.offset + pl.numel);
-  if (im.degree == 1)
-    return std::vector<float>(im.units[u].master.f32() + pl.offset,
-                              im.units[u].master.f32() + pl.offset + pl.numel);
-  auto full = std::make_shared<Buffer>(im.mem, Cat::Transient, plan.shard.padded * 4);
-  const float* send = im.units[u].master.f32();
+    return std::vector<float>(persistent_src + pl.offset, persistent_src + pl.offset + pl.numel);
+  if (degree == 1)
+    return std::vector<float>(shard_src + pl.offset, shard_src + pl.offset + pl.numel);
+  auto full = std::make_shared<Buffer>(mem, Cat::Transient, plan.shard.padded * 4);
   const size_t n = plan.shard.shard;
-  hcComm_t comm = im.part.get();
-  const std::string what = im.describe("AllGather(fp32 master)", u, n, "partition");
-  Impl* ip = &im;
-  auto t = im.queue->submit(what, [ip, full, send, n, comm, what] {
-    ip->call([&] { return hcAllGather(send, full->data(), n, hcFloat32, comm, nullptr); }, comm,
-             what);
+  hcComm_t comm = part.get();
+  const std::string what = describe("AllGather(fp32)", u, n, "partition");
+  Impl* ip = this;
+  auto t = queue->submit(what, [ip, full, shard_src, n, comm, what] {
+    ip->call([&] { return hcAllGather(shard_src, full->data(), n, hcFloat32, comm, nullptr); },
+             comm, what);
     ++ip->n_ag;
   });
-  im.queue->wait(t);
+  queue->wait(t);
   return std::vector<float>(full->f32() + pl.offset, full->f32() + pl.offset + pl.numel);
+}
+
+std::vector<float> ShardedParams::gatherMaster(int u, int p) {
+  Impl& im = *impl_;
+  im.checkUnit(u);
+  return im.gatherParam(u, p, im.units[u].master.f32(), im.p_master.f32());
+}
+
+std::vector<float> ShardedParams::gatherGrad(int u, int p) {
+  Impl& im = *impl_;
+  im.checkUnit(u);
+  if (!im.synced)
+    throw Error("gatherGrad(): call synchronizeGradients() first (gradients are complete only "
+                "at the accumulation boundary)");
+  return im.gatherParam(u, p, im.units[u].grad_acc.f32(), im.p_grad_acc.f32());
+}
+
+hcComm_t ShardedParams::communicator(Group g) const {
+  switch (g) {
+    case Group::DataParallel: return impl_->dp.get();
+    case Group::Partition: return impl_->part.get();
+    case Group::PartitionAllGather: return impl_->agComm();
+    case Group::Replication: return impl_->repl.get();
+  }
+  return nullptr;
 }
 
 Stats ShardedParams::stats() const {

@@ -1,0 +1,165 @@
+// End to end: examples/train_gpt run as a program (self-launched ranks over two simulated
+// nodes), its JSON loss curves compared across world sizes, degrees, precisions and resumes.
+// One ctest entry runs every test in one process, so each configuration is trained once.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#ifndef TRAIN_GPT
+#error "TRAIN_GPT (the path of the train_gpt binary) must be defined"
+#endif
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+struct Run {
+  int status = -1;
+  std::map<long, double> loss;  // step -> loss
+  json summary;
+  std::string command;
+};
+
+const std::string kCommon = " --steps 30 --seed 7 --launch-timeout 300";
+
+// Runs train_gpt with `args` once per distinct argument string.
+const Run& train(const std::string& args) {
+  static std::map<std::string, Run> cache;
+  auto it = cache.find(args);
+  if (it != cache.end()) return it->second;
+  Run r;
+  r.command = std::string(TRAIN_GPT) + " " + args;
+  std::fprintf(stderr, "[train_gpt_test] %s\n", r.command.c_str());
+  FILE* p = popen(r.command.c_str(), "r");
+  if (!p) {
+    ADD_FAILURE() << "popen failed for " << r.command;
+    return cache[args] = r;
+  }
+  char line[1 << 16];
+  while (std::fgets(line, sizeof line, p)) {
+    json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) continue;
+    if (j.contains("step")) r.loss[j["step"].get<long>()] = j["loss"].get<double>();
+    if (j.contains("summary")) r.summary = j["summary"];
+  }
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return cache[args] = r;
+}
+
+// Largest relative difference over the steps both runs have; fails when a step is missing.
+double maxRelDiff(const Run& a, const Run& b, long first, long last) {
+  double worst = 0;
+  for (long s = first; s <= last; ++s) {
+    if (!a.loss.count(s) || !b.loss.count(s)) {
+      ADD_FAILURE() << "step " << s << " missing in " << (a.loss.count(s) ? b.command : a.command);
+      return INFINITY;
+    }
+    worst = std::max(worst, std::fabs(a.loss.at(s) - b.loss.at(s)) / std::fabs(b.loss.at(s)));
+  }
+  return worst;
+}
+
+const Run& single() { return train("--np 1 --sdp-degree 1 --precision fp32" + kCommon); }
+const Run& sharded(int degree, const std::string& precision = "fp32") {
+  return train("--np 4 --nodes 2 --sdp-degree " + std::to_string(degree) + " --precision " +
+               precision + kCommon);
+}
+
+fs::path scratch() {
+  static const fs::path dir = [] {
+    fs::path d = fs::temp_directory_path() / ("train_gpt_test_" + std::to_string(getpid()));
+    fs::remove_all(d);
+    fs::create_directories(d);
+    return d;
+  }();
+  return dir;
+}
+
+TEST(TrainGpt, SingleProcessMatchesPlainLibtorch) {
+  const Run& ref = train("--reference" + kCommon);
+  const Run& one = single();
+  ASSERT_EQ(ref.status, 0);
+  ASSERT_EQ(one.status, 0);
+  ASSERT_EQ(one.loss.size(), 30u);
+  EXPECT_LE(maxRelDiff(one, ref, 1, 30), 1e-5);
+}
+
+TEST(TrainGpt, World4AtEveryDegreeMatchesTheSingleProcess) {
+  const Run& one = single();
+  ASSERT_EQ(one.status, 0);
+  EXPECT_LE(one.loss.at(30), 0.9 * one.loss.at(1)) << "the loss must fall by 10%";
+  for (int degree : {1, 2, 4}) {
+    const Run& r = sharded(degree);
+    ASSERT_EQ(r.status, 0) << r.command;
+    ASSERT_EQ(r.loss.size(), 30u) << r.command;
+    const double d = maxRelDiff(r, one, 1, 30);
+    std::fprintf(stderr, "[train_gpt_test] degree %d: max relative loss difference %.3g\n", degree, d);
+    EXPECT_LE(d, 1e-5) << "degree " << degree;
+  }
+}
+
+TEST(TrainGpt, Bf16AndFp16StayCloseToFp32) {
+  const Run& one = single();
+  for (const char* precision : {"bf16", "fp16"}) {
+    const Run& r = sharded(2, precision);
+    ASSERT_EQ(r.status, 0) << r.command;
+    ASSERT_EQ(r.loss.size(), 30u);
+    const double d = maxRelDiff(r, one, 1, 30);
+    std::fprintf(stderr, "[train_gpt_test] %s: max relative loss difference %.3g\n", precision, d);
+    EXPECT_LE(d, 0.05) << precision;
+    EXPECT_LE(r.loss.at(30), 0.9 * r.loss.at(1)) << precision;
+  }
+}
+
+TEST(TrainGpt, ResumeReproducesTheUninterruptedCurveExactly) {
+  const fs::path ckpt = scratch() / "d2";
+  const Run& part = train("--np 4 --nodes 2 --sdp-degree 2 --steps 15 --seed 7 --launch-timeout 300"
+                          " --checkpoint-dir " + ckpt.string());
+  ASSERT_EQ(part.status, 0);
+  ASSERT_TRUE(fs::exists(ckpt / "meta.json"));
+  const Run& resumed = train("--np 4 --nodes 2 --sdp-degree 2" + kCommon + " --resume " + ckpt.string());
+  ASSERT_EQ(resumed.status, 0);
+  const Run& full = sharded(2);
+  ASSERT_EQ(resumed.loss.size(), 15u);
+  for (long s = 1; s <= 15; ++s) EXPECT_EQ(part.loss.at(s), full.loss.at(s)) << "step " << s;
+  for (long s = 16; s <= 30; ++s) EXPECT_EQ(resumed.loss.at(s), full.loss.at(s)) << "step " << s;
+}
+
+TEST(TrainGpt, CheckpointAtDegree2ContinuesAtDegree4) {
+  const fs::path ckpt = scratch() / "d2";
+  train("--np 4 --nodes 2 --sdp-degree 2 --steps 15 --seed 7 --launch-timeout 300"
+        " --checkpoint-dir " + ckpt.string());
+  const Run& r = train("--np 4 --nodes 2 --sdp-degree 4" + kCommon + " --resume " + ckpt.string());
+  ASSERT_EQ(r.status, 0);
+  ASSERT_EQ(r.loss.size(), 15u);
+  EXPECT_LE(maxRelDiff(r, sharded(2), 16, 30), 1e-5);
+}
+
+TEST(TrainGpt, StateMemoryPerRankIsAboutOneOverDegree) {
+  const json& s1 = sharded(1).summary;
+  ASSERT_TRUE(s1.contains("ranks"));
+  const double base = s1["ranks"][0]["state_bytes_peak"].get<double>();
+  for (int degree : {2, 4}) {
+    const json& s = sharded(degree).summary;
+    ASSERT_TRUE(s.contains("ranks"));
+    for (const json& r : s["ranks"]) {
+      const double ratio = r["state_bytes_peak"].get<double>() / base;
+      std::fprintf(stderr, "[train_gpt_test] degree %d rank %d: state %.0f bytes = %.3f of degree 1\n",
+                   degree, r["rank"].get<int>(), r["state_bytes_peak"].get<double>(), ratio);
+      EXPECT_LE(ratio, 1.0 / degree + 0.05) << "degree " << degree;
+      EXPECT_GE(ratio, 1.0 / degree - 0.01) << "degree " << degree;
+    }
+  }
+}
+
+}  // namespace
