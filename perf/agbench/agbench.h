@@ -1,0 +1,91 @@
+// agbench: nccl-tests-style benchmark of the hicoll host collectives, with side-by-side
+// baselines (Open MPI, hicoll's own flat ring, single-core memcpy).
+#pragma once
+
+#include <hicoll/hicoll.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "launch/launch.h"
+
+namespace agbench {
+
+enum class Coll { AllGather, ReduceScatter, AllReduce, Broadcast };
+
+const char* collName(Coll c);
+bool collReduces(Coll c);
+hcColl_t statsIndex(Coll c);
+
+struct TypeDesc {
+  hcDataType_t dt;
+  const char* name;  // as nccl-tests prints it
+  size_t size;
+  int64_t exact;  // integers 0..exact are represented exactly and without overflow
+};
+const std::vector<TypeDesc>& allTypes();
+
+// Reductions, numbered as hcRedOp_t; kOpMulSum is a pre-multiplied sum (scalar 2).
+constexpr int kOpNone = -1;
+constexpr int kOpMulSum = 100;
+const char* opName(int op);
+const std::vector<int>& allOps();
+
+enum class Baseline { Mpi, Memcpy, Ring };
+
+struct Args {
+  Coll coll = Coll::AllGather;
+  size_t min_bytes = 32u << 20, max_bytes = 32u << 20, step_bytes = 1u << 20;
+  int step_factor = 1;
+  int iters = 20, warmup = 5, check = 1;
+  std::vector<TypeDesc> types;
+  std::vector<int> ops;  // kOpNone for collectives without a reduction
+  int root = 0;
+  int average = 1;  // 0 rank 0, 1 average, 2 min, 3 max (nccl-tests -a)
+  int blocking = 0;
+  int timeout_s = 0;
+  std::string json;
+  int reps = 1;
+  bool verbose = false;
+
+  // Launch.
+  int np = 2, nodes = 1;
+  hicoll::launch::Layout layout = hicoll::launch::Layout::Contiguous;
+  int node_rank = -1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;
+  std::string mpirun = "mpirun";
+  std::string mpirun_args;
+  bool nodes_given = false;
+
+  std::string algo;  // "" (library default), "hier" or "ring"
+  std::vector<Baseline> baselines;
+  bool has(Baseline b) const;
+
+  std::vector<std::string> argv;  // as given, for re-exec and the JSON record
+  std::vector<size_t> sizes() const;
+  uint64_t hash() const;  // of everything the ranks must agree on
+};
+
+// Parses argv; on --help or an error prints and returns false with *exit_code set.
+bool parseArgs(int argc, char** argv, Args* args, int* exit_code);
+// "64M" -> 67108864 (binary K/M/G suffixes); throws on garbage.
+size_t parseBytes(const std::string& s);
+
+// Element counts of one row, as nccl-tests' getCollByteCount.
+struct Geometry {
+  size_t size_bytes = 0;  // the "size" column: the full buffer
+  size_t count = 0;       // the "count" column: elements per rank (the call's count argument)
+  size_t send_count = 0, recv_count = 0;  // elements in the send / receive buffer
+};
+Geometry geometry(Coll c, size_t bytes, size_t type_size, int nranks);
+// algbw and busbw in GB/s for one call of `seconds`.
+void bandwidth(Coll c, const Geometry& g, size_t type_size, int nranks, double seconds,
+               double* algbw, double* busbw);
+
+// Single-core memcpy bandwidth in GB/s for `bytes` (median of several timed copies).
+double memcpyBandwidth(size_t bytes);
+
+}  // namespace agbench

@@ -1,0 +1,207 @@
+// Command line: nccl-tests' flags and meanings, plus launch and baseline options.
+#include <CLI/CLI.hpp>
+
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <stdexcept>
+
+#include "agbench.h"
+
+namespace agbench {
+
+size_t parseBytes(const std::string& s) {
+  size_t pos = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &pos);
+  } catch (const std::exception&) {
+    throw std::invalid_argument("not a size: '" + s + "'");
+  }
+  double unit = 1;
+  std::string rest = s.substr(pos);
+  if (rest.size() == 1 || (rest.size() == 2 && (rest[1] == 'B' || rest[1] == 'b'))) {
+    switch (std::toupper(static_cast<unsigned char>(rest[0]))) {
+      case 'K': unit = 1024.0; break;
+      case 'M': unit = 1024.0 * 1024; break;
+      case 'G': unit = 1024.0 * 1024 * 1024; break;
+      case 'B': unit = 1; break;
+      default: throw std::invalid_argument("not a size: '" + s + "' (suffixes K, M, G)");
+    }
+  } else if (!rest.empty()) {
+    throw std::invalid_argument("not a size: '" + s + "' (suffixes K, M, G)");
+  }
+  if (!(v >= 0) || !std::isfinite(v)) throw std::invalid_argument("not a size: '" + s + "'");
+  return static_cast<size_t>(std::llround(v * unit));
+}
+
+namespace {
+
+const TypeDesc* findType(const std::string& name) {
+  static const std::map<std::string, std::string> alias = {
+      {"char", "int8"},      {"int", "int32"},     {"fp16", "half"},   {"float16", "half"},
+      {"float32", "float"}, {"fp32", "float"},    {"float64", "double"}, {"fp64", "double"},
+      {"bf16", "bfloat16"}, {"uchar", "uint8"},
+  };
+  std::string n = name;
+  if (auto it = alias.find(n); it != alias.end()) n = it->second;
+  for (const TypeDesc& t : allTypes())
+    if (n == t.name) return &t;
+  return nullptr;
+}
+
+int findOp(const std::string& name) {
+  for (int op : allOps())
+    if (name == opName(op)) return op;
+  throw std::invalid_argument("unknown op '" + name + "' (sum, prod, min, max, avg, mulsum, all)");
+}
+
+}  // namespace
+
+bool parseArgs(int argc, char** argv, Args* a, int* exit_code) {
+  CLI::App app{
+      "agbench: nccl-tests-style benchmark of hicoll collectives on host buffers.\n"
+      "Self-launches --np ranks on --nodes emulated nodes when no launcher (mpirun, torchrun, "
+      "srun) started it.",
+      "agbench"};
+  app.require_subcommand(1);
+  app.fallthrough();
+  const char* colls[] = {"allgather", "reducescatter", "allreduce", "broadcast"};
+  for (const char* c : colls) app.add_subcommand(c, std::string("benchmark ") + c);
+
+  std::string b = "32M", e = "32M", i = "1M", d = "float", o = "sum", layout = "contiguous";
+  std::vector<std::string> baselines;
+  app.add_option("-b,--minbytes", b, "minimum size: the full buffer, K/M/G suffixes")
+      ->capture_default_str();
+  app.add_option("-e,--maxbytes", e, "maximum size")->capture_default_str();
+  app.add_option("-i,--stepbytes", i, "size increment when -f is 1")->capture_default_str();
+  app.add_option("-f,--stepfactor", a->step_factor, "size multiplication factor")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("-n,--iters", a->iters, "timed iterations")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("-w,--warmup_iters", a->warmup, "warm-up iterations at every size")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("-c,--check", a->check, "check iterations (fresh data, after timing)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("-d,--datatype", d,
+                 "int8 uint8 int32 uint32 int64 uint64 half float double bfloat16, or all")
+      ->capture_default_str();
+  app.add_option("-o,--op", o, "sum prod min max avg mulsum, or all (reductions only)")
+      ->capture_default_str();
+  app.add_option("-r,--root", a->root, "root rank (broadcast)")->capture_default_str();
+  app.add_option("-a,--average", a->average,
+                 "time reported: 0 rank 0, 1 average over ranks, 2 min, 3 max")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 3));
+  app.add_option("-z,--blocking", a->blocking, "barrier after every collective (0/1)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1));
+  app.add_option("-T,--timeout", a->timeout_s,
+                 "seconds the whole run may take, then ranks are killed (0: self-launch "
+                 "default 600, none under an external launcher)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("-J,--json", a->json, "write results as JSON to this file (rank 0)");
+  app.add_flag("-v,--verbose", a->verbose, "print hicoll statistics (paths, inter/intra bytes)");
+  app.add_option("--reps", a->reps,
+                 "repeat each timing this many times, interleaving the variants, and report "
+                 "the median")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+
+  auto* np = app.add_option("--np", a->np, "ranks to self-launch (no launcher)")
+                 ->capture_default_str()
+                 ->check(CLI::PositiveNumber);
+  auto* nodes = app.add_option("--nodes", a->nodes, "emulated nodes (HICOLL_TOPO_NODE labels)")
+                    ->capture_default_str()
+                    ->check(CLI::PositiveNumber);
+  app.add_option("--layout", layout, "rank placement on nodes")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"contiguous", "interleaved"}));
+  app.add_option("--node-rank", a->node_rank,
+                 "launch only this node's ranks (one agbench per node, e.g. per network "
+                 "namespace); needs --master-addr and --master-port")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--master-addr", a->master_addr, "rendezvous address (rank 0's node)")
+      ->capture_default_str();
+  app.add_option("--master-port", a->master_port, "rendezvous port (0: a free one)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--algo", a->algo, "hicoll path: sets HICOLL_ALGO")
+      ->check(CLI::IsMember({"hier", "ring"}));
+  app.add_option("--baseline", baselines,
+                 "side by side: mpi (Open MPI on the same ranks), ring (hicoll flat ring), "
+                 "memcpy (single-core memcpy bandwidth); repeat or comma-separate")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"mpi", "ring", "memcpy"}));
+  app.add_option("--mpirun", a->mpirun, "mpirun used to self-launch the MPI baseline")
+      ->capture_default_str();
+  app.add_option("--mpirun-args", a->mpirun_args,
+                 "extra mpirun arguments for the self-launched MPI baseline (e.g. '--mca "
+                 "coll_han_priority 100')");
+
+  try {
+    app.parse(argc, argv);
+    for (const char* c : colls) {
+      if (!app.got_subcommand(c)) continue;
+      std::string name = c;
+      a->coll = name == "allgather"       ? Coll::AllGather
+                : name == "reducescatter" ? Coll::ReduceScatter
+                : name == "allreduce"     ? Coll::AllReduce
+                                          : Coll::Broadcast;
+    }
+    a->min_bytes = parseBytes(b);
+    a->max_bytes = parseBytes(e);
+    a->step_bytes = parseBytes(i);
+    if (a->min_bytes > a->max_bytes)
+      throw CLI::ValidationError("-b/-e", "minbytes " + b + " > maxbytes " + e);
+    if (a->step_factor <= 1 && a->step_bytes == 0)
+      throw CLI::ValidationError("-i", "step 0 with factor 1 would never end");
+    a->types.clear();
+    if (d == "all") {
+      a->types = allTypes();
+    } else {
+      const TypeDesc* t = findType(d);
+      if (!t) throw CLI::ValidationError("-d", "unknown datatype '" + d + "'");
+      a->types.push_back(*t);
+    }
+    a->ops.clear();
+    if (!collReduces(a->coll)) {
+      a->ops.push_back(kOpNone);
+    } else if (o == "all") {
+      a->ops = allOps();
+    } else {
+      a->ops.push_back(findOp(o));
+    }
+    a->layout = layout == "interleaved" ? hicoll::launch::Layout::Interleaved
+                                        : hicoll::launch::Layout::Contiguous;
+    a->nodes_given = nodes->count() > 0;
+    (void)np;
+    if (a->nodes > a->np && a->nodes_given && np->count() > 0)
+      throw CLI::ValidationError("--nodes", "more nodes than ranks");
+    for (const std::string& s : baselines) {
+      Baseline v = s == "mpi" ? Baseline::Mpi : s == "ring" ? Baseline::Ring : Baseline::Memcpy;
+      if (!a->has(v)) a->baselines.push_back(v);
+    }
+    if (a->has(Baseline::Ring) && a->algo == "ring")
+      throw CLI::ValidationError("--baseline ring", "the main path is already the ring");
+    if (a->node_rank >= 0 && a->master_port == 0)
+      throw CLI::ValidationError("--node-rank", "needs --master-port (and --master-addr)");
+  } catch (const CLI::ParseError& err) {
+    *exit_code = app.exit(err);
+    return false;
+  } catch (const std::exception& err) {
+    std::fprintf(stderr, "agbench: %s\n", err.what());
+    *exit_code = 2;
+    return false;
+  }
+  for (int k = 0; k < argc; ++k) a->argv.emplace_back(argv[k]);
+  return true;
+}
+
+}  // namespace agbench

@@ -1,0 +1,386 @@
+#include "bench.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "data.h"
+#include "report.h"
+
+namespace agbench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Per-rank statistics delta, fixed size so it can be gathered as bytes.
+struct StatWire {
+  uint64_t calls[hcNumPaths];
+  uint64_t intra, inter;
+  int32_t node, pad;
+  char reason[128];
+};
+
+hcStats readStats(hcComm_t comm) {
+  hcStats s{};
+  s.size = sizeof s;
+  hcCheck(hcCommGetStats(comm, &s), comm, "hcCommGetStats");
+  return s;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+class Runner {
+ public:
+  Runner(const Args& a, World& w) : a_(a), w_(w), W_(w.nranks), me_(w.rank) {}
+
+  int run() {
+    std::vector<RankInfo> ranks = gatherRankInfo();
+    size_t cap = bufferBytes();
+    send_ = std::make_unique<GuardedBuffer>(cap);
+    recv_ = std::make_unique<GuardedBuffer>(cap);
+    if (me_ == 0) {
+      printPreamble(a_, w_, ranks);
+      printHeader(a_, w_);
+    }
+    long long wrong = 0, base_wrong = 0;
+    int row_index = 0;
+    for (const TypeDesc& t : a_.types) {
+      for (int op : a_.ops) {
+        for (size_t size : a_.sizes()) {
+          Row row = runRow(t, op, size, row_index++);
+          for (size_t k = 0; k < row.v.size(); ++k) {
+            long long n = std::max(0LL, row.v[k].oop.wrong) + std::max(0LL, row.v[k].ip.wrong);
+            (k == 0 ? wrong : base_wrong) += n;
+          }
+          if (me_ == 0) {
+            printRow(a_, w_, row);
+            if (a_.verbose) printRowStats(row);
+            std::fflush(stdout);
+          }
+          rows_.push_back(std::move(row));
+        }
+      }
+    }
+    std::vector<hcStats> final_stats = gatherFinalStats();
+    if (me_ == 0) {
+      printFooter(a_, w_, rows_, wrong, base_wrong);
+      if (a_.verbose) printFinalStats(final_stats);
+      if (!a_.json.empty()) writeJson(a_, w_, ranks, rows_, wrong, base_wrong, final_stats);
+      std::fflush(stdout);
+    }
+    return wrong + base_wrong > 0 ? 1 : 0;
+  }
+
+ private:
+  std::vector<RankInfo> gatherRankInfo() {
+    RankInfo mine;
+    mine.rank = me_;
+    mine.pid = static_cast<int>(::getpid());
+    ::gethostname(mine.host, sizeof mine.host - 1);
+    if (hcComm_t c = w_.variants[0]->comm()) {
+      hcStats s = readStats(c);
+      mine.node = s.node;
+      mine.local_rank = s.local_rank;
+    }
+    const char* label = std::getenv("HICOLL_TOPO_NODE");
+    std::snprintf(mine.label, sizeof mine.label, "%s", label && *label ? label : mine.host);
+    std::vector<RankInfo> all(W_);
+    w_.sync->allgather(&mine, all.data(), sizeof mine);
+    return all;
+  }
+
+  size_t bufferBytes() const {
+    size_t cap = 0;
+    for (const TypeDesc& t : a_.types)
+      for (size_t s : a_.sizes()) {
+        Geometry g = geometry(a_.coll, s, t.size, W_);
+        cap = std::max(cap, std::max(g.send_count, g.recv_count) * t.size);
+      }
+    return std::max<size_t>(cap, 64);
+  }
+
+  void call(Variant& v, const Geometry& g, const TypeDesc& t, int op, bool ip) {
+    v.run(a_.coll, g, t, op, a_.root, ip, send_->data(), recv_->data());
+  }
+
+  // Lays out valid input for timing: send as out-of-place input, recv with the in-place one.
+  void fillForTiming(const Geometry& g, const TypeDesc& t, int op, uint64_t seed) {
+    Pattern p(a_.coll, t, op, W_, a_.root, g.count, seed);
+    const size_t ts = t.size;
+    switch (a_.coll) {
+      case Coll::AllGather:
+        fillInput(p, me_, me_ * g.count, g.count, send_->data());
+        fillInput(p, me_, me_ * g.count, g.count, recv_->data() + me_ * g.count * ts);
+        break;
+      case Coll::ReduceScatter:
+        fillInput(p, me_, 0, g.send_count, send_->data());
+        fillInput(p, me_, 0, g.send_count, recv_->data());
+        break;
+      case Coll::AllReduce:
+      case Coll::Broadcast:
+        fillInput(p, me_, 0, g.count, send_->data());
+        fillInput(p, me_, 0, g.count, recv_->data());
+        break;
+    }
+  }
+
+  double timeOnce(Variant& v, const Geometry& g, const TypeDesc& t, int op, bool ip) {
+    w_.sync->barrier();
+    auto t0 = Clock::now();
+    for (int i = 0; i < a_.iters; ++i) {
+      call(v, g, t, op, ip);
+      if (a_.blocking) w_.sync->barrier();
+    }
+    return std::chrono::duration<double>(Clock::now() - t0).count() / a_.iters;
+  }
+
+  // One checked call on fresh data; the local count of wrong elements.
+  long long checkOnce(Variant& v, const Geometry& g, const TypeDesc& t, int op, bool ip,
+                      uint64_t seed) {
+    Pattern p(a_.coll, t, op, W_, a_.root, g.count, seed);
+    const size_t ts = t.size;
+    char* send = send_->data();
+    char* recv = recv_->data();
+    const size_t mine = static_cast<size_t>(me_) * g.count;  // first global index of my block
+    long long wrong = 0;
+    switch (a_.coll) {
+      case Coll::AllGather: {
+        recv_->poison(g.recv_count * ts);
+        fillInput(p, me_, mine, g.count, ip ? recv + mine * ts : send);
+        call(v, g, t, op, ip);
+        wrong += countWrongOutput(p, recv, 0, g.recv_count);
+        wrong += recv_->damagedGuards(g.recv_count * ts, ts);
+        if (!ip) wrong += countWrongInput(p, me_, send, mine, g.count);
+        break;
+      }
+      case Coll::ReduceScatter: {
+        size_t used = (ip ? g.send_count : g.recv_count) * ts;
+        recv_->poison(used);
+        fillInput(p, me_, 0, g.send_count, ip ? recv : send);
+        call(v, g, t, op, ip);
+        const char* res = ip && !v.rsInPlaceAtStart() ? recv + mine * ts : recv;
+        wrong += countWrongOutput(p, res, mine, g.count);
+        wrong += recv_->damagedGuards(used, ts);
+        if (!ip) wrong += countWrongInput(p, me_, send, 0, g.send_count);
+        break;
+      }
+      case Coll::AllReduce:
+      case Coll::Broadcast: {
+        bool has_input = a_.coll == Coll::AllReduce || me_ == a_.root;
+        recv_->poison(g.count * ts);
+        if (has_input) fillInput(p, me_, 0, g.count, ip ? recv : send);
+        call(v, g, t, op, ip);
+        wrong += countWrongOutput(p, recv, 0, g.count);
+        wrong += recv_->damagedGuards(g.count * ts, ts);
+        if (!ip && has_input) wrong += countWrongInput(p, me_, send, 0, g.count);
+        break;
+      }
+    }
+    if (wrong > 0)
+      std::fprintf(stderr, "agbench: rank %d: %s %s %s %s count %zu: %lld wrong elements\n",
+                   me_, v.name().c_str(), collName(a_.coll), t.name, ip ? "in-place" : "out-of-place",
+                   g.count, wrong);
+    return wrong;
+  }
+
+  double memcpyFor(size_t bytes) {
+    if (auto it = w_.memcpy_pre.find(bytes); it != w_.memcpy_pre.end()) return it->second;
+    // No launching process measured it (external launcher): rank 0 measures while the others
+    // wait in a barrier.
+    w_.sync->barrier();
+    double gbps = me_ == 0 ? memcpyBandwidth(bytes) : -1;
+    w_.sync->barrier();
+    return gbps;
+  }
+
+  RowStats statsDelta(const hcStats& before, const hcStats& after, hcColl_t ci) {
+    StatWire mine{};
+    const hcCollStats& b = before.coll[ci];
+    const hcCollStats& e = after.coll[ci];
+    for (int p = 0; p < hcNumPaths; ++p) mine.calls[p] = e.calls[p] - b.calls[p];
+    mine.intra = e.bytes_intra - b.bytes_intra;
+    mine.inter = e.bytes_inter - b.bytes_inter;
+    mine.node = after.node;
+    std::snprintf(mine.reason, sizeof mine.reason, "%s", e.last_fallback_reason);
+    std::vector<StatWire> all(W_);
+    w_.sync->allgather(&mine, all.data(), sizeof mine);
+
+    RowStats rs;
+    rs.valid = true;
+    unsigned long long calls = 0;
+    for (int p = 0; p < hcNumPaths; ++p) {
+      rs.calls[p] = all[0].calls[p];
+      calls += all[0].calls[p];
+    }
+    rs.fallback_reason = all[0].calls[hcPathFallback] ? all[0].reason : "";
+    int nodes = 0;
+    for (const StatWire& s : all) nodes = std::max(nodes, s.node + 1);
+    rs.inter_per_node.assign(nodes, 0.0);
+    for (const StatWire& s : all) {
+      if (calls == 0) break;
+      if (s.node >= 0) rs.inter_per_node[s.node] += static_cast<double>(s.inter) / calls;
+      rs.intra_per_rank = std::max(rs.intra_per_rank, static_cast<double>(s.intra) / calls);
+    }
+    return rs;
+  }
+
+  Row runRow(const TypeDesc& t, int op, size_t size, int row_index) {
+    const Geometry g = geometry(a_.coll, size, t.size, W_);
+    Row row;
+    row.size = g.size_bytes;
+    row.count = g.count;
+    row.type = t.name;
+    row.redop = opName(op);
+    row.root = a_.coll == Coll::Broadcast ? a_.root : -1;
+    const size_t nv = w_.variants.size();
+    row.v.resize(nv);
+    for (size_t k = 0; k < nv; ++k) {
+      row.v[k].name = w_.variants[k]->name();
+      row.v[k].oop.ran = w_.variants[k]->supports(a_.coll, t, op, false);
+      row.v[k].ip.ran = w_.variants[k]->supports(a_.coll, t, op, true);
+    }
+    if (a_.has(Baseline::Memcpy)) row.memcpy_gbps = memcpyFor(g.size_bytes);
+
+    const uint64_t base_seed = (static_cast<uint64_t>(row_index) << 24) ^ 0x5eed;
+    fillForTiming(g, t, op, base_seed);
+
+    std::vector<hcStats> before(nv);
+    for (size_t k = 0; k < nv; ++k)
+      if (hcComm_t c = w_.variants[k]->comm()) before[k] = readStats(c);
+
+    for (size_t k = 0; k < nv; ++k)
+      for (bool ip : {false, true})
+        if ((ip ? row.v[k].ip : row.v[k].oop).ran)
+          for (int i = 0; i < a_.warmup; ++i) call(*w_.variants[k], g, t, op, ip);
+
+    for (int rep = 0; rep < a_.reps; ++rep) {
+      std::vector<double> times;  // seconds per call, in (variant, placement) order
+      for (size_t k = 0; k < nv; ++k)
+        for (bool ip : {false, true})
+          if ((ip ? row.v[k].ip : row.v[k].oop).ran)
+            times.push_back(timeOnce(*w_.variants[k], g, t, op, ip));
+      combineAcrossRanks(times);
+      size_t idx = 0;
+      for (size_t k = 0; k < nv; ++k)
+        for (bool ip : {false, true}) {
+          Measure& m = ip ? row.v[k].ip : row.v[k].oop;
+          if (m.ran) m.times_us.push_back(times[idx++] * 1e6);
+        }
+    }
+
+    for (size_t k = 0; k < nv; ++k)
+      if (hcComm_t c = w_.variants[k]->comm())
+        row.v[k].stats = statsDelta(before[k], readStats(c), statsIndex(a_.coll));
+
+    // The check runs after timing, on fresh data (a new seed for every call).
+    std::vector<long long> wrong;
+    for (size_t k = 0; k < nv; ++k)
+      for (bool ip : {false, true}) {
+        Measure& m = ip ? row.v[k].ip : row.v[k].oop;
+        long long n = 0;
+        if (m.ran)
+          for (int c = 0; c < a_.check; ++c) {
+            uint64_t seed = base_seed ^ (static_cast<uint64_t>(k + 1) << 16) ^
+                            (static_cast<uint64_t>(ip) << 15) ^ static_cast<uint64_t>(c + 1);
+            n += checkOnce(*w_.variants[k], g, t, op, ip, seed);
+          }
+        wrong.push_back(n);
+      }
+    std::vector<int64_t> wsum(wrong.begin(), wrong.end());
+    if (!wsum.empty()) w_.sync->allreduce(wsum.data(), static_cast<int>(wsum.size()), Sync::Red::Sum);
+
+    size_t idx = 0;
+    for (size_t k = 0; k < nv; ++k)
+      for (bool ip : {false, true}) {
+        Measure& m = ip ? row.v[k].ip : row.v[k].oop;
+        long long n = wsum[idx++];
+        if (!m.ran) continue;
+        m.wrong = a_.check > 0 ? n : -1;
+        m.time_us = median(m.times_us);
+        bandwidth(a_.coll, g, t.size, W_, m.time_us * 1e-6, &m.algbw, &m.busbw);
+      }
+    return row;
+  }
+
+  void combineAcrossRanks(std::vector<double>& v) {
+    if (v.empty()) return;
+    const int n = static_cast<int>(v.size());
+    switch (a_.average) {
+      case 0:
+        w_.sync->broadcast(v.data(), v.size() * sizeof(double), 0);
+        break;
+      case 1:
+        w_.sync->allreduce(v.data(), n, Sync::Red::Sum);
+        for (double& x : v) x /= W_;
+        break;
+      case 2: w_.sync->allreduce(v.data(), n, Sync::Red::Min); break;
+      default: w_.sync->allreduce(v.data(), n, Sync::Red::Max); break;
+    }
+  }
+
+  std::vector<hcStats> gatherFinalStats() {
+    std::vector<hcStats> all;
+    hcComm_t c = w_.variants[0]->comm();
+    if (!a_.verbose || !c) return all;
+    hcStats mine = readStats(c);
+    all.resize(W_);
+    w_.sync->allgather(&mine, all.data(), sizeof mine);
+    return all;
+  }
+
+  const Args& a_;
+  World& w_;
+  const int W_, me_;
+  std::unique_ptr<GuardedBuffer> send_, recv_;
+  std::vector<Row> rows_;
+};
+
+}  // namespace
+
+int runBench(const Args& a, World& w) {
+  if (a.coll == Coll::Broadcast && (a.root < 0 || a.root >= w.nranks)) {
+    if (w.rank == 0) std::fprintf(stderr, "agbench: root %d out of range\n", a.root);
+    return 2;
+  }
+  Runner r(a, w);
+  return r.run();
+}
+
+std::string measureMemcpyForRows(const Args& a, int nranks) {
+  std::map<size_t, double> done;
+  std::ostringstream out;
+  for (const TypeDesc& t : a.types)
+    for (size_t s : a.sizes()) {
+      size_t bytes = geometry(a.coll, s, t.size, nranks).size_bytes;
+      if (done.count(bytes)) continue;
+      done[bytes] = memcpyBandwidth(bytes);
+      out << (done.size() > 1 ? "," : "") << bytes << ":" << done[bytes];
+    }
+  return out.str();
+}
+
+std::map<size_t, double> parseMemcpyEnv() {
+  std::map<size_t, double> m;
+  const char* v = std::getenv(kMemcpyEnv);
+  if (!v) return m;
+  std::istringstream in(v);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    size_t colon = item.find(':');
+    if (colon == std::string::npos) continue;
+    m[std::stoull(item.substr(0, colon))] = std::stod(item.substr(colon + 1));
+  }
+  return m;
+}
+
+}  // namespace agbench

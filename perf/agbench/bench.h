@@ -1,0 +1,68 @@
+// The measurement loop and its results.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "agbench.h"
+#include "comm.h"
+
+namespace agbench {
+
+struct Measure {
+  bool ran = false;              // the variant supports this case
+  std::vector<double> times_us;  // one per repetition, combined across ranks (-a)
+  double time_us = 0, algbw = 0, busbw = 0;  // from the median time
+  long long wrong = -1;          // -1: not checked (-c 0)
+};
+
+// One variant's hicoll statistics over a row (deltas, per call).
+struct RowStats {
+  bool valid = false;
+  unsigned long long calls[hcNumPaths] = {};
+  std::vector<double> inter_per_node;  // bytes sent to other nodes per call, by node
+  double intra_per_rank = 0;           // max over ranks, per call
+  std::string fallback_reason;
+};
+
+struct VariantResult {
+  std::string name;
+  Measure oop, ip;
+  RowStats stats;
+};
+
+struct Row {
+  size_t size = 0, count = 0;
+  std::string type, redop;
+  int root = -1;
+  double memcpy_gbps = -1;
+  std::vector<VariantResult> v;  // v[0] is the measured hicoll path
+};
+
+struct RankInfo {
+  int rank = 0, pid = 0, node = 0, local_rank = 0;
+  char host[64] = {};
+  char label[64] = {};
+};
+
+struct World {
+  Sync* sync = nullptr;
+  std::vector<Variant*> variants;  // [0]: hicoll as configured, then baselines
+  int rank = 0, nranks = 1;
+  std::string mode;                     // self-launch, mpirun, launcher
+  std::map<size_t, double> memcpy_pre;  // measured by the launching process, by size
+  std::string mpi_note;                 // how the MPI baseline was placed
+};
+
+// Runs every row; rank 0 prints the table (and writes the JSON). Returns the exit status:
+// 0, or 1 when any element was wrong anywhere.
+int runBench(const Args& a, World& w);
+
+// The launching process measures memcpy for every row size and hands the figures to the
+// ranks in this variable, so that the measurement runs with the ranks not yet started.
+constexpr const char* kMemcpyEnv = "AGBENCH_MEMCPY_GBPS";
+std::string measureMemcpyForRows(const Args& a, int nranks);
+std::map<size_t, double> parseMemcpyEnv();
+
+}  // namespace agbench

@@ -1,0 +1,69 @@
+// Data for the correctness check: small integers chosen so that every result is exact in
+// every type (sums, products and averages included), computed independently on each rank.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "agbench.h"
+
+namespace agbench {
+
+// Rank q's input element at global index j is value(q, j). The global index is the position in
+// the reduced vector (ReduceScatter/AllReduce) or in the gathered output (AllGather), so a
+// block that lands in the wrong place is caught.
+class Pattern {
+ public:
+  Pattern(Coll coll, const TypeDesc& type, int op, int nranks, int root, size_t block,
+          uint64_t seed);
+
+  int64_t value(int q, size_t j) const;
+  // The correct output element at global index j.
+  int64_t expected(size_t j) const;
+  const TypeDesc& type() const { return type_; }
+
+ private:
+  Coll coll_;
+  TypeDesc type_;
+  int op_, nranks_, root_;
+  size_t block_;  // AllGather: elements per rank
+  uint64_t seed_;
+  int64_t range_ = 0;   // values are 0..range_
+  int prod_ranks_ = 0;  // prod: ranks that may contribute a factor 2
+};
+
+// dst[k] = value(q, first + k), k < n, in the pattern's type.
+void fillInput(const Pattern& p, int q, size_t first, size_t n, void* dst);
+// Elements k < n of got that differ (bitwise) from expected(first + k).
+size_t countWrongOutput(const Pattern& p, const void* got, size_t first, size_t n);
+// Elements k < n of got that differ from value(q, first + k) (an input left intact).
+size_t countWrongInput(const Pattern& p, int q, const void* got, size_t first, size_t n);
+
+// The value written over receive buffers before a checked call; no pattern value equals it.
+constexpr unsigned char kPoison = 0xCD;
+constexpr unsigned char kGuard = 0xA5;
+constexpr size_t kGuardBytes = 4096;
+
+// A page-aligned host buffer with guard pages' worth of bytes on both sides, so writes past
+// either end are counted as wrong elements.
+class GuardedBuffer {
+ public:
+  explicit GuardedBuffer(size_t bytes);
+  ~GuardedBuffer();
+  GuardedBuffer(const GuardedBuffer&) = delete;
+  GuardedBuffer& operator=(const GuardedBuffer&) = delete;
+
+  char* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  // Poisons the first n data bytes and guards the kGuardBytes before and after them.
+  void poison(size_t n) const;
+  // Elements of size ts in those guards that changed since poison(n).
+  size_t damagedGuards(size_t n, size_t ts) const;
+
+ private:
+  char* base_ = nullptr;
+  char* data_ = nullptr;
+  size_t bytes_ = 0, mapped_ = 0;
+};
+
+}  // namespace agbench

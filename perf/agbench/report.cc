@@ -1,0 +1,299 @@
+#include "report.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+extern char** environ;
+
+namespace agbench {
+namespace {
+
+// Widths of one baseline group (busbw, ratio, busbw, ratio) and of the memcpy group.
+constexpr int kGroupWidth = 2 + 7 + 2 + 6 + 2 + 7 + 2 + 6;
+constexpr int kMemcpyWidth = 2 + 7 + 2 + 6;
+
+std::string center(const std::string& s, int width) {
+  if (static_cast<int>(s.size()) >= width) return s.substr(0, width);
+  int left = (width - static_cast<int>(s.size())) / 2;
+  return std::string(left, ' ') + s + std::string(width - left - s.size(), ' ');
+}
+
+std::string timeStr(double us) {  // nccl-tests' three precisions
+  char b[32];
+  if (us >= 10000.0)
+    std::snprintf(b, sizeof b, "%7.0f", us);
+  else if (us >= 100.0)
+    std::snprintf(b, sizeof b, "%7.1f", us);
+  else
+    std::snprintf(b, sizeof b, "%7.2f", us);
+  return b;
+}
+
+std::string wrongStr(long long w) { return w < 0 ? "  N/A" : std::to_string(w); }
+
+std::string mainName(const Args& a) {
+  return "hicoll" + (a.algo.empty() ? std::string() : "/" + a.algo);
+}
+
+std::string fmt(const char* f, double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+
+}  // namespace
+
+void printPreamble(const Args& a, const World& w, const std::vector<RankInfo>& ranks) {
+  int version = 0;
+  hcGetVersion(&version);
+  int nodes = 0;
+  for (const RankInfo& r : ranks) nodes = std::max(nodes, r.node + 1);
+  std::printf("# agbench (hicoll %d.%d.%d): %s, %d ranks on %d nodes, host buffers, %s, algo %s\n",
+              version / 10000, version / 100 % 100, version % 100, collName(a.coll), w.nranks,
+              nodes, w.mode.c_str(), a.algo.empty() ? "default (HICOLL_ALGO)" : a.algo.c_str());
+  std::printf(
+      "# nThread 1 nGpus 0 minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d "
+      "agg iters: 1 validation: %d graph: 0\n",
+      a.min_bytes, a.max_bytes, a.step_factor > 1 ? static_cast<size_t>(a.step_factor) : a.step_bytes,
+      a.step_factor > 1 ? "factor" : "bytes", a.warmup, a.iters, a.check);
+  if (a.blocking) std::printf("# Blocking Enabled: wait for completion and barrier after each collective \n");
+  if (a.reps > 1)
+    std::printf("# Repetitions: %d per size, variants interleaved; the median is reported\n", a.reps);
+  for (size_t k = 1; k < w.variants.size(); ++k) {
+    const std::string n = w.variants[k]->name();
+    if (n == "mpi")
+      std::printf("# Baseline mpi: Open MPI on the same ranks and buffers%s%s\n",
+                  w.mpi_note.empty() ? "" : "; ", w.mpi_note.c_str());
+    else if (n == "ring")
+      std::printf("# Baseline ring: a second hicoll communicator with HICOLL_ALGO=ring\n");
+  }
+  if (a.has(Baseline::Memcpy))
+    std::printf("# Baseline memcpy: single-core memcpy of the full buffer (the size column), %s\n",
+                w.memcpy_pre.empty() ? "measured by rank 0 while the others wait"
+                                     : "measured by the launching process before the ranks start");
+  std::printf("#\n# Using devices\n");
+  for (const RankInfo& r : ranks)
+    std::printf("#  Rank %2d Group  0 Pid %6d on %10s device host node %s (%d) local %d\n", r.rank,
+                r.pid, r.host, r.label, r.node, r.local_rank);
+  std::printf("#\n");
+}
+
+void printHeader(const Args& a, const World& w) {
+  std::string l1, l2, l3;
+  char b[512];
+  std::snprintf(b, sizeof b,
+                "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          ",
+                "", "", "", "", "");
+  l1 = b;
+  std::snprintf(b, sizeof b, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s",
+                "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",
+                "algbw", "busbw", "#wrong");
+  l2 = b;
+  std::snprintf(b, sizeof b, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s",
+                "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
+                "(GB/s)", "");
+  l3 = b;
+  for (size_t k = 1; k < w.variants.size(); ++k) {
+    std::string n = w.variants[k]->name();
+    l1 += center(n + ": busbw, " + mainName(a) + "/" + n, kGroupWidth);
+    std::snprintf(b, sizeof b, "  %7s  %6s  %7s  %6s", "oop", "ratio", "in-pl", "ratio");
+    l2 += b;
+    std::snprintf(b, sizeof b, "  %7s  %6s  %7s  %6s", "(GB/s)", "", "(GB/s)", "");
+    l3 += b;
+  }
+  if (a.has(Baseline::Memcpy)) {
+    l1 += center("memcpy", kMemcpyWidth);
+    std::snprintf(b, sizeof b, "  %7s  %6s", "1 core", "ip/cpy");
+    l2 += b;
+    std::snprintf(b, sizeof b, "  %7s  %6s", "(GB/s)", "");
+    l3 += b;
+  }
+  std::printf("%s\n%s\n%s\n", l1.c_str(), l2.c_str(), l3.c_str());
+}
+
+void printRow(const Args& a, const World& w, const Row& row) {
+  std::string line;
+  char b[256];
+  std::snprintf(b, sizeof b, "%12zu  %12zu  %8s  %6s  %6d", row.size, row.count, row.type.c_str(),
+                row.redop.c_str(), row.root);
+  line = b;
+  const VariantResult& m = row.v[0];
+  for (const Measure* x : {&m.oop, &m.ip}) {
+    std::snprintf(b, sizeof b, "  %7s  %6.2f  %6.2f  %5s", timeStr(x->time_us).c_str(), x->algbw,
+                  x->busbw, wrongStr(x->wrong).c_str());
+    line += b;
+  }
+  for (size_t k = 1; k < row.v.size(); ++k) {
+    const VariantResult& v = row.v[k];
+    auto part = [&](const Measure& base, const Measure& ours) {
+      if (!base.ran) return std::string("      n/a     n/a");
+      std::string ratio = base.busbw > 0 ? fmt("%6.2f", ours.busbw / base.busbw) : "     -";
+      return "  " + fmt("%7.2f", base.busbw) + "  " + ratio;
+    };
+    line += part(v.oop, m.oop) + part(v.ip, m.ip);
+  }
+  if (a.has(Baseline::Memcpy)) {
+    std::string ratio = row.memcpy_gbps > 0 ? fmt("%6.2f", m.ip.busbw / row.memcpy_gbps) : "     -";
+    line += "  " + fmt("%7.2f", std::max(0.0, row.memcpy_gbps)) + "  " + ratio;
+  }
+  std::printf("%s\n", line.c_str());
+  for (size_t k = 1; k < row.v.size(); ++k)
+    for (const Measure* x : {&row.v[k].oop, &row.v[k].ip})
+      if (x->wrong > 0)
+        std::printf("# WRONG: baseline %s returned %lld wrong elements (%s)\n",
+                    row.v[k].name.c_str(), x->wrong, x == &row.v[k].oop ? "out-of-place" : "in-place");
+  (void)w;
+}
+
+void printRowStats(const Row& row) {
+  for (const VariantResult& v : row.v) {
+    const RowStats& s = v.stats;
+    if (!s.valid) continue;
+    unsigned long long calls = s.calls[0] + s.calls[1] + s.calls[2];
+    double worst = 0;
+    std::string per_node;
+    for (double x : s.inter_per_node) {
+      worst = std::max(worst, x);
+      per_node += " " + fmt("%.0f", x);
+    }
+    std::printf("#   stats %s: calls hier %llu ring %llu fallback %llu | inter-node bytes/call by node:%s "
+                "(max %.3f x size) | intra-node bytes/call per rank max %.0f%s%s\n",
+                v.name.c_str(), s.calls[hcPathHierarchical], s.calls[hcPathRing],
+                s.calls[hcPathFallback], per_node.c_str(), row.size ? worst / row.size : 0.0,
+                s.intra_per_rank, s.fallback_reason.empty() ? "" : " | fallback: ",
+                s.fallback_reason.c_str());
+    (void)calls;
+  }
+}
+
+double printFooter(const Args& a, const World& w, const std::vector<Row>& rows,
+                   long long wrong_total, long long baseline_wrong) {
+  // nccl-tests averages the bus bandwidth over every timed case, out-of-place and in-place.
+  auto avg = [&rows](size_t k) {
+    double sum = 0;
+    int n = 0;
+    for (const Row& r : rows) {
+      if (k >= r.v.size()) continue;
+      for (const Measure* x : {&r.v[k].oop, &r.v[k].ip})
+        if (x->ran) sum += x->busbw, ++n;
+    }
+    return n ? sum / n : 0.0;
+  };
+  double ours = avg(0);
+  for (size_t k = 1; k < w.variants.size(); ++k) {
+    double theirs = avg(k);
+    std::printf("# Avg bus bandwidth %-6s: %g (%s/%s %.2f)\n", w.variants[k]->name().c_str(), theirs,
+                mainName(a).c_str(), w.variants[k]->name().c_str(), theirs > 0 ? ours / theirs : 0.0);
+  }
+  if (w.variants.size() > 1)
+    std::printf("# Baseline wrong elements : %lld %s\n", baseline_wrong, baseline_wrong ? "FAILED" : "OK");
+  std::printf("# Out of bounds values : %lld %s\n", wrong_total, wrong_total ? "FAILED" : "OK");
+  std::printf("# Avg bus bandwidth    : %g \n", ours);
+  std::printf("#\n");
+  return ours;
+}
+
+void printFinalStats(const std::vector<hcStats>& all) {
+  static const char* colls[] = {"allgather", "reducescatter", "allreduce", "broadcast", "barrier"};
+  std::printf("# hcCommGetStats of the measured communicator, cumulative (warm-up, timing, check):\n");
+  std::printf("# %4s %4s %5s  %-13s %10s %10s %10s %14s %14s  %s\n", "rank", "node", "local", "coll",
+              "hier", "ring", "fallback", "bytes_intra", "bytes_inter", "last fallback reason");
+  for (const hcStats& s : all)
+    for (int c = 0; c < hcNumColls; ++c) {
+      const hcCollStats& x = s.coll[c];
+      if (!x.calls[0] && !x.calls[1] && !x.calls[2]) continue;
+      std::printf("# %4d %4d %5d  %-13s %10llu %10llu %10llu %14llu %14llu  %s\n", s.rank, s.node,
+                  s.local_rank, colls[c], (unsigned long long)x.calls[0],
+                  (unsigned long long)x.calls[1], (unsigned long long)x.calls[2],
+                  (unsigned long long)x.bytes_intra, (unsigned long long)x.bytes_inter,
+                  x.last_fallback_reason[0] ? x.last_fallback_reason : "-");
+    }
+}
+
+void writeJson(const Args& a, const World& w, const std::vector<RankInfo>& ranks,
+               const std::vector<Row>& rows, long long wrong_total, long long baseline_wrong,
+               const std::vector<hcStats>& final_stats) {
+  using nlohmann::json;
+  json j;
+  j["tool"] = "agbench";
+  int version = 0;
+  hcGetVersion(&version);
+  j["hicoll_version"] = version;
+  j["collective"] = collName(a.coll);
+  j["argv"] = a.argv;
+  j["mode"] = w.mode;
+  j["nranks"] = w.nranks;
+  j["algo"] = a.algo.empty() ? "default" : a.algo;
+  j["main"] = mainName(a);
+  j["mpi_note"] = w.mpi_note;
+  j["args"] = {{"minbytes", a.min_bytes}, {"maxbytes", a.max_bytes},   {"stepbytes", a.step_bytes},
+               {"stepfactor", a.step_factor}, {"iters", a.iters},      {"warmup", a.warmup},
+               {"check", a.check},            {"reps", a.reps},        {"average", a.average},
+               {"blocking", a.blocking},      {"root", a.root}};
+  json env = json::object();
+  for (char** e = environ; *e; ++e) {
+    std::string kv = *e;
+    size_t eq = kv.find('=');
+    std::string k = kv.substr(0, eq);
+    if (k.rfind("HICOLL_", 0) == 0 || k.rfind("SMDDP_", 0) == 0 || k.rfind("FI_", 0) == 0)
+      env[k] = kv.substr(eq + 1);
+  }
+  j["env"] = env;
+  int nodes = 0;
+  for (const RankInfo& r : ranks) {
+    nodes = std::max(nodes, r.node + 1);
+    j["ranks"].push_back({{"rank", r.rank}, {"pid", r.pid}, {"host", r.host}, {"label", r.label},
+                          {"node", r.node}, {"local_rank", r.local_rank}});
+  }
+  j["nodes"] = nodes;
+  auto measure = [](const Measure& m) {
+    json x;
+    x["ran"] = m.ran;
+    if (!m.ran) return x;
+    x["time_us"] = m.time_us;
+    x["times_us"] = m.times_us;
+    x["algbw"] = m.algbw;
+    x["busbw"] = m.busbw;
+    x["wrong"] = m.wrong;
+    return x;
+  };
+  for (const Row& r : rows) {
+    json row = {{"size", r.size}, {"count", r.count}, {"type", r.type}, {"redop", r.redop},
+                {"root", r.root}};
+    if (r.memcpy_gbps >= 0) row["memcpy_gbps"] = r.memcpy_gbps;
+    for (const VariantResult& v : r.v) {
+      json x = {{"oop", measure(v.oop)}, {"ip", measure(v.ip)}};
+      if (v.stats.valid) {
+        x["stats"] = {{"calls_hier", v.stats.calls[hcPathHierarchical]},
+                      {"calls_ring", v.stats.calls[hcPathRing]},
+                      {"calls_fallback", v.stats.calls[hcPathFallback]},
+                      {"inter_bytes_per_call_by_node", v.stats.inter_per_node},
+                      {"intra_bytes_per_call_max_rank", v.stats.intra_per_rank},
+                      {"fallback_reason", v.stats.fallback_reason}};
+      }
+      row["variants"][v.name == "hicoll" ? mainName(a) : v.name] = x;
+    }
+    j["rows"].push_back(row);
+  }
+  for (const hcStats& s : final_stats) {
+    json r = {{"rank", s.rank}, {"node", s.node}, {"local_rank", s.local_rank}};
+    for (int c = 0; c < hcNumColls; ++c)
+      r["coll"].push_back({{"calls", {s.coll[c].calls[0], s.coll[c].calls[1], s.coll[c].calls[2]}},
+                           {"bytes_intra", s.coll[c].bytes_intra},
+                           {"bytes_inter", s.coll[c].bytes_inter},
+                           {"last_fallback_reason", s.coll[c].last_fallback_reason}});
+    j["final_stats"].push_back(r);
+  }
+  j["wrong"] = wrong_total;
+  j["baseline_wrong"] = baseline_wrong;
+  std::ofstream out(a.json);
+  out << j.dump(1) << "\n";
+  if (!out) std::fprintf(stderr, "agbench: cannot write %s\n", a.json.c_str());
+}
+
+}  // namespace agbench
