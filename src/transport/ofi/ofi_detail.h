@@ -28,6 +28,7 @@ struct OfiInfo {
   uint64_t mr_regs = 0;      // fi_mr_reg calls made on the fly (not counting registerRegion)
   uint64_t mr_reuses = 0;    // on-the-fly registrations shared by concurrent operations
   uint64_t region_hits = 0;  // operations that used a registerRegion descriptor
+  uint64_t post_retries = 0; // posts the provider refused with -FI_EAGAIN (queue full), then retried
 };
 // Throws hcInvalidArgument when t is not an ofi transport.
 OfiInfo ofiInfo(Transport& t);

@@ -208,6 +208,7 @@ class OfiTransport final : public Transport {
  private:
   InfoPtr getInfo(const std::string& iface, const sockaddr_in* src, bool local_mr);
   void open(const OfiOptions& opt);
+  void closeAll() noexcept;
   void connect(Bootstrap& bs);
   void warmUp();
   ReqId post(bool send, int peer, void* buf, size_t len, uint64_t tag);
@@ -248,7 +249,7 @@ class OfiTransport final : public Transport {
   bool local_mr_ = false, mr_endpoint_ = false, prov_key_ = false;
   uint64_t next_key_ = 1;
 
-  std::mutex mu_;  // one lock for everything: a watchdog thread may call abort()
+  mutable std::mutex mu_;  // one lock for everything: a watchdog thread may call abort()
   std::atomic<bool> aborted_{false};
   bool broken_ = false;  // a split message was half posted: the stream is out of step
   std::deque<Op> ops_;   // stable addresses: contexts live until their completion or ~OfiTransport
@@ -263,7 +264,7 @@ class OfiTransport final : public Transport {
   std::map<uintptr_t, Region> regions_;
   std::vector<FidPtr<fid_mr>> retired_mrs_;  // replaced regions, possibly still in use
   std::list<MrEntry> cache_;
-  uint64_t mr_regs_ = 0, mr_reuses_ = 0, region_hits_ = 0;
+  uint64_t mr_regs_ = 0, mr_reuses_ = 0, region_hits_ = 0, post_retries_ = 0;
   int32_t warm_send_ = 0;  // warm-up payloads (live until their completion)
   std::vector<int32_t> warm_recv_;
 };
@@ -271,9 +272,14 @@ class OfiTransport final : public Transport {
 OfiTransport::OfiTransport(Bootstrap& bs, const OfiOptions& opt, const ofi_detail::OfiTuning& tuning)
     : rank_(bs.rank()), size_(bs.size()), timeout_ms_(opt.timeout_ms > 0 ? opt.timeout_ms : 120000),
       tuning_(tuning) {
-  open(opt);
-  connect(bs);
-  warmUp();
+  try {
+    open(opt);
+    connect(bs);
+    warmUp();
+  } catch (...) {
+    closeAll();  // members alone would free the contexts before the endpoint is closed
+    throw;
+  }
 }
 
 // One fi_getinfo attempt; nullptr when nothing fits. libfabric 1.17's tcp and net list every
@@ -461,7 +467,9 @@ void OfiTransport::warmUp() {
   }
 }
 
-OfiTransport::~OfiTransport() {
+OfiTransport::~OfiTransport() { closeAll(); }
+
+void OfiTransport::closeAll() noexcept {
   // The endpoint goes first: once it is closed the provider touches no context or buffer.
   // Nothing here waits for a peer.
   std::lock_guard<std::mutex> lk(mu_);
@@ -644,6 +652,7 @@ void OfiTransport::postOp(bool send, Op* op, void* buf, void* desc, int peer, ui
     HC_CHECK(rc == -FI_EAGAIN, hcSystemError, "rank {} ofi: {} {} tag {:#x} ({} bytes): {}", rank_,
              send ? "fi_tsend to" : "fi_trecv from", peerStr(peer), tag, op->len, fiStr(rc));
     // The queue is full: completions free it (and the provider may need progress to send).
+    ++post_retries_;
     if (drainCq() > 0) bo.reset(); else bo.pause();
     if (aborted_.load()) throwAborted(send ? "send to" : "receive from", peer, tag);
     HC_CHECK(!dl.expired(), hcTimeout,
@@ -824,8 +833,7 @@ void OfiTransport::cacheRelease(MrEntry* e) {
 }
 
 ofi_detail::OfiInfo OfiTransport::info() const {
-  auto* self = const_cast<OfiTransport*>(this);
-  std::lock_guard<std::mutex> lk(self->mu_);
+  std::lock_guard<std::mutex> lk(mu_);
   ofi_detail::OfiInfo i;
   i.provider = provider_;
   i.fabric = info_->fabric_attr->name ? info_->fabric_attr->name : "";
@@ -837,6 +845,7 @@ ofi_detail::OfiInfo OfiTransport::info() const {
   i.mr_regs = mr_regs_;
   i.mr_reuses = mr_reuses_;
   i.region_hits = region_hits_;
+  i.post_retries = post_retries_;
   return i;
 }
 

@@ -195,6 +195,32 @@ TEST_P(OfiProviderTest, ManyOutstandingTagsMatchCorrectly) {
   }, opt());
 }
 
+// More operations than the provider's queues hold: posts see -FI_EAGAIN, progress, and retry.
+TEST_P(OfiProviderTest, MoreOperationsThanTheQueueHolds) {
+  constexpr int kMsgs = 5000;
+  runRanks(2, [&](Rank& r) {
+    std::vector<uint32_t> vals(kMsgs);
+    std::vector<ReqId> reqs;
+    reqs.reserve(kMsgs);
+    if (r.rank == 0) {
+      for (int i = 0; i < kMsgs; ++i) {
+        vals[i] = static_cast<uint32_t>(i * 3 + 1);
+        reqs.push_back(r.t.isend(1, &vals[i], sizeof(uint32_t), 11));
+      }
+      r.bs.barrier();  // every send is posted before the receiver posts anything
+    } else {
+      r.bs.barrier();
+      for (int i = 0; i < kMsgs; ++i) reqs.push_back(r.t.irecv(0, &vals[i], sizeof(uint32_t), 11));
+    }
+    wait(r.t, reqs);
+    if (r.rank == 1) {
+      for (int i = 0; i < kMsgs; ++i) ASSERT_EQ(vals[i], static_cast<uint32_t>(i * 3 + 1)) << "message " << i;
+    }
+    std::printf("[ofi %s] rank %d: %llu posts retried after -FI_EAGAIN\n", ofi_detail::ofiInfo(r.t).provider.c_str(),
+                r.rank, static_cast<unsigned long long>(ofi_detail::ofiInfo(r.t).post_retries));
+  }, opt());
+}
+
 TEST_P(OfiProviderTest, SameTagMessagesArriveInPostingOrder) {
   constexpr int kMsgs = 64;
   // Alternate small (eager) and large (rendezvous) messages: the order must hold across protocols.
@@ -510,6 +536,19 @@ TEST(OfiTransport, UnknownProviderIsUnsupported) {
   Bootstrap bs(store, "none", 0, 1, kTimeoutMs);
   std::string msg = expectError([&] { makeOfiTransport(bs, loopback("no-such-provider")); }, hcUnsupported);
   EXPECT_NE(msg.find("no-such-provider"), std::string::npos) << msg;
+}
+
+// Run by ctest with FI_PROVIDER=net (libfabric reads it once per process): it wins over the
+// provider the caller asks for.
+TEST(OfiTransport, FiProviderEnvTakesPrecedence) {
+  const char* env = std::getenv("FI_PROVIDER");
+  if (!env || std::string(env) != "net") GTEST_SKIP() << "run with FI_PROVIDER=net";
+  runRanks(2, [&](Rank& r) {
+    EXPECT_EQ(ofi_detail::ofiInfo(r.t).provider, "net");
+    int32_t v = 10 + r.rank, got = -1;
+    wait(r.t, {r.t.irecv(1 - r.rank, &got, sizeof got, 1), r.t.isend(1 - r.rank, &v, sizeof v, 1)});
+    EXPECT_EQ(got, 11 - r.rank);
+  }, loopback("tcp;ofi_rxm"));
 }
 
 TEST(OfiTransport, SingleRankSendsToItself) {
