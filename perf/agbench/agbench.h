@@ -58,7 +58,7 @@ struct Args {
   int master_port = 0;
   std::string mpirun = "mpirun";
   std::string mpirun_args;
-  bool nodes_given = false;
+  bool nodes_given = false, np_given = false;
 
   std::string algo;  // "" (library default), "hier" or "ring"
   std::vector<Baseline> baselines;

@@ -181,7 +181,7 @@ bool parseArgs(int argc, char** argv, Args* a, int* exit_code) {
     a->layout = layout == "interleaved" ? hicoll::launch::Layout::Interleaved
                                         : hicoll::launch::Layout::Contiguous;
     a->nodes_given = nodes->count() > 0;
-    (void)np;
+    a->np_given = np->count() > 0;
     if (a->nodes > a->np && a->nodes_given && np->count() > 0)
       throw CLI::ValidationError("--nodes", "more nodes than ranks");
     for (const std::string& s : baselines) {

@@ -83,6 +83,9 @@ int rankMain(const Args& a, Mode mode, int* argc, char*** argv) {
 #ifdef AGBENCH_HAVE_MPI
       mpiInit(argc, argv);
       const int rank = mpiRank(), size = mpiSize();
+      if (a.np_given && a.np != size)
+        throw std::runtime_error("--np " + std::to_string(a.np) + " but mpirun started " +
+                                 std::to_string(size) + " ranks");
       if (a.nodes_given) {
         L::Options o = launchOptions(a);
         o.np = size;

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The measurements behind perf/README.md: the targets a-d of issue 3 and the plotted sweeps.
+# Each run writes perf/results/<name>.txt (the command and agbench's table) and .json; the
+# plots go to perf/img/. Run as root from a configured build (build-perf by default):
+#
+#   perf/measure.sh [a|b|c|d|sweeps|plots|all]...
+#
+# The machine is shared: every figure the targets use is a median of 5 repetitions with the
+# compared variants interleaved in the same run (agbench --reps), so ratios hold even when
+# absolute numbers move with the load.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+B=${AGBENCH:-$here/../build-perf/perf/agbench}
+PY=${PYTHON:-$here/../.venv/bin/python}
+R=$here/results
+I=$here/img
+mkdir -p "$R" "$I"
+NS="$here/netns_emulate.sh -a $B"
+
+run() {  # name, command... (agbench arguments last, -J appended)
+  local name=$1
+  shift
+  local cmd=("$@" -J "$R/$name.json")
+  { printf '$'; printf ' %s' "${cmd[@]}"; echo; } | sed "s#$here/\.\./##g; s#$here/#perf/#g" >"$R/$name.txt"
+  echo "== $name" >&2
+  # A failed run is recorded and the others still run.
+  "${cmd[@]}" 2>&1 | tee -a "$R/$name.txt" || echo "# exit status $?" | tee -a "$R/$name.txt"
+}
+
+target_a() {
+  run a_allgather_1x2 "$B" allgather --np 2 -b 64M -e 64M -n 20 -w 5 -c 1 --reps 5 --baseline mpi,memcpy
+}
+target_b() {
+  run b_reducescatter_1x2 "$B" reducescatter --np 2 -b 64M -e 64M -n 20 -w 5 -c 1 --reps 5 --baseline mpi,memcpy
+}
+target_c() {
+  for coll in allgather reducescatter; do
+    run "c_${coll}_2x2_tcp" $NS -N 2 -L 2 -m mpi -- "$coll" -b 64M -e 64M -n 3 -w 1 -c 1 --reps 5 --baseline ring -v
+    run "c_${coll}_2x2_han" $NS -N 2 -L 2 -m han -- "$coll" -b 64M -e 64M -n 3 -w 1 -c 1 --reps 5 -v
+  done
+}
+target_d() {
+  run d_allgather_small_1x2 "$B" allgather --np 2 -b 8 -e 64K -f 2 -n 200 -w 20 -c 1 --reps 5 --baseline mpi
+  run d_allgather_small_2x2 $NS -N 2 -L 2 -m mpi -- allgather -b 8 -e 64K -f 2 -n 50 -w 5 -c 1 --reps 5
+}
+sweeps() {
+  run sweep_allgather_1x2 "$B" allgather --np 2 -b 1K -e 64M -f 4 -n 10 -w 3 -c 1 --reps 3 --baseline mpi,memcpy
+  run sweep_reducescatter_1x2 "$B" reducescatter --np 2 -b 1K -e 64M -f 4 -n 10 -w 3 -c 1 --reps 3 --baseline mpi,memcpy
+  for coll in allgather reducescatter; do
+    run "sweep_${coll}_2x2_tcp" $NS -N 2 -L 2 -m mpi -- "$coll" -b 16K -e 64M -f 4 -n 3 -w 1 -c 1 --reps 3 --baseline ring
+    run "sweep_${coll}_2x2_han" $NS -N 2 -L 2 -m han -- "$coll" -b 16K -e 64M -f 4 -n 3 -w 1 -c 1 --reps 3
+  done
+}
+plots() {
+  for coll in allgather reducescatter; do
+    "$PY" "$here/plot.py" -o "$I/${coll}_1x2.png" --title "$coll, 1 node x 2 ranks (shared memory)" \
+      "$R/sweep_${coll}_1x2.json"
+    "$PY" "$here/plot.py" -o "$I/${coll}_2x2_netns.png" --skip "^han hicoll" \
+      --title "$coll, 2 emulated nodes x 2 ranks, 1 Gbit/s links (netns)" \
+      "$R/sweep_${coll}_2x2_tcp.json" "$R/sweep_${coll}_2x2_han.json=han"
+  done
+  "$PY" "$here/plot.py" -o "$I/allgather_small.png" --logy --memcpy-from 0 \
+    --title "allgather 8 B - 64 KiB: 1x2 (shm) and 2x2 (netns)" \
+    "$R/d_allgather_small_1x2.json=1x2" "$R/d_allgather_small_2x2.json=2x2"
+  "$PY" "$here/targets.py" "$R" >"$R/targets.md"
+  cat "$R/targets.md"
+}
+
+(( $# )) || set -- all
+for what in "$@"; do
+  case $what in
+    a) target_a ;; b) target_b ;; c) target_c ;; d) target_d ;;
+    sweeps) sweeps ;; plots) plots ;;
+    all) target_a; target_b; target_c; target_d; sweeps; plots ;;
+    *) echo "unknown: $what" >&2; exit 2 ;;
+  esac
+done
