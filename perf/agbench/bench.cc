@@ -263,19 +263,23 @@ class Runner {
         if ((ip ? row.v[k].ip : row.v[k].oop).ran)
           for (int i = 0; i < a_.warmup; ++i) call(*w_.variants[k], g, t, op, ip);
 
-    for (int rep = 0; rep < a_.reps; ++rep) {
-      std::vector<double> times;  // seconds per call, in (variant, placement) order
-      for (size_t k = 0; k < nv; ++k)
-        for (bool ip : {false, true})
-          if ((ip ? row.v[k].ip : row.v[k].oop).ran)
-            times.push_back(timeOnce(*w_.variants[k], g, t, op, ip));
+    // Every repetition times each (variant, placement) once; the starting variant rotates so
+    // that none always runs first (right after the barrier, or with warmer caches).
+    std::vector<std::pair<size_t, bool>> cases;
+    for (size_t k = 0; k < nv; ++k)
+      for (bool ip : {false, true})
+        if ((ip ? row.v[k].ip : row.v[k].oop).ran) cases.emplace_back(k, ip);
+    for (int rep = 0; rep < a_.reps && !cases.empty(); ++rep) {
+      std::vector<double> times(cases.size());  // seconds per call, in cases order
+      for (size_t i = 0; i < cases.size(); ++i) {
+        size_t c = (i + 2 * static_cast<size_t>(rep)) % cases.size();
+        times[c] = timeOnce(*w_.variants[cases[c].first], g, t, op, cases[c].second);
+      }
       combineAcrossRanks(times);
-      size_t idx = 0;
-      for (size_t k = 0; k < nv; ++k)
-        for (bool ip : {false, true}) {
-          Measure& m = ip ? row.v[k].ip : row.v[k].oop;
-          if (m.ran) m.times_us.push_back(times[idx++] * 1e6);
-        }
+      for (size_t c = 0; c < cases.size(); ++c) {
+        VariantResult& v = row.v[cases[c].first];
+        (cases[c].second ? v.ip : v.oop).times_us.push_back(times[c] * 1e6);
+      }
     }
 
     for (size_t k = 0; k < nv; ++k)
