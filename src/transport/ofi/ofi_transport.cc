@@ -638,6 +638,8 @@ ReqId OfiTransport::post(bool send, int peer, void* buf, size_t len, uint64_t ta
     }
     ++reqs_[idx].pending;
   }
+  HC_TRACE("ofi: rank {} posted {} {} tag {:#x} {} bytes{}", rank_, what, peer, tag, len,
+           chunks > 1 ? fmt::format(" in {} chunks", chunks) : "");
   return (static_cast<uint64_t>(gen) << 32) | idx;
 }
 
@@ -737,6 +739,8 @@ bool OfiTransport::test(ReqId id) {
     throw e;
   }
   if (r.pending == 0) {
+    HC_TRACE("ofi: rank {} completed {} {} tag {:#x} {} bytes", rank_, r.send ? "send to" : "receive from", r.peer,
+             r.tag, r.len);
     release(idx);
     return true;
   }
