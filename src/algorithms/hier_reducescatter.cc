@@ -76,7 +76,7 @@ void hierReduceScatter(Run& r, const void* send, void* recv, size_t count) {
       tmp_p.pop_back();
     }
   // Outgoing partials: a ring of chunk slots in scratch, each free again once its send completes.
-  const size_t slots = std::max<size_t>(1, c.scratch_bytes / C);
+  const size_t slots = std::clamp<size_t>(c.scratch_bytes / C, 1, 64);
   std::vector<std::pair<Run::Pending::value_type, size_t>> sends;  // request, slot
   std::vector<bool> slot_busy(slots, false);
   size_t next_slot = 0;
@@ -85,7 +85,7 @@ void hierReduceScatter(Run& r, const void* send, void* recv, size_t count) {
   int work_m = 0;  // next partial to compute: chunk work_k for node work_m (own node last)
   size_t finals = 0;
   Backoff backoff;
-  while (finals < K || !sends.empty()) {
+  while (finals < K || work_k < K || !sends.empty()) {
     bool moved = false;
     for (size_t i = 0; i < sends.size();) {
       if (sends[i].first.first->test(sends[i].first.second)) {

@@ -25,6 +25,7 @@ constexpr uint32_t kMaxKey = 1024;
 constexpr uint64_t kMaxValue = 64ull << 20;
 constexpr int kHelloTimeoutMs = 10000;
 constexpr size_t kMaxConnections = 4096;
+constexpr int kDrainMs = 60000;
 
 struct Hello {
   uint64_t magic;
@@ -50,6 +51,8 @@ class Server : public TcpStoreServer {
     wake_w_ = Fd(p[1]);
     thread_ = std::thread([this] { loop(); });
   }
+  // Keeps serving until every rank has disconnected (they may still be reading keys this
+  // process set), bounded by kDrainMs.
   ~Server() override {
     char c = 1;
     (void)!::write(wake_w_.get(), &c, 1);
@@ -71,9 +74,15 @@ class Server : public TcpStoreServer {
     while (true) {
       std::vector<pollfd> fds{{listen_.get(), POLLIN, 0}, {wake_r_.get(), POLLIN, 0}};
       for (auto& c : conns_) fds.push_back({c->fd.get(), static_cast<short>(POLLIN | (c->out.empty() ? 0 : POLLOUT)), 0});
-      int rc = ::poll(fds.data(), fds.size(), 1000);
+      int rc = ::poll(fds.data(), fds.size(), draining_ ? 20 : 1000);
       if (rc < 0 && errno != EINTR) return;
-      if (fds[1].revents) return;
+      if (fds[1].revents & POLLIN) {
+        char buf[16];
+        (void)!::read(wake_r_.get(), buf, sizeof buf);
+        draining_ = true;
+        drain_end_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(kDrainMs);
+      }
+      if (draining_ && (ranks_.empty() || std::chrono::steady_clock::now() > drain_end_)) return;
       if (fds[0].revents & POLLIN) acceptAll();
       for (size_t i = 2; i < fds.size(); ++i) {
         Conn& c = *conns_[i - 2];
@@ -214,6 +223,8 @@ class Server : public TcpStoreServer {
   std::map<std::string, std::vector<Conn*>> waiting_;
   std::set<int> ranks_;
   int nranks_ = 0;
+  bool draining_ = false;
+  std::chrono::steady_clock::time_point drain_end_;
   std::thread thread_;
 };
 

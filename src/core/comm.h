@@ -22,12 +22,12 @@ struct hcComm {
   hicoll::Config cfg;
   int rank = 0;
   int nranks = 0;
+  std::shared_ptr<void> keepalive;  // e.g. the rendezvous server: outlives the bootstrap below
   std::unique_ptr<hicoll::Bootstrap> bootstrap;
   hicoll::Topology topo;
   std::unique_ptr<hicoll::ShmTransport> shm;  // ranks of this node (always present)
   std::unique_ptr<hicoll::Transport> ofi;     // ranks of other nodes (null on one node)
   std::unique_ptr<hicoll::DeviceEngine> device;
-  std::shared_ptr<void> keepalive;            // e.g. the rendezvous server of hcGetUniqueId
 
   // Scratch and sort buffers live in this rank's shared-memory segment (readable by the
   // node's ranks, registered with libfabric).

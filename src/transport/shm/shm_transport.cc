@@ -66,6 +66,7 @@ struct ShmTransport::Header {
   int32_t comm_rank;
   uint64_t base_in_owner;  // where the owner mapped this segment
   std::atomic<uint32_t> aborted;
+  std::atomic<uint32_t> closed;  // destroyed cleanly: its exit is not a failure
   Board board;
   QueueShared queue[1];  // [local size], to each receiver
 };
@@ -151,6 +152,7 @@ ShmTransport::ShmTransport(Bootstrap& bs, const std::vector<int>& local_ranks, c
 }
 
 ShmTransport::~ShmTransport() {
+  if (!segs_.empty() && segs_[me_].base()) header(me_).closed.store(1, std::memory_order_release);
   for (int fd : pidfds_)
     if (fd >= 0) ::close(fd);
 }
@@ -199,8 +201,9 @@ void ShmTransport::checkPeers() {
     if (i == me_) continue;
     if (header(i).aborted.load(std::memory_order_acquire)) throwPeerError(i, "its abort");
     if (pidfds_[i] >= 0) {
+      // Read closed after seeing the exit: a clean destroy stores it before the process ends.
       pollfd p{pidfds_[i], POLLIN, 0};
-      if (::poll(&p, 1, 0) > 0) throwPeerError(i, "a wait");
+      if (::poll(&p, 1, 0) > 0 && !header(i).closed.load(std::memory_order_acquire)) throwPeerError(i, "a wait");
     }
   }
   if (aborted_) HC_THROW(hcRemoteError, "shm: the communicator was aborted");

@@ -1,0 +1,36 @@
+// Tier 3 of the tests: ranks as forked processes, simulated nodes via HICOLL_TOPO_NODE,
+// bootstrapped through hcCommInitFromEnv (rank 0 hosts the rendezvous), bounded in time.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "hicoll/hicoll.h"
+
+namespace hctest {
+
+struct Job {
+  int nranks = 2;
+  std::vector<std::string> node;               // node label per rank (empty: all one node)
+  std::map<std::string, std::string> env;      // extra environment for every rank
+  std::map<int, std::map<std::string, std::string>> rank_env;  // per-rank overrides
+  int timeout_s = 120;
+  std::string comm_id;  // host:port of the rendezvous; empty: a free loopback port
+};
+
+// Node labels: contiguous ranks per node ("n0 n0 n1 n1") or interleaved ("n0 n1 n0 n1").
+std::vector<std::string> contiguous(int nodes, int per_node);
+std::vector<std::string> interleaved(int nodes, int per_node);
+
+// Runs body on every rank in a child process; body returns 0 for success. Returns the exit
+// status per rank (128+signal when killed; 124 when the job timed out). Children print their
+// failures to stderr with a rank prefix.
+std::vector<int> run(const Job& job, const std::function<int(int rank, hcComm_t comm)>& body);
+// Same without creating a communicator (for tests of creation itself).
+std::vector<int> runRaw(const Job& job, const std::function<int(int rank)>& body);
+
+int freePort();
+
+}  // namespace hctest

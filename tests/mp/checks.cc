@@ -1,0 +1,138 @@
+#include "checks.h"
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "../common/reference.h"
+
+namespace hctest {
+namespace {
+
+int report(hcResult_t r, const char* what, int rank) {
+  if (r == hcSuccess) return 0;
+  std::fprintf(stderr, "[rank %d] %s returned %s: %s\n", rank, what, hcGetErrorString(r), hcGetLastError(nullptr));
+  return 1;
+}
+
+struct Ctx {
+  int rank, W;
+  explicit Ctx(hcComm_t c) {
+    hcCommUserRank(c, &rank);
+    hcCommCount(c, &W);
+  }
+};
+
+// For a pre-multiplied sum the op handle is made per call; op_kind -1 in the reference.
+struct Op {
+  hcRedOp_t op;
+  int kind;
+  double scalar;
+  hcComm_t comm;
+  bool made = false;
+  Op(hcComm_t c, hcDataType_t t, hcRedOp_t builtin) : op(builtin), kind(builtin), scalar(1), comm(c) {
+    if (builtin == hcNumOps) {
+      scalar = premulScalar(t);
+      std::vector<char> s(8);
+      store(s.data(), t, 0, scalar);
+      made = hcRedOpCreatePreMulSum(&op, s.data(), t, c) == hcSuccess;
+      kind = -1;
+    }
+  }
+  ~Op() {
+    if (made) hcRedOpDestroy(op, comm);
+  }
+  hcRedOp_t inputKind() const { return kind == hcProd ? hcProd : hcSum; }
+};
+
+}  // namespace
+
+int checkAllGather(hcComm_t comm, hcDataType_t t, size_t count, bool in_place, int salt) {
+  Ctx x(comm);
+  const size_t e = hcTypeSize(t);
+  std::vector<char> out(count * x.W * e + 1, 0x5a), in(count * e + 1);
+  void* send = in_place ? out.data() + x.rank * count * e : in.data();
+  for (size_t i = 0; i < count; ++i) store(send, t, i, inputValue(t, hcSum, x.rank, i, salt));
+  std::string what = std::string("AllGather ") + typeName(t) + " count " + std::to_string(count) +
+                     (in_place ? " in place" : "");
+  if (report(hcAllGather(send, out.data(), count, t, comm, nullptr), what.c_str(), x.rank)) return 1;
+  Checker ck{what, x.rank};
+  for (int r = 0; r < x.W; ++r)
+    for (size_t i = 0; i < count; ++i)
+      ck.check(t, r * count + i, load(out.data(), t, r * count + i), inputValue(t, hcSum, r, i, salt));
+  if (static_cast<unsigned char>(out.back()) != 0x5a) ck.check(t, count * x.W, 1, 0);  // wrote past the end
+  return ck.wrong ? 1 : 0;
+}
+
+int checkReduceScatter(hcComm_t comm, hcDataType_t t, hcRedOp_t builtin, size_t count, bool in_place, int salt) {
+  Ctx x(comm);
+  Op op(comm, t, builtin);
+  const size_t e = hcTypeSize(t);
+  std::vector<char> in(count * x.W * e + 1), out(count * e + 1, 0x5a);
+  for (size_t i = 0; i < count * x.W; ++i) store(in.data(), t, i, inputValue(t, op.inputKind(), x.rank, i, salt));
+  void* recv = in_place ? in.data() + x.rank * count * e : out.data();
+  std::string what = std::string("ReduceScatter ") + typeName(t) + " " + opName(builtin) + " count " +
+                     std::to_string(count) + (in_place ? " in place" : "");
+  if (report(hcReduceScatter(in.data(), recv, count, t, op.op, comm, nullptr), what.c_str(), x.rank)) return 1;
+  Checker ck{what, x.rank};
+  std::vector<double> vals(x.W);
+  for (size_t i = 0; i < count; ++i) {
+    const size_t gi = x.rank * count + i;
+    for (int r = 0; r < x.W; ++r) vals[r] = inputValue(t, op.inputKind(), r, gi, salt);
+    ck.check(t, i, load(recv, t, i), expectedReduce(t, op.kind, vals, op.scalar));
+  }
+  if (!in_place && static_cast<unsigned char>(out.back()) != 0x5a) ck.check(t, count, 1, 0);
+  return ck.wrong ? 1 : 0;
+}
+
+int checkAllReduce(hcComm_t comm, hcDataType_t t, hcRedOp_t builtin, size_t count, bool in_place, int salt) {
+  Ctx x(comm);
+  Op op(comm, t, builtin);
+  const size_t e = hcTypeSize(t);
+  std::vector<char> in(count * e + 1), out(count * e + 1, 0x5a);
+  for (size_t i = 0; i < count; ++i) store(in.data(), t, i, inputValue(t, op.inputKind(), x.rank, i, salt));
+  void* recv = in_place ? in.data() : out.data();
+  std::string what = std::string("AllReduce ") + typeName(t) + " " + opName(builtin) + " count " +
+                     std::to_string(count) + (in_place ? " in place" : "");
+  if (report(hcAllReduce(in.data(), recv, count, t, op.op, comm, nullptr), what.c_str(), x.rank)) return 1;
+  Checker ck{what, x.rank};
+  std::vector<double> vals(x.W);
+  for (size_t i = 0; i < count; ++i) {
+    for (int r = 0; r < x.W; ++r) vals[r] = inputValue(t, op.inputKind(), r, i, salt);
+    ck.check(t, i, load(recv, t, i), expectedReduce(t, op.kind, vals, op.scalar));
+  }
+  if (!in_place && static_cast<unsigned char>(out.back()) != 0x5a) ck.check(t, count, 1, 0);
+  return ck.wrong ? 1 : 0;
+}
+
+int checkBroadcast(hcComm_t comm, hcDataType_t t, size_t count, int root, bool in_place, int salt) {
+  Ctx x(comm);
+  const size_t e = hcTypeSize(t);
+  std::vector<char> in(count * e + 1), out(count * e + 1, 0x5a);
+  for (size_t i = 0; i < count; ++i) store(in.data(), t, i, inputValue(t, hcSum, root, i, salt));
+  void* recv = in_place && x.rank == root ? in.data() : out.data();
+  std::string what = std::string("Broadcast ") + typeName(t) + " count " + std::to_string(count) + " root " +
+                     std::to_string(root);
+  if (report(hcBroadcast(in.data(), recv, count, t, root, comm, nullptr), what.c_str(), x.rank)) return 1;
+  Checker ck{what, x.rank};
+  for (size_t i = 0; i < count; ++i) ck.check(t, i, load(recv, t, i), load(in.data(), t, i));
+  return ck.wrong ? 1 : 0;
+}
+
+int checkMatrix(hcComm_t comm, const std::vector<size_t>& sizes) {
+  Ctx x(comm);
+  int fails = 0, salt = 0;
+  for (size_t count : sizes)
+    for (hcDataType_t t : kAllTypes)
+      for (bool ip : {false, true}) {
+        fails += checkAllGather(comm, t, count, ip, ++salt);
+        for (int op = 0; op <= hcNumOps; ++op) {
+          fails += checkReduceScatter(comm, t, static_cast<hcRedOp_t>(op), count, ip, ++salt);
+          fails += checkAllReduce(comm, t, static_cast<hcRedOp_t>(op), count, ip, ++salt);
+        }
+        fails += checkBroadcast(comm, t, count, (salt % x.W), ip, ++salt);
+      }
+  return fails;
+}
+
+}  // namespace hctest
