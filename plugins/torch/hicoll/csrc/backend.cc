@@ -564,6 +564,25 @@ void scaleAfterSum(const at::Tensor& t, const ReduceOp& op, int size) {
   }
 }
 
+// Reduce-scatter on gloo as SUM allreduce of a copy, then this rank's block, scaled. (Gloo's
+// own reduce-scatter writes its output after its Work completes, so it cannot be scaled.)
+c10::intrusive_ptr<c10d::Work> emulatedReduceScatter(c10d::Backend& b, const at::Tensor& output,
+                                                     const at::Tensor& flat_input,
+                                                     const ReduceOp& op,
+                                                     std::chrono::milliseconds timeout) {
+  std::vector<at::Tensor> tmp{flat_input.reshape({-1}).clone()};
+  c10d::AllreduceOptions ao;
+  ao.reduceOp = ReduceOp(ReduceOp::SUM);
+  ao.timeout = timeout;
+  auto w = b.allreduce(tmp, ao);
+  w->wait(timeout.count() > 0 ? timeout : kNoTimeout);
+  const at::Tensor block = tmp[0].narrow(0, b.getRank() * output.numel(), output.numel());
+  scaleAfterSum(block, op, b.getSize());
+  at::NoGradGuard no_grad;
+  output.copy_(block.view(output.sizes()));
+  return w;
+}
+
 }  // namespace
 
 c10::intrusive_ptr<c10d::Work> HicollBackend::_allgather_base(at::Tensor& output,
@@ -666,12 +685,7 @@ c10::intrusive_ptr<c10d::Work> HicollBackend::_reduce_scatter_base(
   };
   auto fb = [output, input, opts, size](c10d::Backend& b) mutable -> WorkPtr {
     if (!needsSumEmulation(b, opts.reduceOp)) return b._reduce_scatter_base(output, input, opts);
-    auto sum_opts = opts;
-    sum_opts.reduceOp = ReduceOp(ReduceOp::SUM);
-    auto w = b._reduce_scatter_base(output, input, sum_opts);
-    w->wait();
-    scaleAfterSum(output, opts.reduceOp, size);
-    return w;
+    return emulatedReduceScatter(b, output, input, opts.reduceOp, opts.timeout);
   };
   return submit(OpType::_REDUCE_SCATTER_BASE, "_reduce_scatter_base", {output},
                 opTimeout(opts.timeout), {input}, reason, run, fb);
@@ -704,11 +718,10 @@ c10::intrusive_ptr<c10d::Work> HicollBackend::reduce_scatter_tensor_coalesced(
     if (!needsSumEmulation(b, opts.reduceOp)) {
       return b.reduce_scatter_tensor_coalesced(outputs, inputs, opts);
     }
-    auto sum_opts = opts;
-    sum_opts.reduceOp = ReduceOp(ReduceOp::SUM);
-    auto w = b.reduce_scatter_tensor_coalesced(outputs, inputs, sum_opts);
-    w->wait();
-    for (auto& o : outputs) scaleAfterSum(o, opts.reduceOp, size);
+    WorkPtr w;
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      w = emulatedReduceScatter(b, outputs[i], inputs[i], opts.reduceOp, opts.timeout);
+    }
     return w;
   };
   return submit(OpType::COALESCED, "reduce_scatter_tensor_coalesced", outputs,
@@ -742,12 +755,9 @@ c10::intrusive_ptr<c10d::Work> HicollBackend::reduce_scatter(
   };
   auto fb = [outputs, inputs, opts, size](c10d::Backend& b) mutable -> WorkPtr {
     if (!needsSumEmulation(b, opts.reduceOp)) return b.reduce_scatter(outputs, inputs, opts);
-    auto sum_opts = opts;
-    sum_opts.reduceOp = ReduceOp(ReduceOp::SUM);
-    auto w = b.reduce_scatter(outputs, inputs, sum_opts);
-    w->wait();
-    scaleAfterSum(outputs[0], opts.reduceOp, size);
-    return w;
+    std::vector<at::Tensor> parts;
+    for (const auto& t : inputs[0]) parts.push_back(t.reshape({-1}));
+    return emulatedReduceScatter(b, outputs[0], at::cat(parts), opts.reduceOp, opts.timeout);
   };
   return submit(OpType::REDUCE_SCATTER, "reduce_scatter", {output}, opTimeout(opts.timeout),
                 {output}, reason, run, fb);

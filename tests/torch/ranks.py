@@ -1,0 +1,438 @@
+"""Rank side of the torch tests: python ranks.py SCENARIO JSON-ARGS (launched by harness.py).
+
+Every check compares against a reference computed here from every rank's inputs, which each
+rank can regenerate (inputs are a deterministic function of rank, case and dtype) -- never
+against gloo. A rank prints "RESULT {json}" and exits 0 when all of its checks pass.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import sys
+import time
+import traceback
+
+import torch
+import torch.distributed as dist
+
+import hicoll.torch as ht
+
+RANK = int(os.environ["RANK"])
+WORLD = int(os.environ["WORLD_SIZE"])
+TIMEOUT = datetime.timedelta(seconds=90)
+
+FLOATS = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
+INTS = [torch.int8, torch.uint8, torch.int32, torch.int64]
+DTYPES = FLOATS + INTS
+OPS = ["SUM", "AVG", "PREMUL_SUM", "MIN", "MAX", "PRODUCT"]
+PREMUL = 0.375  # exact in every float dtype
+
+
+def store(offset: int = 0) -> dist.TCPStore:
+    return dist.TCPStore("127.0.0.1", int(os.environ["MASTER_PORT"]) + offset, WORLD,
+                         is_master=RANK == 0, timeout=TIMEOUT)
+
+
+def init(backend: str = "hicoll", offset: int = 0) -> None:
+    dist.init_process_group(backend, store=store(offset), rank=RANK, world_size=WORLD,
+                            timeout=TIMEOUT)
+
+
+def make_input(rank: int, n: int, dtype: torch.dtype, case: int, op: str | None = None):
+    """Small integers (exact in every dtype and for every op at world size <= 4)."""
+    g = torch.Generator().manual_seed(1000 * case + rank)
+    lo, hi = (-2, 3) if op == "PRODUCT" else (-3, 4)
+    if dtype == torch.uint8:
+        lo, hi = (1, 3) if op == "PRODUCT" else (0, 7)
+    return torch.randint(lo, hi, (n,), generator=g).to(dtype)
+
+
+def redop(op: str):
+    if op == "PREMUL_SUM":
+        return dist._make_nccl_premul_sum(PREMUL)
+    return getattr(dist.ReduceOp, op)
+
+
+def reference(inputs: list[torch.Tensor], op: str, dtype: torch.dtype) -> torch.Tensor:
+    """Reduction over ranks in float64 / int64, rounded once to dtype (as hicoll does)."""
+    wide = torch.float64 if dtype.is_floating_point else torch.int64
+    x = torch.stack([t.to(wide) for t in inputs])
+    if op == "SUM":
+        r = x.sum(0)
+    elif op == "AVG":
+        r = x.sum(0) / len(inputs) if dtype.is_floating_point else torch.div(
+            x.sum(0), len(inputs), rounding_mode="trunc")
+    elif op == "PREMUL_SUM":
+        r = (x * PREMUL).sum(0)
+    elif op == "MIN":
+        r = x.min(0).values
+    elif op == "MAX":
+        r = x.max(0).values
+    else:
+        r = x.prod(0)
+    return r.to(dtype)
+
+
+def check(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+    tol = {torch.bfloat16: 1e-2, torch.float16: 1e-3, torch.float32: 1e-6}.get(got.dtype, 0.0)
+    try:
+        torch.testing.assert_close(got, want, rtol=tol, atol=tol)
+    except AssertionError as e:
+        raise AssertionError(f"rank {RANK}: {what}: {e}") from None
+
+
+def supports(op: str, dtype: torch.dtype) -> bool:
+    return not (op == "PREMUL_SUM" and not dtype.is_floating_point)
+
+
+# ------------------------------------------------------------------------------------------
+def scenario_collectives(sizes=(1, 5, 4099), big: int = 1 << 20) -> dict:
+    """Every implemented collective x op x dtype x size, in-place and out-of-place."""
+    init()
+    ngroup = dist.get_world_size()
+    checks = 0
+    case = 0
+    for dtype in DTYPES:
+        for n in sizes:
+            case += 1
+            # all_gather_into_tensor: out-of-place, in-place, non-contiguous output.
+            inputs = [make_input(r, n, dtype, case) for r in range(ngroup)]
+            want = torch.cat(inputs)
+            out = torch.empty(ngroup * n, dtype=dtype)
+            dist.all_gather_into_tensor(out, inputs[RANK])
+            check(out, want, f"all_gather_into_tensor {dtype} n={n}")
+            buf = torch.zeros(ngroup * n, dtype=dtype)
+            buf[RANK * n:(RANK + 1) * n] = inputs[RANK]
+            dist.all_gather_into_tensor(buf, buf[RANK * n:(RANK + 1) * n])
+            check(buf, want, f"in-place all_gather_into_tensor {dtype} n={n}")
+            nc = torch.zeros(2, ngroup * n, dtype=dtype)[1]
+            nc_view = torch.zeros(ngroup * n, 2, dtype=dtype)[:, 0]  # stride 2
+            dist.all_gather_into_tensor(nc_view, inputs[RANK])
+            check(nc_view, want, f"non-contiguous all_gather_into_tensor {dtype} n={n}")
+            del nc
+            # all_gather (list) and broadcast from every root.
+            outs = [torch.empty(n, dtype=dtype) for _ in range(ngroup)]
+            dist.all_gather(outs, inputs[RANK])
+            check(torch.cat(outs), want, f"all_gather {dtype} n={n}")
+            for root in range(ngroup):
+                t = inputs[RANK].clone()
+                dist.broadcast(t, src=root)
+                check(t, inputs[root], f"broadcast root={root} {dtype} n={n}")
+            checks += 4 + ngroup
+            for op in OPS:
+                if not supports(op, dtype):
+                    continue
+                case += 1
+                # reduce_scatter_tensor: out-of-place and in-place.
+                ins = [make_input(r, ngroup * n, dtype, case, op) for r in range(ngroup)]
+                want = reference(ins, op, dtype).view(ngroup, n)[RANK]
+                out = torch.empty(n, dtype=dtype)
+                dist.reduce_scatter_tensor(out, ins[RANK].clone(), op=redop(op))
+                check(out, want, f"reduce_scatter_tensor {op} {dtype} n={n}")
+                buf = ins[RANK].clone()
+                dist.reduce_scatter_tensor(buf[RANK * n:(RANK + 1) * n], buf, op=redop(op))
+                check(buf[RANK * n:(RANK + 1) * n], want,
+                      f"in-place reduce_scatter_tensor {op} {dtype} n={n}")
+                # reduce_scatter (list of inputs).
+                out = torch.empty(n, dtype=dtype)
+                dist.reduce_scatter(out, list(ins[RANK].clone().view(ngroup, n).unbind(0)),
+                                    op=redop(op))
+                check(out, want, f"reduce_scatter {op} {dtype} n={n}")
+                # all_reduce: contiguous and a strided view.
+                t = make_input(RANK, n, dtype, case + 7, op)
+                want_ar = reference([make_input(r, n, dtype, case + 7, op)
+                                     for r in range(ngroup)], op, dtype)
+                dist.all_reduce(t, op=redop(op))
+                check(t, want_ar, f"all_reduce {op} {dtype} n={n}")
+                base = torch.zeros(n, 3, dtype=dtype)
+                base[:, 1] = make_input(RANK, n, dtype, case + 7, op)
+                view = base[:, 1]
+                dist.all_reduce(view, op=redop(op))
+                check(base[:, 1], want_ar, f"strided all_reduce {op} {dtype} n={n}")
+                check(base[:, 0], torch.zeros(n, dtype=dtype), "all_reduce wrote outside view")
+                checks += 5
+    # Coalesced forms (the fast path of _coalescing_manager) and async issue order.
+    rs_in = [torch.arange(ngroup * k, dtype=torch.float32) + RANK for k in (2, 3, 5)]
+    rs_out = [torch.empty(k) for k in (2, 3, 5)]
+    with dist._coalescing_manager(async_ops=True) as cm:
+        for o, i in zip(rs_out, rs_in):
+            dist.reduce_scatter_tensor(o, i, op=dist.ReduceOp.SUM)
+    cm.wait()
+    for o, k in zip(rs_out, (2, 3, 5)):
+        want = sum(torch.arange(ngroup * k, dtype=torch.float32) + r for r in range(ngroup))
+        check(o, want.view(ngroup, k)[RANK], f"reduce_scatter_tensor_coalesced k={k}")
+    ag_in = [torch.full((k,), float(RANK + k)) for k in (1, 4)]
+    ag_out = [torch.empty(ngroup * k) for k in (1, 4)]
+    with dist._coalescing_manager(async_ops=True) as cm:
+        for o, i in zip(ag_out, ag_in):
+            dist.all_gather_into_tensor(o, i)
+    cm.wait()
+    for o, k in zip(ag_out, (1, 4)):
+        check(o, torch.cat([torch.full((k,), float(r + k)) for r in range(ngroup)]),
+              f"allgather_into_tensor_coalesced k={k}")
+    ar = [torch.full((k,), float(RANK + 1)) for k in (2, 7)]
+    with dist._coalescing_manager(async_ops=True) as cm:
+        for t in ar:
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    cm.wait()
+    for t in ar:
+        check(t, torch.full_like(t, float(ngroup)), "allreduce_coalesced MAX")
+    checks += 7
+    # Large buffer: more than one pipeline chunk.
+    big = big // ngroup * ngroup
+    x = make_input(RANK, big, torch.float32, 4242)
+    out = torch.empty(ngroup * big)
+    dist.all_gather_into_tensor(out, x)
+    check(out, torch.cat([make_input(r, big, torch.float32, 4242) for r in range(ngroup)]),
+          "large all_gather_into_tensor")
+    rs = torch.empty(big // ngroup)
+    dist.reduce_scatter_tensor(rs, x)
+    want = reference([make_input(r, big, torch.float32, 4242) for r in range(ngroup)], "SUM",
+                     torch.float32).view(ngroup, -1)[RANK]
+    check(rs, want, "large reduce_scatter_tensor")
+    # Many async calls in flight, completed in issue order.
+    works, ts = [], []
+    for i in range(20):
+        t = torch.full((16,), float(i + RANK))
+        ts.append(t)
+        works.append(dist.all_reduce(t, async_op=True))
+    works[-1].wait()
+    assert all(w.is_completed() for w in works), "an earlier call completed after a later one"
+    for i, t in enumerate(ts):
+        check(t, torch.full((16,), float(ngroup * i + sum(range(ngroup)))), f"async #{i}")
+    dist.barrier()
+    checks += 23
+    counts = ht.hicoll_counts()
+    assert not ht.fallback_counts(), f"unexpected fallbacks: {ht.fallback_reasons()}"
+    st = ht.stats()
+    dist.destroy_process_group()
+    return {"checks": checks, "hicoll_counts": counts, "stats": st}
+
+
+def scenario_work_api() -> dict:
+    """Work objects: is_completed, wait(timeout), get_future, exceptions."""
+    init()
+    t = torch.ones(8) * (RANK + 1)
+    w = dist.all_reduce(t, async_op=True)
+    fut = w.get_future()
+    res = fut.wait()
+    assert isinstance(res, list) and res[0] is not None
+    check(t, torch.full((8,), float(sum(range(1, WORLD + 1)))), "future result")
+    assert w.is_completed() and w.is_success()
+    # A peer late by 3 s: a short wait times out, a later wait succeeds.
+    if RANK == 1:
+        time.sleep(3)
+    w = dist.barrier(async_op=True)
+    timed_out = False
+    if RANK == 0:
+        try:
+            w.wait(timeout=datetime.timedelta(milliseconds=300))
+        except Exception as e:  # DistBackendError
+            timed_out = "timed out" in str(e)
+    w.wait()
+    assert RANK != 0 or timed_out, "wait(300 ms) did not time out while a peer was 3 s late"
+    # Shape mismatch is refused on the caller's thread with a clear message.
+    try:
+        dist.all_gather_into_tensor(torch.empty(3), torch.empty(2))
+        raise AssertionError("mismatched sizes accepted")
+    except (RuntimeError, ValueError) as e:
+        assert "all_gather" in str(e) or "elements" in str(e), str(e)
+    dist.barrier()
+    dist.destroy_process_group()
+    return {"ok": True}
+
+
+def scenario_fallback() -> dict:
+    """Ops hicoll does not run go to gloo; counted, with reasons; results still right."""
+    init()
+    n = WORLD
+    # alltoall_single and alltoall (list)
+    inp = torch.arange(n * 2, dtype=torch.float32) + 100 * RANK
+    out = torch.empty(n * 2)
+    dist.all_to_all_single(out, inp)
+    want = torch.cat([torch.arange(n * 2, dtype=torch.float32)[2 * RANK:2 * RANK + 2] + 100 * r
+                      for r in range(n)])
+    check(out, want, "all_to_all_single")
+    outs = [torch.empty(2) for _ in range(n)]
+    dist.all_to_all(outs, list(inp.view(n, 2).unbind(0)))
+    check(torch.cat(outs), want, "all_to_all")
+    # send/recv ring
+    t = torch.full((4,), float(RANK))
+    r = torch.empty(4)
+    reqs = [dist.isend(t, (RANK + 1) % n), dist.irecv(r, (RANK - 1) % n)]
+    for q in reqs:
+        q.wait()
+    check(r, torch.full((4,), float((RANK - 1) % n)), "isend/irecv")
+    # gather / scatter / reduce
+    g = [torch.empty(3) for _ in range(n)] if RANK == 0 else None
+    dist.gather(torch.full((3,), float(RANK)), g, dst=0)
+    if RANK == 0:
+        check(torch.stack(g), torch.arange(n, dtype=torch.float32)[:, None].expand(n, 3), "gather")
+    s = torch.empty(3)
+    dist.scatter(s, [torch.full((3,), float(i * 10)) for i in range(n)] if RANK == 0 else None,
+                 src=0)
+    check(s, torch.full((3,), float(RANK * 10)), "scatter")
+    t = torch.full((5,), float(RANK + 1))
+    dist.reduce(t, dst=0)
+    if RANK == 0:
+        check(t, torch.full((5,), float(sum(range(1, n + 1)))), "reduce")
+    # A reduction hicoll declines (BAND) and a dtype it has no reduction for (int16).
+    t = torch.tensor([0b1111 ^ (1 << RANK)], dtype=torch.int32)
+    dist.all_reduce(t, op=dist.ReduceOp.BAND)
+    check(t, torch.tensor([0b1111 & ~sum(1 << r for r in range(n))], dtype=torch.int32), "BAND")
+    t = torch.tensor([1 << RANK], dtype=torch.int64)
+    dist.all_reduce(t, op=dist.ReduceOp.BOR)
+    check(t, torch.tensor([(1 << n) - 1]), "BOR")
+    # all_gather_object uses allgather on byte tensors (hicoll) -- still no fallback.
+    objs = [None] * n
+    dist.all_gather_object(objs, {"rank": RANK})
+    assert objs == [{"rank": r} for r in range(n)], objs
+    counts, reasons = ht.fallback_counts(), ht.fallback_reasons()
+    for op in ("alltoall_base", "alltoall", "send", "recv", "gather", "scatter", "reduce"):
+        assert counts.get(op, 0) >= 1, (op, counts)
+    assert counts["allreduce"] == 2, counts
+    assert "BOR" in reasons["allreduce"], reasons
+    dist.barrier()
+    dist.destroy_process_group()
+    return {"fallback_counts": counts, "reasons": reasons}
+
+
+def scenario_forced_fallback() -> dict:
+    """HICOLL_FORCE_FALLBACK=allgather,reducescatter: those go to gloo (AVG emulated)."""
+    init()
+    x = torch.full((4,), float(RANK))
+    out = torch.empty(4 * WORLD)
+    dist.all_gather_into_tensor(out, x)
+    check(out, torch.arange(WORLD, dtype=torch.float32).repeat_interleave(4), "forced allgather")
+    for op, want in (("AVG", sum(range(WORLD)) / WORLD), ("PREMUL_SUM", PREMUL * sum(range(WORLD))),
+                     ("SUM", sum(range(WORLD)))):
+        o = torch.empty(2)
+        dist.reduce_scatter_tensor(o, torch.full((2 * WORLD,), float(RANK)), op=redop(op))
+        check(o, torch.full((2,), float(want)), f"forced reduce_scatter {op}")
+    t = torch.full((3,), float(RANK))
+    dist.all_reduce(t, op=dist.ReduceOp.AVG)  # not forced: hicoll
+    check(t, torch.full((3,), sum(range(WORLD)) / WORLD), "allreduce AVG")
+    counts, hc = ht.fallback_counts(), ht.hicoll_counts()
+    assert counts == {"_allgather_base": 1, "_reduce_scatter_base": 3}, counts
+    assert hc.get("allreduce") == 1 and "_allgather_base" not in hc, hc
+    assert "HICOLL_FORCE_FALLBACK" in ht.fallback_reasons()["_allgather_base"]
+    dist.destroy_process_group()
+    return {"fallback_counts": counts}
+
+
+def scenario_subgroups() -> dict:
+    """new_group([0, 2]) and a 2x2 DeviceMesh: each group has its own communicator."""
+    from torch.distributed.device_mesh import init_device_mesh
+    init()
+    checks = 0
+    sub = dist.new_group([0, 2])
+    if RANK in (0, 2):
+        assert isinstance(sub._get_backend(torch.device("cpu")), ht.ProcessGroupHicoll)
+        t = torch.full((6,), float(RANK + 1))
+        dist.all_reduce(t, group=sub)
+        check(t, torch.full((6,), 4.0), "new_group([0,2]) all_reduce")
+        out = torch.empty(4)
+        dist.all_gather_into_tensor(out, torch.full((2,), float(RANK)), group=sub)
+        check(out, torch.tensor([0.0, 0, 2, 2]), "new_group all_gather")
+        t = torch.full((3,), float(RANK))
+        dist.broadcast(t, src=2, group=sub)  # global rank 2 = group rank 1
+        check(t, torch.full((3,), 2.0), "new_group broadcast")
+        checks += 3
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("rep", "shard"))
+    for dim in ("rep", "shard"):
+        g = mesh.get_group(dim)
+        ranks = dist.get_process_group_ranks(g)
+        t = torch.full((5,), float(RANK))
+        dist.all_reduce(t, group=g, op=dist.ReduceOp.MAX)
+        check(t, torch.full((5,), float(max(ranks))), f"mesh {dim} all_reduce MAX")
+        o = torch.empty(3)
+        dist.reduce_scatter_tensor(o, torch.arange(6, dtype=torch.float32) + RANK, group=g,
+                                   op=dist.ReduceOp.AVG)
+        me = g.rank()
+        want = torch.stack([torch.arange(6, dtype=torch.float32) + r for r in ranks]).mean(0)
+        check(o, want.view(2, 3)[me], f"mesh {dim} reduce_scatter AVG")
+        checks += 2
+    # DTensor redistribution uses the functional collectives on these groups.
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    full = torch.arange(16, dtype=torch.float32).view(4, 4)
+    dt = distribute_tensor(full, mesh, [Shard(0), Shard(1)])
+    back = dt.redistribute(mesh, [Replicate(), Replicate()]).to_local()
+    check(back, full, "DTensor Shard->Replicate")
+    checks += 1
+    split = None
+    if hasattr(dist.ProcessGroup, "split_group"):
+        # ProcessGroup.split_group -> Backend::split (torch >= 2.8).
+        wpg = dist.group.WORLD
+        mine = [0, 1] if RANK < 2 else [2, 3]
+        try:
+            spg = wpg.split_group(mine, timeout=TIMEOUT, group_name=f"split{mine[0]}")
+        except Exception as e:  # noqa: BLE001 -- report which torch refused it
+            split = f"refused: {e}"
+        else:
+            t = torch.full((2,), float(RANK))
+            spg.allreduce([t]).wait()
+            check(t, torch.full((2,), float(sum(mine))), "split_group allreduce")
+            split = "ok"
+            checks += 1
+    dist.barrier()
+    dist.destroy_process_group()
+    return {"checks": checks, "split": split}
+
+
+def scenario_backend_strings() -> dict:
+    """The smddp alias and mixed backend strings, each on its own store."""
+    seen = {}
+    specs = ["smddp", "cpu:gloo,cuda:hicoll"]
+    if torch.cuda.is_available():  # ProcessGroupNCCL refuses to exist without a GPU
+        specs.append("cpu:hicoll,cuda:nccl")
+    for i, spec in enumerate(specs):
+        init(spec, offset=i + 1)
+        pg = dist.group.WORLD
+        cpu = pg._get_backend(torch.device("cpu"))
+        cuda = pg._get_backend(torch.device("cuda"))
+        seen[spec] = [cpu.name(), cuda.name()]
+        t = torch.full((4,), float(RANK + 1))
+        dist.all_reduce(t)
+        check(t, torch.full((4,), float(sum(range(1, WORLD + 1)))), f"{spec} all_reduce")
+        out = torch.empty(2 * WORLD)
+        dist.all_gather_into_tensor(out, torch.full((2,), float(RANK)))
+        check(out, torch.arange(WORLD, dtype=torch.float32).repeat_interleave(2), f"{spec} ag")
+        if spec == "cpu:gloo,cuda:hicoll":
+            assert cpu.name() == "gloo" and isinstance(cuda, ht.ProcessGroupHicoll)
+        else:
+            assert isinstance(cpu, ht.ProcessGroupHicoll)
+            assert ht.hicoll_counts()["allreduce"] == 1
+        if torch.cuda.is_available() and spec == "cpu:gloo,cuda:hicoll":
+            # CUDA tensors on the hicoll backend go to NCCL (announced, counted).
+            torch.cuda.set_device(RANK % torch.cuda.device_count())
+            g = torch.full((4,), float(RANK + 1), device="cuda")
+            dist.all_reduce(g)
+            check(g.cpu(), torch.full((4,), float(sum(range(1, WORLD + 1)))), "cuda via nccl")
+            assert ht.fallback_counts(device="cuda")["allreduce"] == 1
+        dist.barrier()
+        dist.destroy_process_group()
+    return {"backends": seen}
+
+
+SCENARIOS = {k[len("scenario_"):]: v for k, v in globals().items() if k.startswith("scenario_")}
+
+
+def main() -> None:
+    name, args = sys.argv[1], json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
+    if name == "fsdp":
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from fsdp_parity import run as fn
+    else:
+        fn = SCENARIOS[name]
+    try:
+        result = fn(**args)
+    except BaseException:
+        traceback.print_exc()
+        sys.stdout.flush()
+        os._exit(1)  # do not hang in atexit handlers of a broken group
+    print("RESULT " + json.dumps(result, default=str), flush=True)
+
+
+if __name__ == "__main__":
+    main()

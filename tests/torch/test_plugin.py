@@ -1,0 +1,54 @@
+"""torch.distributed with backend="hicoll": collectives, Work API, fallback, sub-groups,
+backend strings. Each test launches one process group and batches many checks in it."""
+import pytest
+
+from harness import launch
+
+# (world, nodes, layout): 1-2 simulated nodes, contiguous and interleaved rank layouts.
+CONFIGS = [(2, 1, "block"), (2, 2, "block"), (3, 1, "block"), (4, 2, "block"),
+           (4, 2, "interleaved")]
+
+
+@pytest.mark.parametrize("world,nodes,layout", CONFIGS, ids=lambda v: str(v))
+def test_collectives(world, nodes, layout):
+    res = launch("collectives", world, nodes, layout)
+    for r in res:
+        assert r["checks"] > 500
+        assert r["hicoll_counts"]["_reduce_scatter_base"] > 0
+    st = res[0]["stats"]
+    assert st["nranks"] == world and st["nnodes"] == nodes
+    if nodes > 1:
+        assert st["allgather"]["bytes_inter"] > 0
+    else:
+        assert st["allgather"]["bytes_inter"] == 0
+
+
+def test_work_api():
+    launch("work_api", 2)
+
+
+def test_fallback_to_gloo():
+    res = launch("fallback", 4, 2, env={"HICOLL_DEBUG": "INFO"})
+    assert res[0]["fallback_counts"]["alltoall_base"] == 1
+
+
+def test_forced_fallback():
+    launch("forced_fallback", 2, env={"HICOLL_FORCE_FALLBACK": "allgather,reducescatter"})
+
+
+def test_subgroups():
+    res = launch("subgroups", 4, 2)
+    assert all(r["checks"] >= 5 for r in res)
+
+
+def test_backend_strings():
+    res = launch("backend_strings", 2)
+    assert res[0]["backends"]["smddp"][0] == "hicoll"
+    assert res[0]["backends"]["cpu:gloo,cuda:hicoll"] == ["gloo", "hicoll"]
+
+
+@pytest.mark.parametrize("mode,world,nodes", [("fsdp", 2, 2), ("fsdp", 4, 2), ("bf16", 2, 1),
+                                              ("hsdp", 4, 2)])
+def test_fsdp2_parity(mode, world, nodes):
+    res = launch("fsdp", world, nodes, mode=mode, steps=20)
+    assert res[0]["max_rel"] <= (2e-2 if mode == "bf16" else 1e-5)
