@@ -1,0 +1,91 @@
+#include "device/fi_hmem.h"
+
+#include <rdma/fabric.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_errno.h>
+#include <sys/uio.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include <fmt/format.h>
+
+namespace hicoll::dev {
+namespace {
+
+constexpr uint32_t kFiApiVersion = FI_VERSION(1, 14);
+
+struct InfoDeleter {
+  void operator()(fi_info* i) const { fi_freeinfo(i); }
+};
+using InfoPtr = std::unique_ptr<fi_info, InfoDeleter>;
+struct FidDeleter {
+  void operator()(fid* f) const { fi_close(f); }
+};
+using FidPtr = std::unique_ptr<fid, FidDeleter>;
+
+std::string libVersion() {
+  const uint32_t v = fi_version();
+  return fmt::format("{}.{}", FI_MAJOR(v), FI_MINOR(v));
+}
+
+}  // namespace
+
+HmemProbe probeFiHmem(const std::string& provider_knob, int cuda_device, void* dev_buf, size_t len) {
+  HmemProbe out;
+  const char* env = std::getenv("FI_PROVIDER");
+  const std::string provider = env && *env ? env : provider_knob;
+  InfoPtr hints(fi_allocinfo());
+  if (!hints) {
+    out.detail = "fi_allocinfo failed";
+    return out;
+  }
+  hints->caps = FI_TAGGED | FI_MSG | FI_HMEM;
+  hints->ep_attr->type = FI_EP_RDM;
+  hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_HMEM | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+  hints->fabric_attr->prov_name = strdup(provider.c_str());  // freed by fi_freeinfo
+  fi_info* raw = nullptr;
+  int rc = fi_getinfo(kFiApiVersion, nullptr, nullptr, 0, hints.get(), &raw);
+  InfoPtr info(raw);
+  if (rc != 0 || !info) {
+    out.detail = fmt::format("provider '{}' of libfabric {} offers no FI_HMEM endpoint ({})", provider, libVersion(),
+                             fi_strerror(-rc));
+    return out;
+  }
+  fid_fabric* fabric = nullptr;
+  rc = fi_fabric(info->fabric_attr, &fabric, nullptr);
+  if (rc != 0) {
+    out.detail = fmt::format("provider '{}' advertises FI_HMEM but fi_fabric failed: {}", provider, fi_strerror(-rc));
+    return out;
+  }
+  FidPtr fabric_guard(&fabric->fid);
+  fid_domain* domain = nullptr;
+  rc = fi_domain(fabric, info.get(), &domain, nullptr);
+  if (rc != 0) {
+    out.detail = fmt::format("provider '{}' advertises FI_HMEM but fi_domain failed: {}", provider, fi_strerror(-rc));
+    return out;
+  }
+  FidPtr domain_guard(&domain->fid);
+  iovec iov{dev_buf, len};
+  fi_mr_attr attr{};
+  attr.mr_iov = &iov;
+  attr.iov_count = 1;
+  attr.access = FI_SEND | FI_RECV;
+  attr.iface = FI_HMEM_CUDA;
+  attr.device.cuda = cuda_device;
+  fid_mr* mr = nullptr;
+  rc = fi_mr_regattr(domain, &attr, 0, &mr);
+  if (rc != 0) {
+    out.detail = fmt::format("provider '{}' of libfabric {} advertises FI_HMEM but cannot register CUDA memory ({}); "
+                             "libfabric was built without CUDA support",
+                             provider, libVersion(), fi_strerror(-rc));
+    return out;
+  }
+  fi_close(&mr->fid);
+  out.cuda_registration = true;
+  out.detail = fmt::format("provider '{}' of libfabric {} registers CUDA memory (FI_HMEM_CUDA)", provider, libVersion());
+  return out;
+}
+
+}  // namespace hicoll::dev

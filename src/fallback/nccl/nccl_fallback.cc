@@ -1,0 +1,169 @@
+#include "fallback/nccl/nccl_fallback.h"
+
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "device/numeric.h"
+
+namespace hicoll::nccl {
+namespace {
+
+// One rank's outcome of loading the library, exchanged so that every rank fails alike.
+struct LoadStatus {
+  int32_t code;  // hcResult_t
+  char error[252];
+};
+static_assert(sizeof(LoadStatus) == 256, "LoadStatus is a wire struct");
+
+// Rank 0's unique id (or why it has none), broadcast to all.
+struct IdMessage {
+  int32_t code;
+  char error[124];
+  UniqueId id;
+};
+static_assert(sizeof(IdMessage) == 256, "IdMessage is a wire struct");
+
+hcResult_t codeOf(Result r) {
+  switch (r) {
+    case Success: return hcSuccess;
+    case InvalidArgument: return hcInvalidArgument;
+    case InvalidUsage: return hcInvalidUsage;
+    case RemoteError: return hcRemoteError;
+    case InternalError: return hcInternalError;
+    case InProgress: return hcInProgress;
+    default: return hcSystemError;  // system and unhandled CUDA errors
+  }
+}
+
+}  // namespace
+
+DataType toNccl(hcDataType_t t) {
+  switch (t) {
+    case hcInt8: return Int8;
+    case hcUint8: return Uint8;
+    case hcInt32: return Int32;
+    case hcUint32: return Uint32;
+    case hcInt64: return Int64;
+    case hcUint64: return Uint64;
+    case hcFloat16: return Float16;
+    case hcFloat32: return Float32;
+    case hcFloat64: return Float64;
+    case hcBfloat16: return Bfloat16;
+    default: HC_THROW(hcInvalidArgument, "NCCL fallback: no NCCL datatype for hicoll datatype {}", static_cast<int>(t));
+  }
+}
+
+RedOp toNccl(OpKind k) {
+  switch (k) {
+    case OpKind::Sum: return Sum;
+    case OpKind::Prod: return Prod;
+    case OpKind::Max: return Max;
+    case OpKind::Min: return Min;
+    case OpKind::Avg: return Avg;
+    default: HC_THROW(hcInternalError, "NCCL fallback: {} is not a built-in NCCL op", opName(k));
+  }
+}
+
+Fallback::Fallback(std::string lib_path, int rank, int nranks, BootstrapOps ops)
+    : lib_path_(std::move(lib_path)), rank_(rank), nranks_(nranks), ops_(std::move(ops)) {}
+
+Fallback::~Fallback() {
+  if (!comm_) return;
+  Result r = aborted_ ? lib_->fn().commAbort(comm_) : lib_->fn().commDestroy(comm_);
+  if (r != Success) HC_WARN("NCCL fallback: {} failed: {}", aborted_ ? "ncclCommAbort" : "ncclCommDestroy",
+                            lib_->describe(r, nullptr));
+}
+
+void Fallback::init() {
+  // 1. Every rank loads the library; all learn whether anyone failed.
+  LoadStatus mine{};
+  try {
+    lib_ = Library::open(lib_path_);
+  } catch (const Error& e) {
+    mine.code = e.code();
+    std::snprintf(mine.error, sizeof mine.error, "%s", e.what());
+  }
+  std::vector<LoadStatus> all(static_cast<size_t>(nranks_));
+  ops_.allgather(&mine, all.data(), sizeof mine);
+  for (int r = 0; r < nranks_; ++r) {
+    if (all[r].code == hcSuccess) continue;
+    if (r == rank_) HC_THROW(static_cast<hcResult_t>(all[r].code), "{}", all[r].error);
+    HC_THROW(hcRemoteError, "NCCL fallback: rank {} could not load NCCL: {}", r, all[r].error);
+  }
+  // 2. Rank 0 makes the unique id and broadcasts it (or its failure).
+  IdMessage msg{};
+  if (rank_ == 0) {
+    Result r = lib_->fn().getUniqueId(&msg.id);
+    if (r != Success) {
+      msg.code = codeOf(r);
+      std::snprintf(msg.error, sizeof msg.error, "ncclGetUniqueId: %s", lib_->describe(r, nullptr).c_str());
+    }
+  }
+  ops_.broadcast(&msg, sizeof msg, 0);
+  if (msg.code != hcSuccess)
+    HC_THROW(rank_ == 0 ? static_cast<hcResult_t>(msg.code) : hcRemoteError, "NCCL fallback: rank 0: {}", msg.error);
+  // 3. The NCCL communicator (collective inside NCCL; bounded by NCCL's own timeouts).
+  CommHandle c = nullptr;
+  Result r = lib_->fn().commInitRank(&c, nranks_, msg.id, rank_);
+  HC_CHECK(r == Success, codeOf(r), "NCCL fallback: ncclCommInitRank(nranks {}, rank {}) failed: {}", nranks_, rank_,
+           lib_->describe(r, c));
+  comm_ = c;
+  HC_INFO("NCCL fallback ready: {} (NCCL version code {}), {} ranks", lib_->path(), lib_->version(), nranks_);
+}
+
+void Fallback::check(Result r, const char* fn, const CollArgs& a) {
+  if (r == Success) return;
+  HC_THROW(codeOf(r), "NCCL fallback: {} for {} failed: {}", fn, describe(a), lib_->describe(r, comm_));
+}
+
+void Fallback::run(const CollArgs& a) {
+  if (!comm_) {
+    HC_CHECK(init_code_ == hcSuccess, init_code_, "{}", init_error_);
+    try {
+      init();
+    } catch (const Error& e) {
+      init_code_ = e.code();
+      init_error_ = e.what();
+      throw;
+    }
+  }
+  const Functions& f = lib_->fn();
+  Result async = Success;
+  Result r = f.commGetAsyncError(comm_, &async);
+  check(r, "ncclCommGetAsyncError", a);
+  HC_CHECK(async == Success, hcRemoteError, "NCCL fallback: the NCCL communicator failed earlier: {}",
+           lib_->describe(async, comm_));
+
+  const DataType dt = toNccl(a.dtype);
+  switch (a.coll) {
+    case hcCollAllGather: check(f.allGather(a.send, a.recv, a.count, dt, comm_, a.stream), "ncclAllGather", a); return;
+    case hcCollBroadcast:
+      check(f.broadcast(a.send, a.recv, a.count, dt, a.root, comm_, a.stream), "ncclBroadcast", a);
+      return;
+    case hcCollReduceScatter:
+    case hcCollAllReduce: break;
+    default: HC_THROW(hcInvalidUsage, "NCCL fallback: {} is not a device collective", collName(a.coll));
+  }
+  RedOp op;
+  const bool premul = a.op.kind == OpKind::PreMulSum;
+  if (premul) {
+    alignas(8) unsigned char scalar[8] = {};
+    num::encodeScalar(a.op.scalar, a.dtype, scalar);
+    check(f.redOpCreatePreMulSum(&op, scalar, dt, ScalarHostImmediate, comm_), "ncclRedOpCreatePreMulSum", a);
+  } else {
+    op = toNccl(a.op.kind);
+  }
+  Result rc = a.coll == hcCollReduceScatter ? f.reduceScatter(a.send, a.recv, a.count, dt, op, comm_, a.stream)
+                                            : f.allReduce(a.send, a.recv, a.count, dt, op, comm_, a.stream);
+  // NCCL allows destroying the op as soon as the collective using it has been enqueued.
+  if (premul) {
+    Result rd = f.redOpDestroy(op, comm_);
+    if (rd != Success && rc == Success) check(rd, "ncclRedOpDestroy", a);
+  }
+  check(rc, a.coll == hcCollReduceScatter ? "ncclReduceScatter" : "ncclAllReduce", a);
+}
+
+}  // namespace hicoll::nccl

@@ -1,0 +1,55 @@
+// The NCCL fallback of the device path: hicoll's collectives forwarded to NCCL on the user's
+// stream. The NCCL communicator is created on first use, with its unique id passed over
+// hicoll's bootstrap, so a communicator that never falls back never loads NCCL.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "core/coll.h"
+#include "fallback/nccl/nccl_library.h"
+
+namespace hicoll::nccl {
+
+// hicoll -> NCCL mappings (throw hcInvalidArgument for values NCCL has no match for).
+DataType toNccl(hcDataType_t t);
+RedOp toNccl(OpKind k);  // built-in ops only; PreMulSum is created per call
+
+// The bootstrap collectives the fallback needs (all ranks call them in the same order).
+struct BootstrapOps {
+  std::function<void(const void* mine, void* all, size_t len)> allgather;
+  std::function<void(void* data, size_t len, int root)> broadcast;
+};
+
+class Fallback {
+ public:
+  Fallback(std::string lib_path, int rank, int nranks, BootstrapOps ops);
+  ~Fallback();  // ncclCommDestroy, or ncclCommAbort after abort()
+  Fallback(const Fallback&) = delete;
+  Fallback& operator=(const Fallback&) = delete;
+
+  // Enqueues a on NCCL (a.stream is the cudaStream_t). The first call on every rank creates
+  // the NCCL communicator (collective). Throws hicoll::Error naming the NCCL function, its
+  // error string and ncclGetLastError's text.
+  void run(const CollArgs& a);
+  // The communicator is unusable: destroy it with ncclCommAbort.
+  void abort() { aborted_ = true; }
+  bool initialized() const { return comm_ != nullptr; }
+  const Library* library() const { return lib_.get(); }
+
+ private:
+  void init();
+  void check(Result r, const char* fn, const CollArgs& a);
+
+  std::string lib_path_;
+  int rank_, nranks_;
+  BootstrapOps ops_;
+  std::shared_ptr<Library> lib_;
+  CommHandle comm_ = nullptr;
+  bool aborted_ = false;
+  hcResult_t init_code_ = hcSuccess;  // a failed creation is repeated to later calls
+  std::string init_error_;
+};
+
+}  // namespace hicoll::nccl
