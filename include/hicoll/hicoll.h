@@ -122,7 +122,8 @@ typedef enum {
 
 typedef struct {
   uint64_t calls[hcNumPaths];   /* calls by path taken */
-  uint64_t bytes_intra;         /* payload bytes this rank sent to ranks on its node */
+  uint64_t bytes_intra;         /* payload bytes moved between this rank and its node's ranks
+                                   (sent, or read by this rank from their buffers) */
   uint64_t bytes_inter;         /* payload bytes this rank sent to ranks on other nodes */
   char last_fallback_reason[128];
 } hcCollStats;
@@ -169,7 +170,8 @@ HC_API hcResult_t hcCommInitRankStore(hcComm_t* comm, int nranks, int rank, cons
  * (then by parent rank). color < 0 (HC_SPLIT_NOCOLOR) returns *newcomm = NULL. */
 #define HC_SPLIT_NOCOLOR (-1)
 HC_API hcResult_t hcCommSplit(hcComm_t comm, int color, int key, hcComm_t* newcomm);
-/* Frees the communicator; collective-free, safe after an error. */
+/* Frees the communicator; safe after an error. With ranks on other nodes it first meets them
+ * (bounded by HICOLL_TIMEOUT_MS) so that messages in flight are delivered. */
 HC_API hcResult_t hcCommDestroy(hcComm_t comm);
 /* Marks the communicator failed so peers stop waiting on it, then frees it. */
 HC_API hcResult_t hcCommAbort(hcComm_t comm);

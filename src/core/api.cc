@@ -208,6 +208,16 @@ hcResult_t hcCommDestroy(hcComm_t comm) {
   if (!comm) return hcInvalidArgument;
   hcResult_t r = guard(nullptr, "hcCommDestroy", [&] {
     if (comm->device) comm->device->drain();
+    // A send completes locally before its receiver matched it; closing the endpoint then can
+    // lose it (libfabric's net provider does). Meet the other ranks first, bounded.
+    if (comm->ofi && !comm->failed.load()) {
+      ScopedLogRank lr(comm->rank);
+      try {
+        comm->bootstrap->barrier();
+      } catch (const Error& e) {
+        HC_WARN("hcCommDestroy: ranks did not all reach destroy: {}", e.what());
+      }
+    }
   });
   delete comm;
   return r;

@@ -1,0 +1,152 @@
+// Tier 2: ranks as threads, bootstrapped through the injectable store (hcCommInitRankStore)
+// and through hcGetUniqueId / hcCommInitRank.
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "../mp/checks.h"
+#include "hicoll/hicoll.hpp"
+
+namespace {
+
+// A key-value store as a c10d Store would be handed in: C callbacks over a map.
+struct MapStore {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<std::string, std::string> kv;
+  static int set(void* ctx, const char* key, const void* v, size_t len) {
+    auto* s = static_cast<MapStore*>(ctx);
+    {
+      std::lock_guard<std::mutex> l(s->mu);
+      s->kv[key] = std::string(static_cast<const char*>(v), len);
+    }
+    s->cv.notify_all();
+    return 0;
+  }
+  static int get(void* ctx, const char* key, void* v, size_t len, int timeout_ms) {
+    auto* s = static_cast<MapStore*>(ctx);
+    std::unique_lock<std::mutex> l(s->mu);
+    if (!s->cv.wait_for(l, std::chrono::milliseconds(timeout_ms), [&] { return s->kv.count(key) > 0; })) return 1;
+    const std::string& x = s->kv[key];
+    if (x.size() != len) return 2;
+    std::memcpy(v, x.data(), len);
+    return 0;
+  }
+  hcStoreOps ops() { return hcStoreOps{sizeof(hcStoreOps), this, &MapStore::set, &MapStore::get}; }
+};
+
+void onThreads(int n, const std::function<void(int, hcComm_t)>& body) {
+  MapStore store;
+  hcStoreOps ops = store.ops();
+  std::vector<std::thread> ts;
+  for (int r = 0; r < n; ++r)
+    ts.emplace_back([&, r] {
+      hcComm_t c = nullptr;
+      ASSERT_EQ(hcCommInitRankStore(&c, n, r, &ops, "test"), hcSuccess) << hcGetLastError(nullptr);
+      body(r, c);
+      EXPECT_EQ(hcCommDestroy(c), hcSuccess);
+    });
+  for (auto& t : ts) t.join();
+}
+
+TEST(Api, MatrixOnThreeThreads) {
+  onThreads(3, [](int, hcComm_t c) { EXPECT_EQ(hctest::checkMatrix(c, {0, 1, 17, 1000}), 0); });
+}
+
+TEST(Api, UniqueIdRendezvous) {
+  hcUniqueId id;
+  ASSERT_EQ(hcGetUniqueId(&id), hcSuccess);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < 4; ++r)
+    ts.emplace_back([&, r] {
+      hcComm_t c = nullptr;
+      ASSERT_EQ(hcCommInitRank(&c, 4, id, r), hcSuccess) << hcGetLastError(nullptr);
+      EXPECT_EQ(hctest::checkAllReduce(c, hcFloat32, hcSum, 999, false, 1), 0);
+      EXPECT_EQ(hcBarrier(c), hcSuccess);
+      hcCommDestroy(c);
+    });
+  for (auto& t : ts) t.join();
+}
+
+TEST(Api, InvalidArgumentsAreRejectedWithAMessage) {
+  onThreads(2, [](int rank, hcComm_t c) {
+    std::vector<float> buf(64);
+    EXPECT_EQ(hcAllGather(buf.data(), buf.data(), 4, static_cast<hcDataType_t>(42), c, nullptr), hcInvalidArgument);
+    EXPECT_NE(std::string(hcGetLastError(c)).find("datatype"), std::string::npos);
+    EXPECT_EQ(hcAllGather(nullptr, buf.data(), 4, hcFloat32, c, nullptr), hcInvalidArgument);
+    // Overlapping, but not the in-place position.
+    EXPECT_EQ(hcAllGather(buf.data() + 1, buf.data(), 4, hcFloat32, c, nullptr), hcInvalidArgument);
+    EXPECT_NE(std::string(hcGetLastError(c)).find("in place"), std::string::npos);
+    EXPECT_EQ(hcReduceScatter(buf.data(), buf.data() + 1, 4, hcFloat32, hcSum, c, nullptr), hcInvalidArgument);
+    EXPECT_EQ(hcAllReduce(buf.data(), buf.data() + 1, 4, hcFloat32, hcSum, c, nullptr), hcInvalidArgument);
+    EXPECT_EQ(hcBroadcast(buf.data(), buf.data(), 4, hcFloat32, 7, c, nullptr), hcInvalidArgument);
+    EXPECT_EQ(hcAllReduce(buf.data(), buf.data(), 4, hcFloat32, static_cast<hcRedOp_t>(77), c, nullptr),
+              hcInvalidArgument);
+    // A stream in a build without CUDA, or device work on host memory: never silently wrong.
+    hcResult_t r = hcAllGather(buf.data(), buf.data() + 32, 4, hcFloat32, c, reinterpret_cast<void*>(1));
+    EXPECT_NE(r, hcSuccess);
+    // Zero counts complete at once, even with NULL buffers.
+    EXPECT_EQ(hcAllGather(nullptr, nullptr, 0, hcFloat32, c, nullptr), hcSuccess);
+    EXPECT_EQ(hcReduceScatter(nullptr, nullptr, 0, hcFloat32, hcSum, c, nullptr), hcSuccess);
+    // Still usable afterwards.
+    EXPECT_EQ(hctest::checkAllGather(c, hcInt64, 10, rank == 0, 3), 0);
+  });
+}
+
+TEST(Api, PreMulSumLifecycle) {
+  onThreads(2, [](int, hcComm_t c) {
+    float s = 0.25f;
+    hcRedOp_t op;
+    ASSERT_EQ(hcRedOpCreatePreMulSum(&op, &s, hcFloat32, c), hcSuccess);
+    EXPECT_GE(static_cast<int>(op), static_cast<int>(hcNumOps));
+    std::vector<float> in(10, 4.0f), out(10);
+    ASSERT_EQ(hcAllReduce(in.data(), out.data(), 10, hcFloat32, op, c, nullptr), hcSuccess);
+    for (float v : out) EXPECT_EQ(v, 2.0f);  // 0.25 * (4 + 4)
+    EXPECT_EQ(hcRedOpDestroy(op, c), hcSuccess);
+    EXPECT_EQ(hcRedOpDestroy(op, c), hcInvalidArgument);
+    EXPECT_EQ(hcAllReduce(in.data(), out.data(), 10, hcFloat32, op, c, nullptr), hcInvalidArgument);
+  });
+}
+
+TEST(Api, StatsCountCallsByPath) {
+  onThreads(2, [](int, hcComm_t c) {
+    std::vector<float> in(100, 1), out(200);
+    for (int i = 0; i < 3; ++i) ASSERT_EQ(hcAllGather(in.data(), out.data(), 100, hcFloat32, c, nullptr), hcSuccess);
+    hcStats s = HC_STATS_INITIALIZER;
+    ASSERT_EQ(hcCommGetStats(c, &s), hcSuccess);
+    EXPECT_EQ(s.nranks, 2);
+    EXPECT_EQ(s.nnodes, 1);
+    EXPECT_EQ(s.coll[hcCollAllGather].calls[hcPathHierarchical], 3u);
+    EXPECT_EQ(s.coll[hcCollAllGather].bytes_inter, 0u);
+    EXPECT_EQ(s.coll[hcCollAllGather].bytes_intra, 3u * 400);  // one peer's block per call
+  });
+}
+
+TEST(Api, CppRaiiWrapper) {
+  MapStore store;
+  hcStoreOps ops = store.ops();
+  std::vector<std::thread> ts;
+  for (int r = 0; r < 2; ++r)
+    ts.emplace_back([&, r] {
+      hicoll::Comm comm = hicoll::Comm::fromStore(2, r, ops, "raii");
+      std::vector<int32_t> in{r + 1}, out(2);
+      comm.allGather(in.data(), out.data(), 1, hcInt32);
+      EXPECT_EQ(out, (std::vector<int32_t>{1, 2}));
+      hicoll::Comm sub = comm.split(0, -r);
+      EXPECT_EQ(sub.rank(), 1 - r);
+      try {
+        comm.allReduce(in.data(), out.data(), 1, static_cast<hcDataType_t>(42), hcSum);
+        ADD_FAILURE() << "no exception";
+      } catch (const hicoll::CommError& e) {
+        EXPECT_EQ(e.code(), hcInvalidArgument);
+      }
+    });
+  for (auto& t : ts) t.join();
+}
+
+}  // namespace

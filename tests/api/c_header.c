@@ -1,0 +1,18 @@
+/* The header is C, and the library answers without a communicator. */
+#include <stdio.h>
+#include <string.h>
+
+#include "hicoll/hicoll.h"
+
+int main(void) {
+  int v = 0;
+  if (hcGetVersion(&v) != hcSuccess || v != HICOLL_VERSION_CODE) return 1;
+  if (hcTypeSize(hcBfloat16) != 2 || hcTypeSize(hcFloat64) != 8 || hcTypeSize((hcDataType_t)99) != 0) return 2;
+  if (strcmp(hcGetErrorString(hcTimeout), "timeout") != 0) return 3;
+  if (hcAllGather(NULL, NULL, 0, hcFloat32, NULL, NULL) != hcInvalidArgument) return 4;
+  if (hcCommInitRank(NULL, 1, (hcUniqueId){{0}}, 0) != hcInvalidArgument) return 5;
+  hcStats s = HC_STATS_INITIALIZER;
+  if (s.size != sizeof(hcStats)) return 6;
+  printf("ok\n");
+  return 0;
+}

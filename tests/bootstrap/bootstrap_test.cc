@@ -1,0 +1,64 @@
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "bootstrap/bootstrap.h"
+#include "bootstrap/tcp_store.h"
+#include "core/error.h"
+
+namespace hicoll {
+namespace {
+
+void onThreads(int n, const std::shared_ptr<Store>& store, const std::function<void(Bootstrap&)>& f) {
+  std::vector<std::thread> ts;
+  for (int r = 0; r < n; ++r)
+    ts.emplace_back([&, r] {
+      Bootstrap bs(store, "t", r, n, 5000);
+      f(bs);
+    });
+  for (auto& t : ts) t.join();
+}
+
+TEST(Bootstrap, AllgatherBroadcastSplitInMemory) {
+  onThreads(5, makeInMemoryStore(), [](Bootstrap& bs) {
+    int mine = bs.rank() * 10, all[5];
+    bs.allgather(&mine, all, sizeof mine);
+    for (int r = 0; r < 5; ++r) EXPECT_EQ(all[r], r * 10);
+    int v = bs.rank() == 3 ? 42 : 0;
+    bs.broadcast(&v, sizeof v, 3);
+    EXPECT_EQ(v, 42);
+    std::vector<int> members;
+    auto sub = bs.split(bs.rank() % 2, -bs.rank(), &members);
+    ASSERT_TRUE(sub);
+    EXPECT_EQ(members, bs.rank() % 2 ? (std::vector<int>{3, 1}) : (std::vector<int>{4, 2, 0}));
+    int sm = bs.rank(), sall[3] = {};
+    sub->allgather(&sm, sall, sizeof sm);
+    EXPECT_EQ(sall[sub->rank()], bs.rank());
+    bs.barrier();
+  });
+}
+
+TEST(Bootstrap, TcpStoreServesRanksAndRejectsStrangers) {
+  SockAddr addr = addressOfInterface("");
+  Secret secret = randomSecret();
+  auto server = startTcpStoreServer(addr, secret);
+  Secret wrong = secret;
+  wrong[0] ^= 1;
+  EXPECT_THROW(connectTcpStore(server->address(), wrong, 0, 2, 2000), Error);
+  auto a = connectTcpStore(server->address(), secret, 0, 2, 2000);
+  EXPECT_THROW(connectTcpStore(server->address(), secret, 0, 2, 2000), Error);  // rank 0 is taken
+  auto b = connectTcpStore(server->address(), secret, 1, 2, 2000);
+  std::thread t([&] { a->set("k", {1, 2, 3}); });
+  EXPECT_EQ(b->get("k", 3, 2000), (std::vector<uint8_t>{1, 2, 3}));
+  t.join();
+  try {
+    b->get("never", 1, 200);
+    ADD_FAILURE() << "no timeout";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), hcTimeout);
+    EXPECT_NE(std::string(e.what()).find("never"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace hicoll
