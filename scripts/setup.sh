@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs what hicoll needs on a fresh Debian 12 machine, creates .venv (torch pinned in
+# plugins/torch/requirements.txt; pip's cache keeps the wheels for the next run), builds
+# everything into build/ and installs the torch plugin into .venv.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { echo "== setup: $*"; }
+
+packages=(build-essential cmake ninja-build pkg-config git rsync
+  libfabric-dev libfabric-bin libopenmpi-dev openmpi-bin
+  libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev libfmt-dev
+  fortunes-min iproute2 python3-venv)
+missing=()
+for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  log "apt-get install ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  log "creating .venv"
+  python3 -m venv .venv
+fi
+log "pip install -r plugins/torch/requirements.txt"
+.venv/bin/pip install -q --disable-pip-version-check -r plugins/torch/requirements.txt matplotlib
+
+torch_dir=$(.venv/bin/python -c 'import torch, os; print(os.path.join(torch.utils.cmake_prefix_path, "Torch"))')
+jobs=${HICOLL_BUILD_JOBS:-$(nproc)}
+log "cmake build (jobs $jobs)"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTorch_DIR="$torch_dir" >/dev/null
+ninja -C build -j "$jobs"
+
+log "torch plugin into .venv"
+MAX_JOBS=$jobs HICOLL_BUILD_DIR="$PWD/build" .venv/bin/pip install -q --disable-pip-version-check \
+  --no-build-isolation --no-deps plugins/torch
+.venv/bin/python -c "import hicoll.torch" && log "import hicoll.torch: ok"
