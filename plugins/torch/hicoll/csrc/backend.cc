@@ -290,7 +290,15 @@ c10::intrusive_ptr<c10d::Backend> HicollBackend::split(const c10::intrusive_ptr<
                                    ? cfg_.global_ranks[r]
                                    : static_cast<uint64_t>(r));
   }
-  return c10::make_intrusive<HicollBackend>(store, static_cast<int>(it - ranks.begin()),
+  // splitGroup hands every split the parent's store: key the bootstrap by the new group.
+  // torch names each split uniquely; without a name, the members and a per-parent count.
+  std::string key = cfg.group_name;
+  if (key.empty()) {
+    for (int r : ranks) key += c10::str(r, ",");
+    key += c10::str("#", split_count_++);
+  }
+  auto split_store = c10::make_intrusive<c10d::PrefixStore>("hicoll_split/" + key, store);
+  return c10::make_intrusive<HicollBackend>(split_store, static_cast<int>(it - ranks.begin()),
                                             static_cast<int>(ranks.size()), std::move(cfg));
 }
 #endif

@@ -209,6 +209,7 @@ class HicollBackend : public c10d::Backend {
   int log_level_ = 1;             // HICOLL_DEBUG: 0 none, 1 warn, 2 info, 3 trace
 
   std::atomic<uint64_t> seq_{0};
+  uint64_t split_count_ = 0;  // splits made from this backend (a unique store prefix each)
   mutable std::mutex stats_mu_;
   std::map<std::string, int64_t> hicoll_calls_, fallback_calls_;
   std::map<std::string, std::string> fallback_reasons_;
