@@ -85,7 +85,4 @@ Geometry geometry(Coll c, size_t bytes, size_t type_size, int nranks);
 void bandwidth(Coll c, const Geometry& g, size_t type_size, int nranks, double seconds,
                double* algbw, double* busbw);
 
-// Single-core memcpy bandwidth in GB/s for `bytes` (median of several timed copies).
-double memcpyBandwidth(size_t bytes);
-
 }  // namespace agbench

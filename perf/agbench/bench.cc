@@ -193,14 +193,25 @@ class Runner {
     return wrong;
   }
 
-  double memcpyFor(size_t bytes) {
-    if (auto it = w_.memcpy_pre.find(bytes); it != w_.memcpy_pre.end()) return it->second;
-    // No launching process measured it (external launcher): rank 0 measures while the others
-    // wait in a barrier.
+  // Single-core memcpy of the row's full buffer by rank 0, timed like a variant (same
+  // barrier, same iteration count) while the other ranks wait in the barrier.
+  double timeMemcpy(size_t bytes) {
     w_.sync->barrier();
-    double gbps = me_ == 0 ? memcpyBandwidth(bytes) : -1;
+    double sec = 0;
+    if (me_ == 0 && bytes > 0) {
+      if (!cpy_src_) {
+        cpy_src_ = std::make_unique<GuardedBuffer>(send_->bytes());
+        cpy_dst_ = std::make_unique<GuardedBuffer>(send_->bytes());
+      }
+      auto t0 = Clock::now();
+      for (int i = 0; i < a_.iters; ++i) {
+        std::memcpy(cpy_dst_->data(), cpy_src_->data(), bytes);
+        asm volatile("" : : "r"(cpy_dst_->data()) : "memory");  // keep every copy
+      }
+      sec = std::chrono::duration<double>(Clock::now() - t0).count() / a_.iters;
+    }
     w_.sync->barrier();
-    return gbps;
+    return sec;
   }
 
   RowStats statsDelta(const hcStats& before, const hcStats& after, hcColl_t ci) {
@@ -249,7 +260,6 @@ class Runner {
       row.v[k].oop.ran = w_.variants[k]->supports(a_.coll, t, op, false);
       row.v[k].ip.ran = w_.variants[k]->supports(a_.coll, t, op, true);
     }
-    if (a_.has(Baseline::Memcpy)) row.memcpy_gbps = memcpyFor(g.size_bytes);
 
     const uint64_t base_seed = (static_cast<uint64_t>(row_index) << 24) ^ 0x5eed;
     fillForTiming(g, t, op, base_seed);
@@ -263,23 +273,50 @@ class Runner {
         if ((ip ? row.v[k].ip : row.v[k].oop).ran)
           for (int i = 0; i < a_.warmup; ++i) call(*w_.variants[k], g, t, op, ip);
 
-    // Every repetition times each (variant, placement) once; the starting variant rotates so
-    // that none always runs first (right after the barrier, or with warmer caches).
-    std::vector<std::pair<size_t, bool>> cases;
+    // Every repetition times each (variant, placement) once, and memcpy when asked; the
+    // starting case rotates so that none always runs first (right after the barrier, or with
+    // warmer caches).
+    struct Case {
+      size_t k;
+      bool ip, memcpy;
+    };
+    std::vector<Case> cases;
     for (size_t k = 0; k < nv; ++k)
       for (bool ip : {false, true})
-        if ((ip ? row.v[k].ip : row.v[k].oop).ran) cases.emplace_back(k, ip);
+        if ((ip ? row.v[k].ip : row.v[k].oop).ran) cases.push_back({k, ip, false});
+    if (a_.has(Baseline::Memcpy)) {
+      cases.push_back({0, false, true});
+      timeMemcpy(g.size_bytes);  // fault the copy buffers in
+    }
+    std::vector<double> memcpy_s;
     for (int rep = 0; rep < a_.reps && !cases.empty(); ++rep) {
-      std::vector<double> times(cases.size());  // seconds per call, in cases order
+      std::vector<double> times;  // seconds per call of the collectives, in cases order
+      double cpy = 0;
+      std::vector<double> local(cases.size());
       for (size_t i = 0; i < cases.size(); ++i) {
         size_t c = (i + 2 * static_cast<size_t>(rep)) % cases.size();
-        times[c] = timeOnce(*w_.variants[cases[c].first], g, t, op, cases[c].second);
+        const Case& x = cases[c];
+        local[c] = x.memcpy ? timeMemcpy(g.size_bytes)
+                            : timeOnce(*w_.variants[x.k], g, t, op, x.ip);
       }
-      combineAcrossRanks(times);
-      for (size_t c = 0; c < cases.size(); ++c) {
-        VariantResult& v = row.v[cases[c].first];
-        (cases[c].second ? v.ip : v.oop).times_us.push_back(times[c] * 1e6);
+      for (size_t c = 0; c < cases.size(); ++c)
+        if (cases[c].memcpy)
+          cpy = local[c];
+        else
+          times.push_back(local[c]);
+      combineAcrossRanks(times);  // memcpy is rank 0's alone
+      size_t idx = 0;
+      for (const Case& x : cases) {
+        if (x.memcpy) continue;
+        VariantResult& v = row.v[x.k];
+        (x.ip ? v.ip : v.oop).times_us.push_back(times[idx++] * 1e6);
       }
+      if (a_.has(Baseline::Memcpy)) memcpy_s.push_back(cpy);
+    }
+    if (!memcpy_s.empty() && me_ == 0) {
+      for (double x : memcpy_s) row.memcpy_times_us.push_back(x * 1e6);
+      double med = median(memcpy_s);
+      row.memcpy_gbps = med > 0 ? static_cast<double>(g.size_bytes) / med / 1e9 : 0;
     }
 
     for (size_t k = 0; k < nv; ++k)
@@ -345,7 +382,7 @@ class Runner {
   const Args& a_;
   World& w_;
   const int W_, me_;
-  std::unique_ptr<GuardedBuffer> send_, recv_;
+  std::unique_ptr<GuardedBuffer> send_, recv_, cpy_src_, cpy_dst_;
   std::vector<Row> rows_;
 };
 
@@ -358,33 +395,6 @@ int runBench(const Args& a, World& w) {
   }
   Runner r(a, w);
   return r.run();
-}
-
-std::string measureMemcpyForRows(const Args& a, int nranks) {
-  std::map<size_t, double> done;
-  std::ostringstream out;
-  for (const TypeDesc& t : a.types)
-    for (size_t s : a.sizes()) {
-      size_t bytes = geometry(a.coll, s, t.size, nranks).size_bytes;
-      if (done.count(bytes)) continue;
-      done[bytes] = memcpyBandwidth(bytes);
-      out << (done.size() > 1 ? "," : "") << bytes << ":" << done[bytes];
-    }
-  return out.str();
-}
-
-std::map<size_t, double> parseMemcpyEnv() {
-  std::map<size_t, double> m;
-  const char* v = std::getenv(kMemcpyEnv);
-  if (!v) return m;
-  std::istringstream in(v);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    size_t colon = item.find(':');
-    if (colon == std::string::npos) continue;
-    m[std::stoull(item.substr(0, colon))] = std::stod(item.substr(colon + 1));
-  }
-  return m;
 }
 
 }  // namespace agbench

@@ -1,7 +1,6 @@
 // The measurement loop and its results.
 #pragma once
 
-#include <map>
 #include <string>
 #include <vector>
 
@@ -36,7 +35,8 @@ struct Row {
   size_t size = 0, count = 0;
   std::string type, redop;
   int root = -1;
-  double memcpy_gbps = -1;
+  double memcpy_gbps = -1;               // median of memcpy_times_us (rank 0)
+  std::vector<double> memcpy_times_us;  // one per repetition
   std::vector<VariantResult> v;  // v[0] is the measured hicoll path
 };
 
@@ -50,19 +50,12 @@ struct World {
   Sync* sync = nullptr;
   std::vector<Variant*> variants;  // [0]: hicoll as configured, then baselines
   int rank = 0, nranks = 1;
-  std::string mode;                     // self-launch, mpirun, launcher
-  std::map<size_t, double> memcpy_pre;  // measured by the launching process, by size
-  std::string mpi_note;                 // how the MPI baseline was placed
+  std::string mode;      // self-launch, mpirun, launcher
+  std::string mpi_note;  // how the MPI baseline was placed
 };
 
 // Runs every row; rank 0 prints the table (and writes the JSON). Returns the exit status:
 // 0, or 1 when any element was wrong anywhere.
 int runBench(const Args& a, World& w);
-
-// The launching process measures memcpy for every row size and hands the figures to the
-// ranks in this variable, so that the measurement runs with the ranks not yet started.
-constexpr const char* kMemcpyEnv = "AGBENCH_MEMCPY_GBPS";
-std::string measureMemcpyForRows(const Args& a, int nranks);
-std::map<size_t, double> parseMemcpyEnv();
 
 }  // namespace agbench

@@ -1,11 +1,6 @@
 // Tables (types, ops), nccl-tests geometry and bandwidth formulas, the memcpy baseline.
 #include <algorithm>
-#include <chrono>
-#include <cstring>
-#include <memory>
 #include <vector>
-
-#include <sys/mman.h>
 
 #include "agbench.h"
 
@@ -153,37 +148,6 @@ void bandwidth(Coll c, const Geometry& g, size_t ts, int n, double sec, double* 
   }
   *algbw = base;
   *busbw = base * factor;
-}
-
-double memcpyBandwidth(size_t bytes) {
-  if (bytes == 0) return 0;
-  // Private anonymous memory touched beforehand, as the benchmark's own buffers are.
-  auto map = [bytes]() {
-    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) throw std::bad_alloc();
-    std::memset(p, 1, bytes);
-    return static_cast<char*>(p);
-  };
-  char* src = map();
-  char* dst = map();
-  using Clock = std::chrono::steady_clock;
-  // Enough copies per sample that small sizes are not all timer overhead.
-  const int per = static_cast<int>(std::clamp<size_t>((size_t{8} << 20) / bytes, 1, 100000));
-  std::vector<double> samples;
-  for (int s = 0; s < 7; ++s) {
-    auto t0 = Clock::now();
-    for (int i = 0; i < per; ++i) {
-      std::memcpy(dst, src, bytes);
-      asm volatile("" : : "r"(dst) : "memory");  // keep every copy
-    }
-    double dt = std::chrono::duration<double>(Clock::now() - t0).count() / per;
-    if (s > 0) samples.push_back(dt);  // the first one faults pages in
-  }
-  ::munmap(src, bytes);
-  ::munmap(dst, bytes);
-  std::sort(samples.begin(), samples.end());
-  double med = samples[samples.size() / 2];
-  return static_cast<double>(bytes) / med / 1e9;
 }
 
 }  // namespace agbench

@@ -75,7 +75,6 @@ int rankMain(const Args& a, Mode mode, int* argc, char*** argv) {
   std::unique_ptr<Sync> sync;
   std::vector<std::unique_ptr<Variant>> owned;
   World w;
-  w.memcpy_pre = parseMemcpyEnv();
   int rc = 0;
   (void)argc, (void)argv;
   try {
@@ -199,8 +198,6 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "agbench: --baseline mpi with --node-rank: run agbench under mpirun instead\n");
       return 2;
     }
-    if (a.has(Baseline::Memcpy) && a.node_rank == 0)
-      ::setenv(kMemcpyEnv, measureMemcpyForRows(a, a.np).c_str(), 1);
     return L::selfLaunch(launchOptions(a), [&] { return rankMain(a, Mode::PerNode, &argc, &argv); });
   }
 
@@ -223,7 +220,6 @@ int main(int argc, char** argv) {
     return rankMain(a, mode, &argc, &argv);
   }
 
-  if (a.has(Baseline::Memcpy)) ::setenv(kMemcpyEnv, measureMemcpyForRows(a, a.np).c_str(), 1);
   if (a.has(Baseline::Mpi)) {
 #ifdef AGBENCH_HAVE_MPI
     return reexecUnderMpirun(a);

@@ -73,9 +73,8 @@ void printPreamble(const Args& a, const World& w, const std::vector<RankInfo>& r
       std::printf("# Baseline ring: a second hicoll communicator with HICOLL_ALGO=ring\n");
   }
   if (a.has(Baseline::Memcpy))
-    std::printf("# Baseline memcpy: single-core memcpy of the full buffer (the size column), %s\n",
-                w.memcpy_pre.empty() ? "measured by rank 0 while the others wait"
-                                     : "measured by the launching process before the ranks start");
+    std::printf("# Baseline memcpy: single-core memcpy of the full buffer (the size column) by rank 0, "
+                "timed in turn with the collectives while the other ranks wait in a barrier\n");
   std::printf("#\n# Using devices\n");
   for (const RankInfo& r : ranks)
     std::printf("#  Rank %2d Group  0 Pid %6d on %10s device host node %s (%d) local %d\n", r.rank,
@@ -265,7 +264,10 @@ void writeJson(const Args& a, const World& w, const std::vector<RankInfo>& ranks
   for (const Row& r : rows) {
     json row = {{"size", r.size}, {"count", r.count}, {"type", r.type}, {"redop", r.redop},
                 {"root", r.root}};
-    if (r.memcpy_gbps >= 0) row["memcpy_gbps"] = r.memcpy_gbps;
+    if (r.memcpy_gbps >= 0) {
+      row["memcpy_gbps"] = r.memcpy_gbps;
+      row["memcpy_times_us"] = r.memcpy_times_us;
+    }
     for (const VariantResult& v : r.v) {
       json x = {{"oop", measure(v.oop)}, {"ip", measure(v.ip)}};
       if (v.stats.valid) {
