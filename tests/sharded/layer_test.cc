@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <ostream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -126,6 +127,11 @@ struct Case {
   bool hierarchical;
   size_t bucket;
 };
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << "degree " << c.degree << " " << sh::dtypeName(c.dtype)
+      << (c.hierarchical ? " hierarchical" : " ring") << " bucket " << c.bucket;
+}
 
 std::string caseName(const testing::TestParamInfo<Case>& i) {
   return "degree" + std::to_string(i.param.degree) + "_" + sh::dtypeName(i.param.dtype) +

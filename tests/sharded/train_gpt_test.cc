@@ -22,7 +22,7 @@ using json = nlohmann::json;
 
 namespace {
 
-struct Run {
+struct TrainRun {
   int status = -1;
   std::map<long, double> loss;  // step -> loss
   json summary;
@@ -32,11 +32,11 @@ struct Run {
 const std::string kCommon = " --steps 30 --seed 7 --launch-timeout 300";
 
 // Runs train_gpt with `args` once per distinct argument string.
-const Run& train(const std::string& args) {
-  static std::map<std::string, Run> cache;
+const TrainRun& train(const std::string& args) {
+  static std::map<std::string, TrainRun> cache;
   auto it = cache.find(args);
   if (it != cache.end()) return it->second;
-  Run r;
+  TrainRun r;
   r.command = std::string(TRAIN_GPT) + " " + args;
   std::fprintf(stderr, "[train_gpt_test] %s\n", r.command.c_str());
   FILE* p = popen(r.command.c_str(), "r");
@@ -57,7 +57,7 @@ const Run& train(const std::string& args) {
 }
 
 // Largest relative difference over the steps both runs have; fails when a step is missing.
-double maxRelDiff(const Run& a, const Run& b, long first, long last) {
+double maxRelDiff(const TrainRun& a, const TrainRun& b, long first, long last) {
   double worst = 0;
   for (long s = first; s <= last; ++s) {
     if (!a.loss.count(s) || !b.loss.count(s)) {
@@ -69,8 +69,8 @@ double maxRelDiff(const Run& a, const Run& b, long first, long last) {
   return worst;
 }
 
-const Run& single() { return train("--np 1 --sdp-degree 1 --precision fp32" + kCommon); }
-const Run& sharded(int degree, const std::string& precision = "fp32") {
+const TrainRun& single() { return train("--np 1 --sdp-degree 1 --precision fp32" + kCommon); }
+const TrainRun& sharded(int degree, const std::string& precision = "fp32") {
   return train("--np 4 --nodes 2 --sdp-degree " + std::to_string(degree) + " --precision " +
                precision + kCommon);
 }
@@ -86,8 +86,8 @@ fs::path scratch() {
 }
 
 TEST(TrainGpt, SingleProcessMatchesPlainLibtorch) {
-  const Run& ref = train("--reference" + kCommon);
-  const Run& one = single();
+  const TrainRun& ref = train("--reference" + kCommon);
+  const TrainRun& one = single();
   ASSERT_EQ(ref.status, 0);
   ASSERT_EQ(one.status, 0);
   ASSERT_EQ(one.loss.size(), 30u);
@@ -95,11 +95,11 @@ TEST(TrainGpt, SingleProcessMatchesPlainLibtorch) {
 }
 
 TEST(TrainGpt, World4AtEveryDegreeMatchesTheSingleProcess) {
-  const Run& one = single();
+  const TrainRun& one = single();
   ASSERT_EQ(one.status, 0);
   EXPECT_LE(one.loss.at(30), 0.9 * one.loss.at(1)) << "the loss must fall by 10%";
   for (int degree : {1, 2, 4}) {
-    const Run& r = sharded(degree);
+    const TrainRun& r = sharded(degree);
     ASSERT_EQ(r.status, 0) << r.command;
     ASSERT_EQ(r.loss.size(), 30u) << r.command;
     const double d = maxRelDiff(r, one, 1, 30);
@@ -109,27 +109,27 @@ TEST(TrainGpt, World4AtEveryDegreeMatchesTheSingleProcess) {
 }
 
 TEST(TrainGpt, Bf16AndFp16StayCloseToFp32) {
-  const Run& one = single();
+  const TrainRun& one = single();
   for (const char* precision : {"bf16", "fp16"}) {
-    const Run& r = sharded(2, precision);
+    const TrainRun& r = sharded(2, precision);
     ASSERT_EQ(r.status, 0) << r.command;
     ASSERT_EQ(r.loss.size(), 30u);
     const double d = maxRelDiff(r, one, 1, 30);
     std::fprintf(stderr, "[train_gpt_test] %s: max relative loss difference %.3g\n", precision, d);
-    EXPECT_LE(d, 0.05) << precision;
+    EXPECT_LE(d, 1e-2) << precision;  // measured: ~1e-3
     EXPECT_LE(r.loss.at(30), 0.9 * r.loss.at(1)) << precision;
   }
 }
 
 TEST(TrainGpt, ResumeReproducesTheUninterruptedCurveExactly) {
   const fs::path ckpt = scratch() / "d2";
-  const Run& part = train("--np 4 --nodes 2 --sdp-degree 2 --steps 15 --seed 7 --launch-timeout 300"
+  const TrainRun& part = train("--np 4 --nodes 2 --sdp-degree 2 --steps 15 --seed 7 --launch-timeout 300"
                           " --checkpoint-dir " + ckpt.string());
   ASSERT_EQ(part.status, 0);
   ASSERT_TRUE(fs::exists(ckpt / "meta.json"));
-  const Run& resumed = train("--np 4 --nodes 2 --sdp-degree 2" + kCommon + " --resume " + ckpt.string());
+  const TrainRun& resumed = train("--np 4 --nodes 2 --sdp-degree 2" + kCommon + " --resume " + ckpt.string());
   ASSERT_EQ(resumed.status, 0);
-  const Run& full = sharded(2);
+  const TrainRun& full = sharded(2);
   ASSERT_EQ(resumed.loss.size(), 15u);
   for (long s = 1; s <= 15; ++s) EXPECT_EQ(part.loss.at(s), full.loss.at(s)) << "step " << s;
   for (long s = 16; s <= 30; ++s) EXPECT_EQ(resumed.loss.at(s), full.loss.at(s)) << "step " << s;
@@ -139,7 +139,7 @@ TEST(TrainGpt, CheckpointAtDegree2ContinuesAtDegree4) {
   const fs::path ckpt = scratch() / "d2";
   train("--np 4 --nodes 2 --sdp-degree 2 --steps 15 --seed 7 --launch-timeout 300"
         " --checkpoint-dir " + ckpt.string());
-  const Run& r = train("--np 4 --nodes 2 --sdp-degree 4" + kCommon + " --resume " + ckpt.string());
+  const TrainRun& r = train("--np 4 --nodes 2 --sdp-degree 4" + kCommon + " --resume " + ckpt.string());
   ASSERT_EQ(r.status, 0);
   ASSERT_EQ(r.loss.size(), 15u);
   EXPECT_LE(maxRelDiff(r, sharded(2), 16, 30), 1e-5);
