@@ -10,8 +10,9 @@
 namespace hicoll {
 
 struct Rendezvous {
+  std::shared_ptr<void> keepalive;  // the server, when this process hosts it: it must
+                                    // outlive this process's own connection below
   std::shared_ptr<Store> store;
-  std::shared_ptr<void> keepalive;  // the server, when this process hosts it
 };
 
 // Starts the rendezvous server (on HICOLL_SOCKET_IFNAME, default loopback) in this process.
