@@ -11,6 +11,7 @@
 #include "device/hier_engine.h"
 #include "host_stream.h"
 #include "loop_transport.h"
+#include "values.h"
 
 namespace hctest {
 
@@ -47,12 +48,5 @@ class EngineRig {
   std::vector<HostStream*> streams_;  // owned by the engines
   std::vector<std::unique_ptr<hicoll::dev::HierEngine>> engines_;
 };
-
-// Element values for tests: small integers, so every sum, product and average of a handful of
-// ranks is exact in every datatype (fp16 and bf16 included) and any reduction order agrees.
-double testValue(hcDataType_t t, hicoll::OpKind op, int rank, size_t i);
-void setElem(hcDataType_t t, void* base, size_t i, double v);
-double getElem(hcDataType_t t, const void* base, size_t i);
-std::string dtypeLabel(hcDataType_t t);
 
 }  // namespace hctest

@@ -21,7 +21,6 @@ using hctest::HostStream;
 using hctest::RigOptions;
 using hicoll::CollArgs;
 using hicoll::OpKind;
-using hicoll::dev::ReduceJob;
 
 struct Case {
   hcColl_t coll;
@@ -37,23 +36,6 @@ struct Case {
            (coll == hcCollBroadcast ? " root " + std::to_string(root) : "");
   }
 };
-
-double scalarFor(hcDataType_t t) { return t == hcFloat16 || t == hcBfloat16 || t == hcFloat32 || t == hcFloat64 ? 0.5 : 2.0; }
-
-ReduceJob referenceJob(const Case& c, int W) {
-  ReduceJob j;
-  j.dtype = c.dt;
-  switch (c.op) {
-    case OpKind::Prod: j.op = hicoll::num::Op::Prod; break;
-    case OpKind::Max: j.op = hicoll::num::Op::Max; break;
-    case OpKind::Min: j.op = hicoll::num::Op::Min; break;
-    default: j.op = hicoll::num::Op::Sum; break;
-  }
-  j.premul = c.op == OpKind::PreMulSum;
-  j.scalar = scalarFor(c.dt);
-  j.divisor = c.op == OpKind::Avg ? W : 0;
-  return j;
-}
 
 // One rank's buffers for a case, filled on the user stream (stream order, like a kernel).
 struct Buffers {
@@ -81,10 +63,10 @@ Buffers prepare(const Case& c, int rank, int W, HostStream& user) {
     }
     if (c.coll == hcCollAllReduce || c.coll == hcCollBroadcast) b.sendp = b.recv.data();
   }
-  const OpKind value_op = c.coll == hcCollAllGather || c.coll == hcCollBroadcast ? OpKind::Sum : c.op;
   void* dst = const_cast<void*>(b.sendp);
   user.enqueueFn([=] {
-    for (size_t i = 0; i < send_elems; ++i) hctest::setElem(c.dt, dst, i, hctest::testValue(c.dt, value_op, rank, i));
+    std::vector<char> in = hctest::testInput(c.coll, c.dt, c.op, c.count, rank, W);
+    std::memcpy(dst, in.data(), in.size());
   });
   return b;
 }
@@ -97,7 +79,7 @@ CollArgs collArgs(const Case& c, const Buffers& b, HostStream& user) {
   a.count = c.count;
   a.dtype = c.dt;
   a.op.kind = c.op;
-  a.op.scalar = c.op == OpKind::PreMulSum ? scalarFor(c.dt) : 1.0;
+  a.op.scalar = c.op == OpKind::PreMulSum ? hctest::testScalar(c.dt) : 1.0;
   a.root = c.root;
   a.stream = &user;
   return a;
@@ -105,37 +87,9 @@ CollArgs collArgs(const Case& c, const Buffers& b, HostStream& user) {
 
 // "" when rank's result matches the reference.
 std::string verify(const Case& c, int rank, int W, const void* recv) {
-  const size_t e = hcTypeSize(c.dt);
-  std::vector<char> want;
-  if (c.coll == hcCollAllGather || c.coll == hcCollBroadcast) {
-    const size_t n = c.coll == hcCollAllGather ? W * c.count : c.count;
-    want.resize(n * e);
-    for (size_t i = 0; i < n; ++i) {
-      const int src = c.coll == hcCollAllGather ? static_cast<int>(i / c.count) : c.root;
-      const size_t idx = c.coll == hcCollAllGather ? i % c.count : i;
-      hctest::setElem(c.dt, want.data(), i, hctest::testValue(c.dt, OpKind::Sum, src, idx));
-    }
-  } else {
-    const size_t per_rank = c.coll == hcCollReduceScatter ? W * c.count : c.count;
-    const size_t off = c.coll == hcCollReduceScatter ? rank * c.count : 0;
-    std::vector<std::vector<char>> inputs(W, std::vector<char>(per_rank * e));
-    ReduceJob j = referenceJob(c, W);
-    j.nin = W;
-    for (int k = 0; k < W; ++k) {
-      for (size_t i = 0; i < per_rank; ++i) hctest::setElem(c.dt, inputs[k].data(), i, hctest::testValue(c.dt, c.op, k, i));
-      j.in[k] = inputs[k].data() + off * e;
-    }
-    want.resize(c.count * e);
-    j.out = want.data();
-    j.n = c.count;
-    hicoll::dev::hostReduce(j);
-  }
-  for (size_t i = 0; i < want.size() / e; ++i)
-    if (std::memcmp(want.data() + i * e, static_cast<const char*>(recv) + i * e, e) != 0)
-      return "rank " + std::to_string(rank) + ": " + c.str() + ": element " + std::to_string(i) + " is " +
-             std::to_string(hctest::getElem(c.dt, recv, i)) + ", expected " +
-             std::to_string(hctest::getElem(c.dt, want.data(), i));
-  return "";
+  std::string err = hctest::compareOutput(
+      c.dt, recv, hctest::expectedOutput(c.coll, c.dt, c.op, c.count, c.root, rank, W));
+  return err.empty() ? "" : "rank " + std::to_string(rank) + ": " + c.str() + ": " + err;
 }
 
 std::vector<Case> matrix(int W, const std::vector<hcDataType_t>& types, const std::vector<size_t>& counts) {

@@ -1,0 +1,365 @@
+// GPU tests of the device path through the public C API (ctest label "gpu"): several ranks as
+// processes sharing the machine's GPU(s) through CUDA IPC, on simulated nodes, device-buffer
+// AllGather / ReduceScatter / AllReduce / Broadcast for every datatype and op against the host
+// reference, stream ordering, back-to-back collectives, and the NCCL fallback on a one-rank
+// communicator. Exits 77 ("skipped: no CUDA device") where there is no GPU.
+//
+//   gpu_collectives [scenario...]     (default: all; --list prints them)
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "../fallback/values.h"
+#include "device/numeric.h"
+#include "gpu_kernels.h"
+#include "gpu_launch.h"
+#include "hicoll/hicoll.h"
+
+namespace {
+
+using hicoll::OpKind;
+
+int g_rank = -1;
+hcComm_t g_comm = nullptr;
+
+#define CK(call)                                                                                              \
+  do {                                                                                                        \
+    cudaError_t e_ = (call);                                                                                  \
+    if (e_ != cudaSuccess) {                                                                                  \
+      std::fprintf(stderr, "[rank %d] %s:%d %s: %s\n", g_rank, __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+      return 1;                                                                                               \
+    }                                                                                                         \
+  } while (0)
+#define HK(call)                                                                                     \
+  do {                                                                                               \
+    hcResult_t r_ = (call);                                                                          \
+    if (r_ != hcSuccess) {                                                                           \
+      std::fprintf(stderr, "[rank %d] %s:%d %s: %s: %s\n", g_rank, __FILE__, __LINE__, #call,       \
+                   hcGetErrorString(r_), hcGetLastError(g_comm));                                    \
+      return 1;                                                                                      \
+    }                                                                                                \
+  } while (0)
+
+struct Case {
+  hcColl_t coll;
+  hcDataType_t dt;
+  OpKind op = OpKind::Sum;
+  size_t count = 1;
+  bool in_place = false;
+  int root = 0;
+  std::string str() const {
+    return std::string(hicoll::collName(coll)) + " " + hctest::dtypeLabel(dt) + " " + hicoll::opName(op) + " x" +
+           std::to_string(count) + (in_place ? " in-place" : "") +
+           (coll == hcCollBroadcast ? " root " + std::to_string(root) : "");
+  }
+};
+
+const std::vector<hcDataType_t> kAllTypes = {hcInt8,    hcUint8,   hcInt32,   hcUint32, hcInt64,
+                                             hcUint64,  hcFloat16, hcFloat32, hcFloat64, hcBfloat16};
+const std::vector<hcDataType_t> kSomeTypes = {hcFloat32, hcFloat16, hcBfloat16, hcInt8, hcUint64};
+
+std::vector<Case> matrix(int W, const std::vector<hcDataType_t>& types, const std::vector<size_t>& counts) {
+  std::vector<Case> cs;
+  for (hcDataType_t dt : types)
+    for (size_t count : counts)
+      for (bool ip : {false, true}) {
+        cs.push_back({hcCollAllGather, dt, OpKind::Sum, count, ip});
+        for (OpKind op : {OpKind::Sum, OpKind::Prod, OpKind::Max, OpKind::Min, OpKind::Avg, OpKind::PreMulSum})
+          cs.push_back({hcCollReduceScatter, dt, op, count, ip});
+        for (OpKind op : {OpKind::Sum, OpKind::Max, OpKind::Avg, OpKind::PreMulSum})
+          cs.push_back({hcCollAllReduce, dt, op, count, ip});
+        cs.push_back({hcCollBroadcast, dt, OpKind::Sum, count, ip, W - 1});
+      }
+  return cs;
+}
+
+size_t sendElems(const Case& c, int W) { return c.coll == hcCollReduceScatter ? W * c.count : c.count; }
+size_t recvElems(const Case& c, int W) { return c.coll == hcCollAllGather ? W * c.count : c.count; }
+
+// Device pointers of a case inside the preallocated buffers (in place: inside recv/send as
+// the API's rules say).
+void placeBuffers(const Case& c, int rank, char* dsend, char* drecv, const void** sp, void** rp) {
+  const size_t e = hcTypeSize(c.dt);
+  *sp = dsend;
+  *rp = drecv;
+  if (!c.in_place) return;
+  switch (c.coll) {
+    case hcCollAllGather: *sp = drecv + rank * c.count * e; break;
+    case hcCollReduceScatter:
+      *sp = drecv;
+      *rp = drecv + rank * c.count * e;
+      break;
+    default: *sp = drecv; break;
+  }
+}
+
+// Enqueues c on s (ops are created and returned in *premul for the caller to destroy).
+hcResult_t enqueue(const Case& c, const void* sp, void* rp, hcComm_t comm, cudaStream_t s, hcRedOp_t* premul) {
+  hcRedOp_t op = hcSum;
+  switch (c.op) {
+    case OpKind::Prod: op = hcProd; break;
+    case OpKind::Max: op = hcMax; break;
+    case OpKind::Min: op = hcMin; break;
+    case OpKind::Avg: op = hcAvg; break;
+    case OpKind::PreMulSum: {
+      alignas(8) unsigned char scalar[8];
+      hicoll::num::encodeScalar(hctest::testScalar(c.dt), c.dt, scalar);
+      hcResult_t r = hcRedOpCreatePreMulSum(&op, scalar, c.dt, comm);
+      if (r != hcSuccess) return r;
+      *premul = op;
+      break;
+    }
+    default: break;
+  }
+  switch (c.coll) {
+    case hcCollAllGather: return hcAllGather(sp, rp, c.count, c.dt, comm, s);
+    case hcCollReduceScatter: return hcReduceScatter(sp, rp, c.count, c.dt, op, comm, s);
+    case hcCollAllReduce: return hcAllReduce(sp, rp, c.count, c.dt, op, comm, s);
+    default: return hcBroadcast(sp, rp, c.count, c.dt, c.root, comm, s);
+  }
+}
+
+struct Stage {  // one case in flight: device pointers and pinned host input/output
+  Case c;
+  const void* sp = nullptr;
+  void* rp = nullptr;
+  void* hin = nullptr;
+  void* hout = nullptr;
+  size_t out_bytes = 0;
+  hcRedOp_t premul = hcMaxRedOp;
+};
+
+// Enqueues on s: clear the output, upload the input of c, run c, download the result. Nothing
+// here waits for the stream (pinned host memory), so stages can be issued back to back.
+int issue(Stage& st, int rank, int W, char* dsend, char* drecv, cudaStream_t s) {
+  const Case& c = st.c;
+  const size_t e = hcTypeSize(c.dt);
+  placeBuffers(c, rank, dsend, drecv, &st.sp, &st.rp);
+  std::vector<char> in = hctest::testInput(c.coll, c.dt, c.op, c.count, rank, W);
+  st.out_bytes = recvElems(c, W) * e;
+  CK(cudaMallocHost(&st.hin, in.size()));
+  CK(cudaMallocHost(&st.hout, st.out_bytes));
+  std::memcpy(st.hin, in.data(), in.size());
+  CK(cudaMemsetAsync(drecv, 0xab, recvElems(c, W) * e * (c.coll == hcCollReduceScatter && c.in_place ? W : 1), s));
+  CK(cudaMemcpyAsync(const_cast<void*>(st.sp), st.hin, in.size(), cudaMemcpyHostToDevice, s));
+  HK(enqueue(c, st.sp, st.rp, g_comm, s, &st.premul));
+  CK(cudaMemcpyAsync(st.hout, st.rp, st.out_bytes, cudaMemcpyDeviceToHost, s));
+  return 0;
+}
+
+// After the stream has run the stage: compare with the reference, free.
+int check(Stage& st, int rank, int W) {
+  if (st.premul != hcMaxRedOp) HK(hcRedOpDestroy(st.premul, g_comm));
+  const Case& c = st.c;
+  std::string err =
+      hctest::compareOutput(c.dt, st.hout, hctest::expectedOutput(c.coll, c.dt, c.op, c.count, c.root, rank, W));
+  CK(cudaFreeHost(st.hin));
+  CK(cudaFreeHost(st.hout));
+  if (!err.empty()) {
+    std::fprintf(stderr, "[rank %d] %s: %s\n", rank, c.str().c_str(), err.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+struct Scenario {
+  std::string name;
+  std::vector<std::string> nodes;
+  std::map<std::string, std::string> env;
+  std::vector<hcDataType_t> types;
+  std::vector<size_t> counts;
+  hcPath_t expect = hcPathHierarchical;  // every collective in expect_colls takes this path
+  std::string reason;                    // ... with this in its fallback reason
+  bool ordering = false;                 // stream-order and back-to-back checks too
+  std::vector<hcColl_t> expect_colls = {hcCollAllGather, hcCollReduceScatter, hcCollAllReduce, hcCollBroadcast};
+};
+
+int checkStats(const Scenario& sc, int rank) {
+  hcStats st = HC_STATS_INITIALIZER;
+  HK(hcCommGetStats(g_comm, &st));
+  for (hcColl_t c : sc.expect_colls) {
+    const hcCollStats& cs = st.coll[c];
+    const uint64_t total = cs.calls[0] + cs.calls[1] + cs.calls[2];
+    if (total == 0 || cs.calls[sc.expect] != total) {
+      std::fprintf(stderr, "[rank %d] %s: calls hier %llu ring %llu fallback %llu; expected all on path %d\n", rank,
+                   hicoll::collName(c), (unsigned long long)cs.calls[0], (unsigned long long)cs.calls[1],
+                   (unsigned long long)cs.calls[2], sc.expect);
+      return 1;
+    }
+    if (!sc.reason.empty() && std::strstr(cs.last_fallback_reason, sc.reason.c_str()) == nullptr) {
+      std::fprintf(stderr, "[rank %d] %s: fallback reason '%s' lacks '%s'\n", rank, hicoll::collName(c),
+                   cs.last_fallback_reason, sc.reason.c_str());
+      return 1;
+    }
+  }
+  if (rank == 0) {
+    const hcCollStats& ag = st.coll[hcCollAllGather];
+    std::printf("  stats: AllGather calls hier %llu fallback %llu, bytes intra %llu inter %llu%s%s\n",
+                (unsigned long long)ag.calls[0], (unsigned long long)ag.calls[2], (unsigned long long)ag.bytes_intra,
+                (unsigned long long)ag.bytes_inter, sc.reason.empty() ? "" : "; reason: ",
+                sc.reason.empty() ? "" : ag.last_fallback_reason);
+  }
+  return 0;
+}
+
+// The collective must wait for earlier work on the stream and later work must wait for it.
+int orderingChecks(int rank, int W, char* dsend, char* drecv, cudaStream_t s) {
+  const Case c{hcCollAllGather, hcFloat32, OpKind::Sum, 1 << 18};
+  const size_t e = 4;
+  std::vector<char> in = hctest::testInput(c.coll, c.dt, c.op, c.count, rank, W);
+  void* host = nullptr;
+  CK(cudaMallocHost(&host, in.size()));
+  std::memcpy(host, in.data(), in.size());
+  CK(cudaMemsetAsync(dsend, 0, c.count * e, s));
+  CK(cudaMemsetAsync(drecv, 0xab, W * c.count * e, s));
+  CK(hcgpu::launchSpin(s, 200));  // the input arrives only after 200 ms of "compute"
+  CK(cudaMemcpyAsync(dsend, host, in.size(), cudaMemcpyHostToDevice, s));
+  const auto t0 = std::chrono::steady_clock::now();
+  HK(hcAllGather(dsend, drecv, c.count, c.dt, g_comm, s));
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::vector<char> out(W * c.count * e);
+  CK(cudaMemcpyAsync(out.data(), drecv, out.size(), cudaMemcpyDeviceToHost, s));
+  CK(cudaStreamSynchronize(s));
+  CK(cudaFreeHost(host));
+  std::string err = hctest::compareOutput(c.dt, out.data(), hctest::expectedOutput(c.coll, c.dt, c.op, c.count, 0, rank, W));
+  if (!err.empty()) {
+    std::fprintf(stderr, "[rank %d] stream order: AllGather did not wait for the stream's earlier work: %s\n", rank,
+                 err.c_str());
+    return 1;
+  }
+  if (ms > 150) {
+    std::fprintf(stderr, "[rank %d] stream order: hcAllGather blocked the host for %.0f ms (the stream was busy)\n",
+                 rank, ms);
+    return 1;
+  }
+  // Back to back: several collectives enqueued before one synchronisation, each with its own
+  // buffers.
+  const std::vector<Case> seq = {
+      {hcCollAllGather, hcFloat32, OpKind::Sum, 100000},   {hcCollReduceScatter, hcFloat16, OpKind::Sum, 77777},
+      {hcCollAllReduce, hcInt32, OpKind::Max, 40001},      {hcCollBroadcast, hcUint8, OpKind::Sum, 3000, false, W - 1},
+      {hcCollAllGather, hcBfloat16, OpKind::Sum, 3, true}, {hcCollReduceScatter, hcFloat64, OpKind::Avg, 1290, true},
+      {hcCollAllReduce, hcFloat32, OpKind::PreMulSum, 5},  {hcCollAllReduce, hcBfloat16, OpKind::Sum, 1 << 20},
+  };
+  std::vector<Stage> st(seq.size());
+  std::vector<char*> bufs;
+  for (size_t i = 0; i < seq.size(); ++i) {
+    st[i].c = seq[i];
+    const size_t e2 = hcTypeSize(seq[i].dt);
+    char *ds = nullptr, *dr = nullptr;
+    CK(cudaMalloc(&ds, sendElems(seq[i], W) * e2));
+    CK(cudaMalloc(&dr, std::max(sendElems(seq[i], W), recvElems(seq[i], W)) * e2));
+    bufs.push_back(ds);
+    bufs.push_back(dr);
+    if (issue(st[i], rank, W, ds, dr, s)) return 1;
+  }
+  CK(cudaStreamSynchronize(s));
+  int bad = 0;
+  for (Stage& x : st) bad += check(x, rank, W);
+  for (char* b : bufs) CK(cudaFree(b));
+  if (rank == 0 && !bad) std::printf("  stream order and %zu back-to-back collectives: ok\n", seq.size());
+  return bad ? 1 : 0;
+}
+
+int rankMain(const Scenario& sc, int rank, int W) {
+  g_rank = rank;
+  int ndev = 0;
+  CK(cudaGetDeviceCount(&ndev));
+  CK(cudaSetDevice(rank % ndev));
+  HK(hcCommInitFromEnv(&g_comm));
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  size_t max_elems = 0;
+  for (size_t n : sc.counts) max_elems = std::max(max_elems, n * W);
+  max_elems = std::max<size_t>(max_elems, (1 << 18) * W);
+  char *dsend = nullptr, *drecv = nullptr;
+  CK(cudaMalloc(&dsend, max_elems * 8));
+  CK(cudaMalloc(&drecv, max_elems * 8));
+  int bad = 0;
+  const auto cases = matrix(W, sc.types, sc.counts);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const Case& c : cases) {
+    Stage st;
+    st.c = c;
+    if (issue(st, rank, W, dsend, drecv, s)) return 1;
+    CK(cudaStreamSynchronize(s));
+    if (check(st, rank, W) && ++bad >= 5) break;
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (rank == 0)
+    std::printf("  %zu collectives (%zu datatypes, counts up to %zu) in %.1f s, %s\n", cases.size(), sc.types.size(),
+                sc.counts.back(), secs, bad ? "FAILURES" : "all match the reference");
+  if (!bad && sc.ordering) bad += orderingChecks(rank, W, dsend, drecv, s);
+  if (!bad) bad += checkStats(sc, rank);
+  CK(cudaFree(dsend));
+  CK(cudaFree(drecv));
+  CK(cudaStreamDestroy(s));
+  HK(hcCommDestroy(g_comm));
+  return bad ? 1 : 0;
+}
+
+std::vector<Scenario> scenarios() {
+  const std::map<std::string, std::string> base = {{"HICOLL_DEBUG", "INFO"}, {"HICOLL_TIMEOUT_MS", "60000"}};
+  auto env = [&](std::map<std::string, std::string> extra) {
+    extra.insert(base.begin(), base.end());
+    return extra;
+  };
+  std::vector<Scenario> v;
+  v.push_back({"one_node_x4", {"n0", "n0", "n0", "n0"}, env({}), kAllTypes, {1, 1000, 300001}});
+  v.push_back({"nodes_2x2", {"n0", "n0", "n1", "n1"}, env({{"HICOLL_CHUNK_SIZE", "65536"}}), kAllTypes, {1, 777, 300001},
+               hcPathHierarchical, "", true});
+  v.push_back({"nodes_2x2_interleaved", {"n0", "n1", "n0", "n1"}, env({}), kSomeTypes, {5, 300001}});
+  v.push_back({"nodes_3x1", {"a", "b", "c"}, env({{"HICOLL_CHUNK_SIZE", "131072"}}), kSomeTypes, {3, 200003}});
+  v.push_back({"one_rank_hier", {"n0"}, env({}), kAllTypes, {1, 4099}});
+  v.push_back({"one_rank_nccl_fallback", {"n0"}, env({{"HICOLL_FORCE_FALLBACK", "all"}}), kAllTypes, {1, 1000, 300001},
+               hcPathFallback, "HICOLL_FORCE_FALLBACK"});
+  // The scratch rule covers AllGather, ReduceScatter and AllReduce (not Broadcast).
+  v.push_back({"one_rank_scratch_fallback", {"n0"}, env({{"SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES", "8192"}}),
+               {hcFloat32, hcBfloat16}, {4097, 300001}, hcPathFallback, "SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES", false,
+               {hcCollAllGather, hcCollReduceScatter, hcCollAllReduce}});
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> want(argv + 1, argv + argc);
+  const auto all = scenarios();
+  if (!want.empty() && want[0] == "--list") {
+    for (const Scenario& sc : all) std::printf("%s\n", sc.name.c_str());
+    return 0;
+  }
+  const int ndev = hcgpu::deviceCount();
+  if (ndev <= 0) {
+    std::printf("skipped: no CUDA device\n");
+    return 77;
+  }
+  int failed = 0, ran = 0;
+  for (const Scenario& sc : all) {
+    if (!want.empty() && std::find(want.begin(), want.end(), sc.name) == want.end()) continue;
+    ++ran;
+    std::printf("[ RUN  ] %s: %zu rank(s) on %d GPU(s)\n", sc.name.c_str(), sc.nodes.size(), ndev);
+    std::fflush(stdout);
+    const auto t0 = std::chrono::steady_clock::now();
+    hcgpu::Job job;
+    job.nodes = sc.nodes;
+    job.env = sc.env;
+    job.timeout_s = 240;
+    const int rc = hcgpu::run(job, [&](int rank, int W) { return rankMain(sc, rank, W); });
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("[ %s ] %s (%.1f s)\n", rc ? "FAIL" : " OK ", sc.name.c_str(), secs);
+    std::fflush(stdout);
+    failed += rc != 0;
+  }
+  if (ran == 0) {
+    std::fprintf(stderr, "no scenario matched; --list shows them\n");
+    return 2;
+  }
+  std::printf("%d of %d scenario(s) failed\n", failed, ran);
+  return failed ? 1 : 0;
+}
