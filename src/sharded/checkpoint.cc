@@ -200,7 +200,7 @@ void ShardedParams::save(const std::string& dir_str, const std::string& extra_js
         if (n.rfind("shard-", 0) == 0) fs::remove(e.path());
       }
     } catch (const std::exception& e) {
-      err = e.what();
+      err = bareMessage(e);
     }
   }
   im.agreeOrThrow(err, "save(): preparing " + dir.string());
@@ -218,7 +218,7 @@ void ShardedParams::save(const std::string& dir_str, const std::string& extra_js
                                          {im.p_avg.data(), im.p_avg.size()},
                                          {im.p_avg_sq.data(), im.p_avg_sq.size()}});
   } catch (const std::exception& e) {
-    err = e.what();
+    err = bareMessage(e);
   }
   im.agreeOrThrow(err, "save(): writing shards to " + dir.string());
 
@@ -254,7 +254,7 @@ void ShardedParams::save(const std::string& dir_str, const std::string& extra_js
       const std::string text = meta.dump(1);
       writeFile(dir / "meta.json", {{text.data(), text.size()}});
     } catch (const std::exception& e) {
-      err = e.what();
+      err = bareMessage(e);
     }
   }
   im.agreeOrThrow(err, "save(): writing " + (dir / "meta.json").string());
@@ -273,7 +273,7 @@ std::string ShardedParams::load(const std::string& dir_str) {
     meta = readMeta(dir);
     checkMatches(meta, im.specs);
   } catch (const std::exception& e) {
-    err = e.what();
+    err = bareMessage(e);
   }
   im.agreeOrThrow(err, "load(" + dir.string() + ")");
 
@@ -301,7 +301,7 @@ std::string ShardedParams::load(const std::string& dir_str) {
       }
     }
   } catch (const std::exception& e) {
-    err = e.what();
+    err = bareMessage(e);
   }
   im.agreeOrThrow(err, "load(): reading the shards of " + dir.string());
 

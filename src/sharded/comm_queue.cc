@@ -74,6 +74,8 @@ void CommQueue::run() {
         t->fn();
       } catch (const std::exception& e) {
         err = e.what();
+        const std::string prefix = "hicoll_sharded: ";
+        if (err.rfind(prefix, 0) == 0) err.erase(0, prefix.size());
       } catch (...) {
         err = "unknown exception";
       }

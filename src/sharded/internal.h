@@ -4,6 +4,7 @@
 #include <array>
 #include <atomic>
 #include <cstdlib>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -14,6 +15,12 @@
 #include "sharded/comm_queue.h"
 
 namespace hicoll::sharded {
+
+// An exception's message without the "hicoll_sharded: " prefix, for nesting into another.
+inline std::string bareMessage(const std::exception& e) {
+  const std::string m = e.what(), prefix = "hicoll_sharded: ";
+  return m.rfind(prefix, 0) == 0 ? m.substr(prefix.size()) : m;
+}
 
 // Accounting of every byte the layer allocates, by what it holds.
 enum class Cat { Param, Grad, Optim, Transient, Count };
@@ -108,7 +115,7 @@ struct ShardedParams::Impl {
   void* persistentCompute() const { return fp32() ? p_master.data() : p_compute.data(); }
 
   // Runs one collective on the comm thread's side: times it, counts it, checks the result.
-  void call(const std::function<hcResult_t()>& coll, hcComm_t comm, const std::string& what);
+  void call(const std::function<hcResult_t()>& coll, hcComm_t comm);
   // Synchronous in-place AllReduce of doubles on the comm thread.
   void allReduceDoubles(double* data, size_t n, hcRedOp_t op, hcComm_t comm, const char* group);
   std::string describe(const char* coll, int unit, size_t count, const char* group) const;

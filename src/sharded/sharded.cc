@@ -121,14 +121,14 @@ void expectShape(hcComm_t c, int size, int rank, const char* group) {
 
 }  // namespace
 
-void ShardedParams::Impl::call(const std::function<hcResult_t()>& coll, hcComm_t comm,
-                               const std::string& what) {
+void ShardedParams::Impl::call(const std::function<hcResult_t()>& coll, hcComm_t comm) {
   const auto t0 = std::chrono::steady_clock::now();
   const hcResult_t r = coll();
   busy_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
                  std::chrono::steady_clock::now() - t0).count();
+  // The queue prefixes the task's description (collective, unit, count, group, rank).
   if (r != hcSuccess)
-    throw Error(what + ": " + hcGetErrorString(r) + ": " + hcGetLastError(comm));
+    throw std::runtime_error(std::string(hcGetErrorString(r)) + ": " + hcGetLastError(comm));
 }
 
 std::string ShardedParams::Impl::describe(const char* coll, int unit, size_t count,
@@ -145,10 +145,10 @@ void ShardedParams::Impl::allReduceDoubles(double* data, size_t n, hcRedOp_t op,
   // into the caller's memory.
   auto buf = std::make_shared<std::vector<double>>(data, data + n);
   const std::string what = describe("AllReduce(fp64)", -1, n, group);
-  auto t = queue->submit(what, [this, buf, op, comm, what] {
+  auto t = queue->submit(what, [this, buf, op, comm] {
     call([&] { return hcAllReduce(buf->data(), buf->data(), buf->size(), hcFloat64, op, comm,
                                   nullptr); },
-         comm, what);
+         comm);
     ++n_ar;
   });
   queue->wait(t);
@@ -331,8 +331,8 @@ void issueGather(ShardedParams::Impl& im, int u) {
   hcComm_t comm = im.agComm();
   const std::string what = im.describe("AllGather", u, n, "partition");
   ShardedParams::Impl* p = &im;
-  s.gather = im.queue->submit(what, [p, send, recv, n, dt, comm, what] {
-    p->call([&] { return hcAllGather(send, recv, n, dt, comm, nullptr); }, comm, what);
+  s.gather = im.queue->submit(what, [p, send, recv, n, dt, comm] {
+    p->call([&] { return hcAllGather(send, recv, n, dt, comm, nullptr); }, comm);
     ++p->n_ag;
   });
   s.live = UnitState::Live::Gathering;
@@ -461,7 +461,7 @@ void ShardedParams::reduceGrad(int u) {
   hcComm_t comm = im.part.get();
   const std::string what = im.describe("ReduceScatter", u, sh.shard, "partition");
   Impl* p = &im;
-  im.queue->submit(what, [p, fg, buckets, acc, scale, dt, es, comm, what, sh] {
+  im.queue->submit(what, [p, fg, buckets, acc, scale, dt, es, comm, sh] {
     const size_t maxc = buckets.front().count;
     Buffer recv(p->mem, Cat::Transient, maxc * es);
     Buffer pack;
@@ -477,7 +477,7 @@ void ShardedParams::reduceGrad(int u) {
       }
       p->call([&] { return hcReduceScatter(send, recv.data(), b.count, toHc(dt), hcSum, comm,
                                            nullptr); },
-              comm, what);
+              comm);
       ++p->n_rs;
       accumulate(dt, recv.data(), scale, acc + b.local, b.count);
     }
@@ -523,8 +523,8 @@ void ShardedParams::synchronizeGradients() {
       float* d = data + off;
       const std::string what = im.describe("AllReduce", unit, c, group);
       Impl* p = &im;
-      im.queue->submit(what, [p, d, c, comm, what] {
-        p->call([&] { return hcAllReduce(d, d, c, hcFloat32, hcSum, comm, nullptr); }, comm, what);
+      im.queue->submit(what, [p, d, c, comm] {
+        p->call([&] { return hcAllReduce(d, d, c, hcFloat32, hcSum, comm, nullptr); }, comm);
         ++p->n_ar;
       });
     }
@@ -629,9 +629,9 @@ std::vector<float> ShardedParams::Impl::gatherParam(int u, int p, const float* s
   hcComm_t comm = part.get();
   const std::string what = describe("AllGather(fp32)", u, n, "partition");
   Impl* ip = this;
-  auto t = queue->submit(what, [ip, full, shard_src, n, comm, what] {
+  auto t = queue->submit(what, [ip, full, shard_src, n, comm] {
     ip->call([&] { return hcAllGather(shard_src, full->data(), n, hcFloat32, comm, nullptr); },
-             comm, what);
+             comm);
     ++ip->n_ag;
   });
   queue->wait(t);
