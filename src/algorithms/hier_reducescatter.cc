@@ -3,7 +3,8 @@
 //     for every node m, reading the peers' inputs directly (one copy);
 // (2) inter-node: each partial goes to its owner's rail peer, which sums the N partials.
 // Pipelined in chunks. Partials bound for other nodes are staged in a ring of chunk slots in
-// the scratch buffer; partials received land in the sort buffer (slot per node).
+// the scratch buffer (any scratch size works: chunks shrink to fit); partials received land in
+// the sort buffer (slot per node), so the rule is sort >= nodes x block.
 #include <algorithm>
 #include <cstring>
 
@@ -21,7 +22,8 @@ void hierReduceScatter(Run& r, const void* send, void* recv, size_t count) {
   const int N = t.nnodes, L = r.shm.localSize(), n = c.node(), me = r.shm.localIndex();
   HC_CHECK(r.shm.directRead(), hcInternalError, "hierarchical ReduceScatter needs direct intra-node reads");
   // Chunks are whole elements.
-  size_t C = std::min<size_t>(b, std::max<int64_t>(c.cfg.num(Knob::ChunkBytes), 4096));
+  size_t C = std::min<size_t>({b, static_cast<size_t>(std::max<int64_t>(c.cfg.num(Knob::ChunkBytes), 4096)),
+                               c.scratch_bytes});
   C = std::max(r.esize, C / r.esize * r.esize);
   const size_t K = (b + C - 1) / C;
   auto chunkLen = [&](size_t k) { return std::min(C, b - k * C); };

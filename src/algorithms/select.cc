@@ -62,7 +62,9 @@ PathChoice choosePath(const hcComm& c, const CollArgs& a) {
   }
   const size_t b = blockBytes(c, a);
   const size_t N = static_cast<size_t>(t.nnodes);
-  if (c.scratch_bytes < b) {
+  // ReduceScatter stages outgoing partials through scratch in chunk-sized slots, so any
+  // scratch size works; only its received partials (N blocks) need the sort buffer.
+  if (c.scratch_bytes < b && a.coll != hcCollReduceScatter) {
     p.path = hcPathFallback;
     p.reason = fmt::format("SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES={} < per-rank block {} bytes", c.scratch_bytes, b);
   } else if (c.sort_bytes < N * b) {

@@ -23,11 +23,11 @@
     "Collectives forced onto the fallback path (NCCL for device buffers, flat ring for host "   \
     "buffers), comma separated. The seed's ddp_dist_backend=nccl.")                              \
   X(ScratchBytes, "SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES", Size8K, "16777216", "",                  \
-    "Scratch buffer per rank (registered). The hierarchical AllGather/ReduceScatter fall back " \
-    "when it is smaller than the per-rank block.")                                               \
+    "Scratch buffer per rank (registered). The hierarchical AllGather (and AllReduce) fall "   \
+    "back when it is smaller than the per-rank block; ReduceScatter stages chunks through it.")                                               \
   X(SortBytes, "SMDDP_AG_SORT_BUFFER_SIZE_BYTES", Size8K, "134217728", "",                       \
     "Sort buffer per rank (registered, readable by the ranks of the node). The hierarchical "   \
-    "AllGather/ReduceScatter fall back when it is smaller than nodes x per-rank block.")        \
+    "AllGather, ReduceScatter and AllReduce fall back when it is smaller than nodes x per-rank block.")        \
   X(ChunkBytes, "HICOLL_CHUNK_SIZE", Size, "1048576", "",                                        \
     "Pipeline chunk: the inter-node exchange of chunk k+1 overlaps the intra-node sort of "     \
     "chunk k.")                                                                                  \

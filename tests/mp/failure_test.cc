@@ -149,12 +149,13 @@ TEST(Fallback, ScratchAndSortBoundaries) {
   struct Case {
     const char* var;
     size_t value;
-    bool hier;
-  } cases[] = {{"SMDDP_AG_SORT_BUFFER_SIZE_BYTES", 2 * b, true},
-               {"SMDDP_AG_SORT_BUFFER_SIZE_BYTES", 2 * b - 8192, false},
-               {"SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES", b, true},
-               {"SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES", b - 8192, false},
-               {"SMDDP_AG_SORT_BUFFER_SIZE_BYTES", 8192, false}};
+    bool ag_hier, rs_hier;  // ReduceScatter needs only the sort buffer (N blocks)
+  } cases[] = {{"SMDDP_AG_SORT_BUFFER_SIZE_BYTES", 2 * b, true, true},
+               {"SMDDP_AG_SORT_BUFFER_SIZE_BYTES", 2 * b - 8192, false, false},
+               {"SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES", b, true, true},
+               {"SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES", b - 8192, false, true},
+               {"SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES", 8192, false, true},
+               {"SMDDP_AG_SORT_BUFFER_SIZE_BYTES", 8192, false, false}};
   for (const Case& c : cases) {
     Job job;
     job.nranks = 4;
@@ -166,10 +167,11 @@ TEST(Fallback, ScratchAndSortBoundaries) {
       hcStats s = HC_STATS_INITIALIZER;
       hcCommGetStats(comm, &s);
       for (hcColl_t coll : {hcCollAllGather, hcCollReduceScatter}) {
+        const bool want_hier = coll == hcCollAllGather ? c.ag_hier : c.rs_hier;
         const auto& cs = s.coll[coll];
         bool hier = cs.calls[hcPathHierarchical] == 1 && cs.calls[hcPathFallback] == 0;
         bool fb = cs.calls[hcPathFallback] == 1 && std::string(cs.last_fallback_reason).find(c.var) != std::string::npos;
-        if (c.hier ? !hier : !fb) {
+        if (want_hier ? !hier : !fb) {
           std::fprintf(stderr, "%s=%zu: coll %d took hier %lu fallback %lu (%s)\n", c.var, c.value, coll,
                        (unsigned long)cs.calls[hcPathHierarchical], (unsigned long)cs.calls[hcPathFallback],
                        cs.last_fallback_reason);
