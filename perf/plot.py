@@ -29,7 +29,7 @@ def human(n):
     return str(n)
 
 
-def load(spec):
+def load(spec, metric="busbw"):
     path, _, prefix = spec.partition("=")
     with open(path) as f:
         run = json.load(f)
@@ -47,7 +47,8 @@ def load(spec):
                 m = v.get(key, {})
                 if not m.get("ran") or row["size"] == 0:
                     continue
-                series.setdefault(f"{label} {PLACEMENT[key]}", []).append((row["size"], m["busbw"]))
+                y = m["busbw"] if metric == "busbw" else m["time_us"]
+                series.setdefault(f"{label} {PLACEMENT[key]}", []).append((row["size"], y))
     return run, series, memcpy
 
 
@@ -57,7 +58,9 @@ def main():
     ap.add_argument("-o", "--out", required=True, help="PNG to write")
     ap.add_argument("--title", default=None)
     ap.add_argument("--skip", default=None, help="regex of series names to leave out")
-    ap.add_argument("--logy", action="store_true", help="logarithmic bandwidth axis")
+    ap.add_argument("--metric", choices=("busbw", "time"), default="busbw",
+                    help="plot bus bandwidth (GB/s) or time per call (us)")
+    ap.add_argument("--logy", action="store_true", help="logarithmic y axis")
     ap.add_argument("--memcpy-from", type=int, default=1 << 20,
                     help="draw memcpy figures from this size up (default 1 MiB)")
     args = ap.parse_args()
@@ -66,7 +69,7 @@ def main():
     first = None
     memcpy_done = False
     for spec in args.runs:
-        run, series, memcpy = load(spec)
+        run, series, memcpy = load(spec, args.metric)
         first = first or run
         for name, pts in series.items():
             if args.skip and re.search(args.skip, name):
@@ -77,7 +80,7 @@ def main():
             ax.plot([p[0] for p in pts], [p[1] for p in pts], style, marker=marker, ms=4, label=name)
         # Small copies run from cache; only the sizes that go to memory are a physical limit.
         memcpy = [p for p in memcpy if p[0] >= args.memcpy_from]
-        if memcpy and not memcpy_done:
+        if memcpy and not memcpy_done and args.metric == "busbw":
             memcpy.sort()
             ax.plot([p[0] for p in memcpy], [p[1] for p in memcpy], ":", color="gray",
                     label="memcpy, 1 core (GB/s)")
@@ -91,7 +94,7 @@ def main():
     ax.set_xticks(ticks)
     ax.set_xticklabels([human(t) for t in ticks], rotation=45)
     ax.set_xlabel("size (bytes, the full buffer)")
-    ax.set_ylabel("bus bandwidth (GB/s)")
+    ax.set_ylabel("bus bandwidth (GB/s)" if args.metric == "busbw" else "time per call (us, median)")
     nodes = first.get("nodes", "?")
     ax.set_title(args.title or f"{first['collective']}, {first['nranks']} ranks on {nodes} node(s)")
     ax.grid(True, which="both", alpha=0.3)

@@ -125,14 +125,15 @@ def target_d(d, out):
     out.append("### d. AllGather 8 B - 64 KiB, time per call: hicoll vs Open MPI (same run)\n")
     out.append("| layout | size (B) | hicoll oop (us) | MPI oop (us) | hicoll in-place (us) | MPI in-place (us) | hicoll <= MPI |")
     out.append("|---|---|---|---|---|---|---|")
-    for name, label in (("d_allgather_small_1x2", "1x2 shm"), ("d_allgather_small_2x2", "2x2 netns")):
+    for name, label in (("d_allgather_small_1x2", "1x2 shm"), ("d_allgather_small_2x2", "2x2 netns"),
+                        ("d_allgather_small_2x1", "2x1 netns")):
         run = load(d, name)
         if not run:
             continue
         ok = total = 0
         for r in run["rows"]:
             h, m = main_variant(r), r["variants"].get("mpi")
-            if not m:
+            if not m or r["count"] == 0:
                 continue
             res = []
             for key in ("oop", "ip"):
