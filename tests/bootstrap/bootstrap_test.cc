@@ -62,3 +62,87 @@ TEST(Bootstrap, TcpStoreServesRanksAndRejectsStrangers) {
 
 }  // namespace
 }  // namespace hicoll
+
+#include <sys/stat.h>
+
+#include "bootstrap/rendezvous.h"
+#include "transport/shm/segment.h"
+
+namespace hicoll {
+namespace {
+
+struct EnvGuard {
+  std::vector<std::string> names;
+  void set(const char* n, const char* v) {
+    setenv(n, v, 1);
+    names.push_back(n);
+  }
+  ~EnvGuard() {
+    for (auto& n : names) unsetenv(n.c_str());
+  }
+};
+
+TEST(LaunchEnv, TorchrunMpirunAndSrun) {
+  {
+    EnvGuard g;
+    g.set("RANK", "3");
+    g.set("WORLD_SIZE", "8");
+    g.set("MASTER_ADDR", "127.0.0.1");
+    g.set("MASTER_PORT", "29500");
+    LaunchEnv e = readLaunchEnv("");
+    EXPECT_EQ(e.rank, 3);
+    EXPECT_EQ(e.nranks, 8);
+    EXPECT_EQ(e.port, 29501);  // MASTER_PORT is torchrun's own store
+    EXPECT_EQ(e.source, "torchrun");
+  }
+  {
+    EnvGuard g;
+    g.set("OMPI_COMM_WORLD_RANK", "1");
+    g.set("OMPI_COMM_WORLD_SIZE", "2");
+    LaunchEnv e = readLaunchEnv("localhost:4000");
+    EXPECT_EQ(e.rank, 1);
+    EXPECT_EQ(e.host, "localhost");
+    EXPECT_EQ(e.port, 4000);
+    EXPECT_EQ(e.source, "mpirun");
+  }
+  {
+    EnvGuard g;
+    g.set("SLURM_PROCID", "0");
+    g.set("SLURM_NTASKS", "4");
+    LaunchEnv e = readLaunchEnv("[::1]:5000");
+    EXPECT_EQ(e.host, "::1");
+    EXPECT_EQ(e.source, "srun");
+  }
+  {
+    EnvGuard g;
+    g.set("RANK", "5");
+    g.set("WORLD_SIZE", "4");
+    EXPECT_THROW(readLaunchEnv("127.0.0.1:1"), Error);  // rank outside the world
+  }
+  {
+    EnvGuard g;
+    g.set("RANK", "0");
+    g.set("WORLD_SIZE", "4");
+    try {
+      readLaunchEnv("");
+      ADD_FAILURE() << "no error without a rendezvous";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("MASTER_ADDR"), std::string::npos);
+    }
+  }
+}
+
+TEST(ShmSegment, PrivateModeAndUnguessableName) {
+  ShmSegment s = ShmSegment::create(1 << 20);
+  struct stat st;
+  ASSERT_EQ(stat(("/dev/shm" + s.name()).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(s.name().size(), std::string("/hicoll-").size() + 32);
+  ShmSegment t = ShmSegment::create(1 << 20);
+  EXPECT_NE(s.name(), t.name());
+  s.unlink();
+  EXPECT_NE(stat(("/dev/shm" + s.name()).c_str(), &st), 0);
+}
+
+}  // namespace
+}  // namespace hicoll
