@@ -19,7 +19,11 @@ template <class Fn>
 std::string resolve(const char* name, Fn* out) {
   void* fn = nullptr;
   cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
   cudaError_t e = cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q);
+#else  // older toolkits on GPU machines
+  cudaError_t e = cudaGetDriverEntryPoint(name, &fn, cudaEnableDefault, &q);
+#endif
   if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !fn) {
     (void)cudaGetLastError();
     return fmt::format("{} is not available from the CUDA driver ({})", name,

@@ -54,7 +54,8 @@ TEST(DeviceDecision, HostOnlyRulesDoNotApplyToDeviceBuffers) {
   EXPECT_TRUE(decide(scratch, ok(), "").fallback);
 }
 
-// A communicator with just what choosePath reads (configuration, topology, buffer sizes).
+// A communicator with just what choosePath reads (configuration, topology, buffer sizes). It
+// has no shm transport: only cases decided before choosePath asks about single-copy reads.
 struct FakeComm {
   hcComm c;
   FakeComm(const std::vector<std::string>& labels, std::map<std::string, std::string> env) {
@@ -105,14 +106,15 @@ TEST(DeviceDecision, WithTheCommunicatorsConfiguration) {
     DeviceChoice d = decide(f.c, call(hcCollAllGather, 2049), ok(), nullptr);
     EXPECT_TRUE(d.fallback);
     EXPECT_NE(d.reason.find("SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES"), std::string::npos) << d.reason;
-    d = decide(f.c, call(hcCollReduceScatter, 4096), ok(), nullptr);
-    EXPECT_TRUE(d.fallback) << "the scratch rule holds for ReduceScatter too";
   }
   {
     FakeComm f({"a", "b", "c", "d"}, {{"SMDDP_AG_SORT_BUFFER_SIZE_BYTES", "16384"}});
     EXPECT_FALSE(decide(f.c, call(hcCollAllGather, 1024), ok(), nullptr).fallback) << "4 x 4 KiB fits";
     DeviceChoice d = decide(f.c, call(hcCollAllGather, 1025), ok(), nullptr);
     EXPECT_TRUE(d.fallback);
+    EXPECT_NE(d.reason.find("SMDDP_AG_SORT_BUFFER_SIZE_BYTES"), std::string::npos) << d.reason;
+    d = decide(f.c, call(hcCollReduceScatter, 1025), ok(), nullptr);
+    EXPECT_TRUE(d.fallback) << "ReduceScatter receives N partial blocks into the sort buffer";
     EXPECT_NE(d.reason.find("SMDDP_AG_SORT_BUFFER_SIZE_BYTES"), std::string::npos) << d.reason;
   }
   {

@@ -304,7 +304,7 @@ int rankMain(const Scenario& sc, int rank, int W) {
 }
 
 std::vector<Scenario> scenarios() {
-  const std::map<std::string, std::string> base = {{"HICOLL_DEBUG", "INFO"}, {"HICOLL_TIMEOUT_MS", "60000"}};
+  const std::map<std::string, std::string> base = {{"HICOLL_DEBUG", "INFO"}, {"HICOLL_TIMEOUT_MS", "30000"}};
   auto env = [&](std::map<std::string, std::string> extra) {
     extra.insert(base.begin(), base.end());
     return extra;
@@ -318,10 +318,11 @@ std::vector<Scenario> scenarios() {
   v.push_back({"one_rank_hier", {"n0"}, env({}), kAllTypes, {1, 4099}});
   v.push_back({"one_rank_nccl_fallback", {"n0"}, env({{"HICOLL_FORCE_FALLBACK", "all"}}), kAllTypes, {1, 1000, 300001},
                hcPathFallback, "HICOLL_FORCE_FALLBACK"});
-  // The scratch rule covers AllGather, ReduceScatter and AllReduce (not Broadcast).
+  // The scratch rule (choosePath) covers AllGather and AllReduce; ReduceScatter and Broadcast
+  // stay hierarchical (they are still checked against the reference).
   v.push_back({"one_rank_scratch_fallback", {"n0"}, env({{"SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES", "8192"}}),
                {hcFloat32, hcBfloat16}, {4097, 300001}, hcPathFallback, "SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES", false,
-               {hcCollAllGather, hcCollReduceScatter, hcCollAllReduce}});
+               {hcCollAllGather, hcCollAllReduce}});
   return v;
 }
 
@@ -349,7 +350,7 @@ int main(int argc, char** argv) {
     hcgpu::Job job;
     job.nodes = sc.nodes;
     job.env = sc.env;
-    job.timeout_s = 240;
+    job.timeout_s = 120;  // under device_check.sh's 150 s per scenario, so the ranks report first
     const int rc = hcgpu::run(job, [&](int rank, int W) { return rankMain(sc, rank, W); });
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("[ %s ] %s (%.1f s)\n", rc ? "FAIL" : " OK ", sc.name.c_str(), secs);

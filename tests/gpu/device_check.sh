@@ -1,0 +1,274 @@
+#!/usr/bin/env bash
+# The GPU check of hicoll: one prepared run for a lent accelerator machine, under 8 minutes.
+#
+#   OUT=/some/dir bash tests/gpu/device_check.sh        (OUT defaults to ./build-devcheck-out)
+#
+# 1. Reports the machine (GPU, driver, tools, NCCL) in $OUT/env.txt.
+# 2. Builds the library and the GPU tests from this tree: tests/gpu is a top-level CMake
+#    project there, so GTest, MPI and torch are not needed. Tools are taken from where they
+#    are (PATH, /usr/local/cuda, $CUDA_HOME, pip's cmake/ninja); libfabric, fmt and pkg-config
+#    missing on the machine come from build-gpu-deps/ (tests/gpu/pack_deps.sh, carried along).
+#    If it cannot build, it runs the programs prebuilt in build-gpu-deps/bin.
+# 3. Runs the GPU tests: several ranks as processes sharing the GPU through CUDA IPC on
+#    simulated nodes, every datatype and op against the host reference, stream ordering, and
+#    the NCCL fallback with a one-rank communicator ($OUT/gpu_<scenario>.log).
+# 4. Runs the device-buffer bandwidth bench with the D2D copy ceiling measured in the same run
+#    ($OUT/bench_*.txt).
+# Prints a summary (also $OUT/summary.txt); exits 0 when every test passed.
+set -u
+START=$(date +%s)
+BUDGET=${DEVICE_CHECK_BUDGET_S:-450}  # leaves room under 8 minutes
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+OUT=${OUT:-$ROOT/build-devcheck-out}
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/device_check.log") 2>&1
+DEPS=$ROOT/build-gpu-deps
+BUILD=$ROOT/build-devcheck
+SHIM=$BUILD-shim
+NPROC=$(nproc 2>/dev/null || echo 8)
+# DEVICE_CHECK_USE_CARRIED=1 takes libfabric, fmt and pkg-config from build-gpu-deps even when
+# the machine has them (to rehearse the GPU machine's worst case on the dev machine).
+CARRIED=${DEVICE_CHECK_USE_CARRIED:-0}
+RESULTS=()
+
+left() { echo $((BUDGET - ($(date +%s) - START))); }
+step_timeout() {  # min(wanted, time left - 10), at least 5
+  local want=$1 l
+  l=$(($(left) - 10))
+  [ "$l" -lt "$want" ] && want=$l
+  [ "$want" -lt 5 ] && want=5
+  echo "$want"
+}
+say() { echo "== [$(( $(date +%s) - START ))s] $*"; }
+first() { for c in "$@"; do [ -n "$c" ] && [ -x "$c" ] && { echo "$c"; return 0; }; done; return 1; }
+pyexec() { command -v python3 >/dev/null && python3 -c "$1" 2>/dev/null; }
+
+# ---- 1. the machine ------------------------------------------------------------------------
+say "environment -> $OUT/env.txt"
+{
+  echo "date: $(date -u)"
+  echo "host: $(uname -a)"
+  echo "glibc: $(ldd --version 2>&1 | head -1)"
+  echo "cpus: $NPROC; memory: $(free -g 2>/dev/null | awk '/Mem:/ {print $2 " GiB"}')"
+  nvidia-smi 2>&1 | head -20
+  nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total --format=csv 2>&1
+  nvidia-smi topo -m 2>&1 | head -12
+  for t in cmake ninja make g++ c++ clang++ nvcc pkg-config python3; do
+    printf '%-10s %s\n' "$t" "$(command -v $t || echo -)"
+  done
+  echo "torch: $(pyexec 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.nccl.version() if torch.cuda.is_available() else "")' || echo -)"
+  echo "pip cmake: $(pyexec 'import cmake, os; print(cmake.CMAKE_BIN_DIR)' || echo -)"
+  echo "pip ninja: $(pyexec 'import ninja; print(ninja.BIN_DIR)' || echo -)"
+  echo "libfabric: $(pkg-config --modversion libfabric 2>/dev/null || echo 'no pkg-config entry') ($(ls /usr/lib/x86_64-linux-gnu/libfabric.so* /usr/lib64/libfabric.so* 2>/dev/null | head -1))"
+  echo "fi_info: $(fi_info --version 2>/dev/null | head -1 || echo -)"
+  echo "carried deps: $(ls "$DEPS" 2>/dev/null | tr '\n' ' ')"
+} > "$OUT/env.txt" 2>&1
+cat "$OUT/env.txt"
+
+# ---- NCCL for the fallback -----------------------------------------------------------------
+NCCL=""
+for c in "${HICOLL_NCCL_LIB:-}" \
+  "$(pyexec 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib", "libnccl.so.2"))')" \
+  "$(pyexec 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "lib", "libnccl.so.2"))')" \
+  /usr/lib/x86_64-linux-gnu/libnccl.so.2 /usr/local/cuda/lib64/libnccl.so.2 /usr/local/cuda/lib/libnccl.so.2 \
+  /usr/local/lib/libnccl.so.2; do
+  [ -n "$c" ] && [ -f "$c" ] && { NCCL=$c; break; }
+done
+if [ -z "$NCCL" ]; then
+  NCCL=$(ldconfig -p 2>/dev/null | awk '/libnccl.so.2 / {print $NF; exit}')
+fi
+say "NCCL for the fallback: ${NCCL:-none found}"
+[ -n "$NCCL" ] && export HICOLL_NCCL_LIB=$NCCL
+
+# ---- 2. build ------------------------------------------------------------------------------
+CMAKE=$(first "$(command -v cmake)" "$(pyexec 'import cmake, os; print(os.path.join(cmake.CMAKE_BIN_DIR, "cmake"))')") || CMAKE=""
+NINJA=$(first "$(command -v ninja)" "$(pyexec 'import ninja, os; print(os.path.join(ninja.BIN_DIR, "ninja"))')") || NINJA=""
+CXX_BIN=$(first "${CXX:-}" "$(command -v g++)" "$(command -v c++)" "$(command -v clang++)") || CXX_BIN=""
+NVCC=$(first "${CUDACXX:-}" "${CUDA_HOME:+$CUDA_HOME/bin/nvcc}" /usr/local/cuda/bin/nvcc "$(command -v nvcc)" \
+  "$(pyexec 'import nvidia.cuda_nvcc, os; print(os.path.join(list(nvidia.cuda_nvcc.__path__)[0], "bin", "nvcc"))')") || NVCC=""
+ARCH=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
+[ -z "$ARCH" ] && ARCH=90
+say "tools: cmake=${CMAKE:--} ninja=${NINJA:--} c++=${CXX_BIN:--} nvcc=${NVCC:--} arch=sm_$ARCH"
+
+# -allow-unsupported-compiler: the machine's g++ may be newer than its nvcc officially knows.
+CMAKE_ARGS=(-DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$ARCH" -DCMAKE_CUDA_FLAGS=-allow-unsupported-compiler)
+[ -n "$NINJA" ] && CMAKE_ARGS+=(-G Ninja -DCMAKE_MAKE_PROGRAM="$NINJA")
+[ -n "$CXX_BIN" ] && CMAKE_ARGS+=(-DCMAKE_CXX_COMPILER="$CXX_BIN" -DCMAKE_CUDA_HOST_COMPILER="$CXX_BIN")
+[ -n "$NVCC" ] && CMAKE_ARGS+=(-DCMAKE_CUDA_COMPILER="$NVCC")
+EXTRA_LD=""
+
+# libfabric: the machine's, or the carried one (then pkg-config may be a shim answering for it).
+mkdir -p "$SHIM/bin"
+FAB_INC="" FAB_LIB=""
+if [ "$CARRIED" != 1 ] && pkg-config --exists libfabric 2>/dev/null; then
+  say "libfabric: the machine's ($(pkg-config --modversion libfabric))"
+elif [ "$CARRIED" != 1 ] && [ -f /usr/include/rdma/fabric.h ] && ls /usr/lib/x86_64-linux-gnu/libfabric.so >/dev/null 2>&1; then
+  FAB_INC=/usr/include FAB_LIB=/usr/lib/x86_64-linux-gnu
+  say "libfabric: the machine's, without a pkg-config entry"
+elif [ -d "$DEPS/libfabric" ]; then
+  FAB_INC=$DEPS/libfabric/include FAB_LIB=$DEPS/libfabric/lib
+  EXTRA_LD=$FAB_LIB
+  say "libfabric: carried from the dev machine ($(cat "$DEPS/libfabric/VERSION"), Debian build)"
+else
+  say "libfabric: not found and nothing carried (run tests/gpu/pack_deps.sh and carry build-gpu-deps)"
+fi
+if [ -n "$FAB_INC" ]; then
+  mkdir -p "$SHIM/pkgconfig"
+  cat > "$SHIM/pkgconfig/libfabric.pc" <<EOF
+prefix=$(dirname "$FAB_INC")
+includedir=$FAB_INC
+libdir=$FAB_LIB
+Name: libfabric
+Description: libfabric (for the hicoll GPU check)
+Version: ${FAB_VERSION:-1.17.0}
+Cflags: -I\${includedir}
+Libs: -L\${libdir} -lfabric
+EOF
+  export PKG_CONFIG_PATH=$SHIM/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+  if [ "$CARRIED" = 1 ] || ! command -v pkg-config >/dev/null; then
+    # Answers FindPkgConfig's questions about libfabric, and only those.
+    cat > "$SHIM/bin/pkg-config" <<EOF
+#!/bin/sh
+out=""
+for a in "\$@"; do
+  case "\$a" in
+    --version) echo 0.29.2; exit 0 ;;
+    --modversion) out="1.17.0" ;;
+    --variable=prefix) out="$(dirname "$FAB_INC")" ;;
+    --variable=includedir) out="$FAB_INC" ;;
+    --variable=libdir) out="$FAB_LIB" ;;
+    --variable=*) out="" ;;
+    --cflags|--cflags-only-I) out="-I$FAB_INC" ;;
+    --libs) out="-L$FAB_LIB -lfabric" ;;
+    --libs-only-L) out="-L$FAB_LIB" ;;
+    --libs-only-l) out="-lfabric" ;;
+    --cflags-only-other|--libs-only-other|--exists|--print-errors|--short-errors|--static|libfabric) ;;
+    *) echo "pkg-config shim: only libfabric is known" >&2; exit 1 ;;
+  esac
+done
+[ -n "\$out" ] && echo "\$out"
+exit 0
+EOF
+    chmod +x "$SHIM/bin/pkg-config"
+    CMAKE_ARGS+=(-DPKG_CONFIG_EXECUTABLE="$SHIM/bin/pkg-config")
+    say "pkg-config: a shim for libfabric"
+  fi
+fi
+
+# fmt: the machine's CMake package, else header-only from torch's or the carried headers.
+FMT_INC=""
+if [ "$CARRIED" = 1 ] || ! ls /usr/lib/*/cmake/fmt/fmt-config.cmake /usr/lib/cmake/fmt/fmt-config.cmake /usr/local/lib*/cmake/fmt/fmt-config.cmake \
+  /usr/lib64/cmake/fmt/fmt-config.cmake >/dev/null 2>&1; then
+  if [ -f "$DEPS/fmt/include/fmt/format.h" ]; then
+    FMT_INC=$DEPS/fmt/include
+  else
+    t=$(pyexec 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "include"))')
+    [ -n "$t" ] && [ -f "$t/fmt/format.h" ] && FMT_INC=$t
+  fi
+  if [ -n "$FMT_INC" ]; then
+    # Only fmt's headers on this include path (torch's include dir holds much more).
+    mkdir -p "$SHIM/fmt-include" "$SHIM/fmt-cmake"
+    rm -rf "$SHIM/fmt-include/fmt"
+    ln -s "$FMT_INC/fmt" "$SHIM/fmt-include/fmt"
+    cat > "$SHIM/fmt-cmake/fmt-config.cmake" <<EOF
+if(NOT TARGET fmt::fmt)
+  add_library(fmt::fmt INTERFACE IMPORTED)
+  set_target_properties(fmt::fmt PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "$SHIM/fmt-include"
+                        INTERFACE_COMPILE_DEFINITIONS "FMT_HEADER_ONLY=1")
+endif()
+set(fmt_FOUND TRUE)
+EOF
+    CMAKE_ARGS+=(-Dfmt_DIR="$SHIM/fmt-cmake")
+    say "fmt: header-only from $FMT_INC"
+  else
+    say "fmt: not found"
+  fi
+else
+  say "fmt: the machine's"
+fi
+
+BIN=""
+if [ -n "$CMAKE" ] && [ -n "$CXX_BIN" ] && [ -n "$NVCC" ]; then
+  say "configure -> $OUT/build.log"
+  PATH=$SHIM/bin:$PATH timeout "$(step_timeout 120)" "$CMAKE" -S "$ROOT/tests/gpu" -B "$BUILD" "${CMAKE_ARGS[@]}" \
+    > "$OUT/build.log" 2>&1
+  rc=$?
+  if [ $rc -eq 0 ]; then
+    say "build (-j$NPROC)"
+    PATH=$SHIM/bin:$PATH timeout "$(step_timeout 300)" "$CMAKE" --build "$BUILD" -j "$NPROC" \
+      --target gpu_collectives gpu_bench >> "$OUT/build.log" 2>&1
+    rc=$?
+  fi
+  if [ $rc -eq 0 ]; then
+    BIN=$BUILD
+    RESULTS+=("build: built here ($(( $(date +%s) - START ))s)")
+  else
+    say "build failed (rc $rc); last lines:"
+    tail -25 "$OUT/build.log"
+    RESULTS+=("build: FAILED here (rc $rc), see build.log")
+  fi
+else
+  RESULTS+=("build: no toolchain here (cmake/c++/nvcc)")
+fi
+if [ -z "$BIN" ] && [ -x "$DEPS/bin/gpu_collectives" ]; then
+  BIN=$DEPS/bin
+  EXTRA_LD=$DEPS/lib:$DEPS/libfabric/lib
+  say "using the programs prebuilt on the dev machine (commit $(cat "$DEPS/bin/COMMIT" 2>/dev/null))"
+  RESULTS+=("build: using prebuilt programs from build-gpu-deps/bin")
+fi
+if [ -z "$BIN" ]; then
+  say "nothing to run"
+  printf '%s\n' "${RESULTS[@]}" | tee "$OUT/summary.txt"
+  exit 1
+fi
+[ -n "$EXTRA_LD" ] && export LD_LIBRARY_PATH=$EXTRA_LD${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+
+# ---- 3. GPU tests --------------------------------------------------------------------------
+FAILED=0
+for sc in one_rank_hier one_node_x4 nodes_2x2 nodes_2x2_interleaved nodes_3x1 one_rank_nccl_fallback \
+  one_rank_scratch_fallback; do
+  if [ "$(left)" -lt 60 ]; then
+    RESULTS+=("$sc: NOT RUN (time budget)")
+    continue
+  fi
+  say "gpu test $sc"
+  timeout "$(step_timeout 150)" "$BIN/gpu_collectives" "$sc" > "$OUT/gpu_$sc.log" 2>&1
+  rc=$?
+  grep -E '^\[ (RUN|FAIL| OK )|^  |skipped' "$OUT/gpu_$sc.log" | head -12
+  case $rc in
+    0) RESULTS+=("$sc: PASS") ;;
+    77) RESULTS+=("$sc: SKIPPED (no CUDA device)") ;;
+    124) RESULTS+=("$sc: TIMEOUT"); FAILED=1; tail -5 "$OUT/gpu_$sc.log" ;;
+    *) RESULTS+=("$sc: FAIL (rc $rc)"); FAILED=1; grep -v '^hicoll .*INFO' "$OUT/gpu_$sc.log" | tail -12 ;;
+  esac
+done
+
+# ---- 4. bandwidth vs the D2D copy ceiling --------------------------------------------------
+if [ "$(left)" -gt 60 ]; then
+  say "bench: 4 ranks on one node, device buffers"
+  timeout "$(step_timeout 120)" "$BIN/gpu_bench" -np 4 -nodes 1 -b 1M -e 256M -f 4 -n 20 -w 5 \
+    > "$OUT/bench_4ranks_1node.txt" 2>&1
+  rc=$?
+  cat "$OUT/bench_4ranks_1node.txt"
+  RESULTS+=("bench 4 ranks x 1 node: rc $rc")
+fi
+if [ "$(left)" -gt 45 ]; then
+  say "bench: 2 simulated nodes (inter-node staged through pinned host memory over loopback TCP)"
+  timeout "$(step_timeout 90)" "$BIN/gpu_bench" -np 2 -nodes 2 -b 1M -e 16M -f 4 -n 5 -w 2 -c ag,rs \
+    > "$OUT/bench_2nodes.txt" 2>&1
+  rc=$?
+  cat "$OUT/bench_2nodes.txt"
+  RESULTS+=("bench 2 nodes x 1: rc $rc")
+fi
+grep -h "inter-node data\|FI_HMEM\|fallback: " "$OUT"/gpu_*.log 2>/dev/null | sort | uniq -c | sort -rn | head -8 \
+  > "$OUT/paths.txt"
+
+say "summary -> $OUT/summary.txt"
+{
+  printf '%s\n' "${RESULTS[@]}"
+  echo "paths logged (count, line):"
+  cat "$OUT/paths.txt"
+  grep -h "^# D2D\|^# .* copied by\|^# paths" "$OUT"/bench_*.txt 2>/dev/null
+  echo "total: $(( $(date +%s) - START )) s"
+} | tee "$OUT/summary.txt"
+exit $FAILED
