@@ -471,8 +471,8 @@ void HierEngine::enqueue(const CollArgs& a) {
   Job job;
   job.id = J_ + 1;
   job.what = describe(a);
+  stream_->joinFrom(a.stream);  // if this throws, nothing of the collective is enqueued
   try {
-    stream_->joinFrom(a.stream);
     stream_->writeFlag(mine(Counter::Started), static_cast<uint32_t>(job.id));
     switch (a.coll) {
       case hcCollAllGather:
