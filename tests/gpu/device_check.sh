@@ -6,8 +6,9 @@
 # 1. Reports the machine (GPU, driver, tools, NCCL) in $OUT/env.txt.
 # 2. Builds the library and the GPU tests from this tree: tests/gpu is a top-level CMake
 #    project there, so GTest, MPI and torch are not needed. Tools are taken from where they
-#    are (PATH, /usr/local/cuda, $CUDA_HOME, pip's cmake/ninja); libfabric, fmt and pkg-config
-#    missing on the machine come from build-gpu-deps/ (tests/gpu/pack_deps.sh, carried along).
+#    are (PATH, /usr/local/cuda, $CUDA_HOME, pip's cmake/ninja); libfabric, fmt, nlohmann_json
+#    and pkg-config missing on the machine come from build-gpu-deps/ (tests/gpu/pack_deps.sh,
+#    carried along).
 #    If it cannot build, it runs the programs prebuilt in build-gpu-deps/bin.
 # 3. Runs the GPU tests: several ranks as processes sharing the GPU through CUDA IPC on
 #    simulated nodes, every datatype and op against the host reference, stream ordering, and
@@ -26,8 +27,9 @@ DEPS=$ROOT/build-gpu-deps
 BUILD=$ROOT/build-devcheck
 SHIM=$BUILD-shim
 NPROC=$(nproc 2>/dev/null || echo 8)
-# DEVICE_CHECK_USE_CARRIED=1 takes libfabric, fmt and pkg-config from build-gpu-deps even when
-# the machine has them (to rehearse the GPU machine's worst case on the dev machine).
+# DEVICE_CHECK_USE_CARRIED=1 takes libfabric, fmt, nlohmann_json and pkg-config from
+# build-gpu-deps even when the machine has them, DEVICE_CHECK_PREBUILT=1 runs the prebuilt
+# programs without building (both rehearse the GPU machine's worst cases on the dev machine).
 CARRIED=${DEVICE_CHECK_USE_CARRIED:-0}
 RESULTS=()
 
@@ -187,8 +189,21 @@ else
   say "fmt: the machine's"
 fi
 
+# nlohmann_json (required by src/sharded): the machine's, else the carried package.
+if [ "$CARRIED" = 1 ] || ! ls /usr/share/cmake/nlohmann_json /usr/lib/*/cmake/nlohmann_json /usr/lib/cmake/nlohmann_json \
+  /usr/local/share/cmake/nlohmann_json /usr/local/lib*/cmake/nlohmann_json >/dev/null 2>&1; then
+  if [ -d "$DEPS/json/share/cmake/nlohmann_json" ]; then
+    CMAKE_ARGS+=(-Dnlohmann_json_DIR="$DEPS/json/share/cmake/nlohmann_json")
+    say "nlohmann_json: carried"
+  else
+    say "nlohmann_json: not found"
+  fi
+fi
+
 BIN=""
-if [ -n "$CMAKE" ] && [ -n "$CXX_BIN" ] && [ -n "$NVCC" ]; then
+if [ "${DEVICE_CHECK_PREBUILT:-0}" = 1 ]; then
+  RESULTS+=("build: skipped (DEVICE_CHECK_PREBUILT=1)")
+elif [ -n "$CMAKE" ] && [ -n "$CXX_BIN" ] && [ -n "$NVCC" ]; then
   say "configure -> $OUT/build.log"
   PATH=$SHIM/bin:$PATH timeout "$(step_timeout 120)" "$CMAKE" -S "$ROOT/tests/gpu" -B "$BUILD" "${CMAKE_ARGS[@]}" \
     > "$OUT/build.log" 2>&1

@@ -3,6 +3,7 @@
 # GPU machine that may lack some of what the build needs:
 #   libfabric/   headers, libfabric.so.1 and the libraries it links (Debian 12, glibc >= 2.34)
 #   fmt/         fmt's headers (used header-only there)
+#   json/        nlohmann_json (headers and CMake package; src/sharded requires it)
 #   lib/         libcudart and libfmt for the prebuilt programs (which then need glibc >= 2.34
 #                and libstdc++ of GCC >= 11 on the GPU machine)
 #   bin/         gpu_collectives and gpu_bench prebuilt here (sm_80, sm_90 + PTX), used only
@@ -33,6 +34,10 @@ done
 
 # fmt, header-only on the GPU machine.
 cp -r /usr/include/fmt "$DEPS/fmt/include/"
+# nlohmann_json: its CMake package finds the headers relative to itself (prefix/share/cmake).
+mkdir -p "$DEPS/json/include" "$DEPS/json/share/cmake"
+cp -r /usr/include/nlohmann "$DEPS/json/include/"
+cp -r /usr/share/cmake/nlohmann_json "$DEPS/json/share/cmake/"
 
 if [ "$PREBUILT" = 1 ]; then
   cmake -S "$ROOT/tests/gpu" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
