@@ -31,7 +31,7 @@ hcResult_t guard(hcComm* comm, const char* fn, F&& f) {
     return hcSuccess;
   } catch (const Error& e) {
     t_last_error = e.what();
-    if (comm && (e.code() == hcRemoteError || e.code() == hcTimeout || e.code() == hcSystemError)) {
+    if (comm && (e.code() == hcRemoteError || e.code() == hcTimeout)) {
       if (!comm->failed.exchange(true)) comm->failure = e.what();
       try {
         if (comm->shm) comm->shm->abort();  // peers stop waiting on this rank
