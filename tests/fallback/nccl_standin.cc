@@ -1,5 +1,6 @@
 // A stand-in for libnccl.so.2: every NCCL function the fallback resolves, recording its
 // arguments. Built twice: complete, and without ncclAllReduce (a library missing a symbol).
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -41,6 +42,65 @@ Result injected(const char* fn) {
   return g_fail_fn == fn ? static_cast<Result>(g_fail_code) : Success;
 }
 
+// With HCSTANDIN_EXECUTE=1, reductions on a one-rank communicator move the data (host memory)
+// the way NCCL does: a copy, or for a pre-multiplied sum (and avg of floating-point types, a
+// pre-multiplied sum by 1/nranks inside NCCL) the oneRankReduce kernel, including the tail
+// that NCCL 2.19.1-2.29.2 leave unwritten (HCSTANDIN_VERSION picks the version). float32 and
+// float64 only.
+struct PremulOp {
+  int dtype;
+  double scalar;
+};
+std::vector<PremulOp> g_premul;  // by op - NumOps
+
+int versionCode() {
+  const char* v = std::getenv("HCSTANDIN_VERSION");
+  return v ? std::atoi(v) : 22809;
+}
+
+bool executing() {
+  const char* e = std::getenv("HCSTANDIN_EXECUTE");
+  return e && std::atoi(e) != 0;
+}
+
+template <class T>
+void scaleBlocks(const void* send, void* recv, size_t n, double scalar) {
+  const size_t bytes = n * sizeof(T);
+  const size_t bn = std::min<size_t>(32, (bytes + (16 << 10) - 1) / (16 << 10));
+  const size_t pack = 16 / sizeof(T);
+  const int v = versionCode();
+  const size_t per = v >= 21901 && v < 22907 ? n / bn : (n + bn - 1) / bn;  // the bug: floor
+  const size_t a = (per + pack - 1) / pack * pack;
+  for (size_t b = 0; b < bn; ++b) {
+    const size_t i0 = std::min(n, b * a), i1 = std::min(n, (b + 1) * a);
+    for (size_t i = i0; i < i1; ++i)
+      static_cast<T*>(recv)[i] = static_cast<T>(static_cast<const T*>(send)[i] * static_cast<T>(scalar));
+  }
+}
+
+Result executeOneRank(const void* send, void* recv, size_t n, DataType dt, RedOp op, CommHandle comm) {
+  if (!executing() || reinterpret_cast<FakeComm*>(comm)->nranks != 1) return Success;
+  const size_t esize = dt == Float32 ? 4 : dt == Float64 ? 8 : 0;
+  if (!esize) return InvalidArgument;
+  bool kernel = false;
+  double scalar = 1.0;
+  if (op >= NumOps) {
+    const size_t k = static_cast<size_t>(op - NumOps);
+    if (k >= g_premul.size() || g_premul[k].dtype != dt) return InvalidArgument;
+    kernel = true;
+    scalar = g_premul[k].scalar;
+  } else if (op == Avg) {
+    kernel = true;  // floating point: a pre-multiplied sum by 1/nranks = 1
+  }
+  if (!kernel) {
+    if (send != recv) std::memmove(recv, send, n * esize);
+    return Success;
+  }
+  if (dt == Float32) scaleBlocks<float>(send, recv, n, scalar);
+  else scaleBlocks<double>(send, recv, n, scalar);
+  return Success;
+}
+
 }  // namespace
 
 #define STANDIN_API extern "C" __attribute__((visibility("default")))
@@ -68,8 +128,7 @@ STANDIN_API void hcstandin_fail(const char* fn, int code) {
 STANDIN_API Result ncclGetVersion(int* version) {
   std::lock_guard<std::mutex> lk(g_mu);
   record("ncclGetVersion");
-  const char* v = std::getenv("HCSTANDIN_VERSION");
-  *version = v ? std::atoi(v) : 22809;
+  *version = versionCode();
   return injected("ncclGetVersion");
 }
 
@@ -150,7 +209,8 @@ STANDIN_API Result ncclReduceScatter(const void* send, void* recv, size_t count,
   c.op = op;
   c.comm = comm;
   c.stream = stream;
-  return injected("ncclReduceScatter");
+  Result r = injected("ncclReduceScatter");
+  return r != Success ? r : executeOneRank(send, recv, count, dt, op, comm);
 }
 
 #ifndef HCSTANDIN_OMIT_ALLREDUCE
@@ -165,7 +225,8 @@ STANDIN_API Result ncclAllReduce(const void* send, void* recv, size_t count, Dat
   c.op = op;
   c.comm = comm;
   c.stream = stream;
-  return injected("ncclAllReduce");
+  Result r = injected("ncclAllReduce");
+  return r != Success ? r : executeOneRank(send, recv, count, dt, op, comm);
 }
 #endif
 
@@ -195,6 +256,16 @@ STANDIN_API Result ncclRedOpCreatePreMulSum(RedOp* op, void* scalar, DataType dt
   Result r = injected("ncclRedOpCreatePreMulSum");
   if (r != Success) return r;
   *op = static_cast<RedOp>(NumOps + g_ops++);
+  double v = 0;
+  if (dt == Float32) {
+    float f;
+    std::memcpy(&f, scalar, sizeof f);
+    v = f;
+  } else if (dt == Float64) {
+    std::memcpy(&v, scalar, sizeof v);
+  }
+  g_premul.resize(static_cast<size_t>(g_ops));
+  g_premul.back() = PremulOp{dt, v};
   c.op = *op;
   return Success;
 }

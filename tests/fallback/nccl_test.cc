@@ -385,4 +385,58 @@ TEST(NcclFallback, ALoadFailureOnOneRankFailsEveryRank) {
   EXPECT_TRUE(s.calls("ncclCommInitRank").empty()) << "nobody enters NCCL's init when a rank cannot";
 }
 
+// The device run's one_rank_scratch_fallback failure: AllReduce of 4097 float32 avg / premulsum
+// on one rank left element 4096 unwritten. NCCL 2.19.1-2.29.2 run one-rank pre-multiplied sums
+// (and floating-point avg) with oneRankReduce, whose blocks skip the last count mod bn
+// elements when count / bn is already a multiple of the 16-byte pack. The stand-in executes
+// one-rank reductions like that (HCSTANDIN_EXECUTE=1) and every element must come out right.
+TEST(NcclFallback, OneRankReductionsWriteEveryElementOnEveryNcclVersion) {
+  EXPECT_EQ(nccl::oneRankKernelCovers(4097, 4), 4096u);
+  EXPECT_EQ(nccl::oneRankKernelCovers(4096, 4), 4096u);
+  EXPECT_EQ(nccl::oneRankKernelCovers(4000, 4), 4000u) << "one block covers everything";
+  EXPECT_EQ(nccl::oneRankKernelCovers(300001, 4), 300001u);
+  EXPECT_EQ(nccl::oneRankKernelCovers(0, 4), 0u);
+  setenv("HCSTANDIN_EXECUTE", "1", 1);
+  struct Op {
+    OpKind kind;
+    double scalar, factor;
+  } ops[] = {{OpKind::Avg, 1.0, 1.0}, {OpKind::PreMulSum, 0.5, 0.5}, {OpKind::Sum, 1.0, 1.0}};
+  for (const char* version : {"22809", "21903", "22902", "22907", "21805"}) {
+    setenv("HCSTANDIN_VERSION", version, 1);
+    Standin s;
+    nccl::Fallback fb(HCSTANDIN_PATH, 0, 1, soloOps());
+    for (hcColl_t coll : {hcCollAllReduce, hcCollReduceScatter})
+      for (size_t count : {size_t{4097}, size_t{1}, size_t{8195}, size_t{16386}, size_t{131075}, size_t{300001}})
+        for (const Op& op : ops)
+          for (bool in_place : {false, true})
+            for (hcDataType_t dt : {hcFloat32, hcFloat64}) {
+              const size_t es = hcTypeSize(dt);
+              std::vector<double> want(count);
+              std::vector<char> send(count * es), recv(count * es);
+              for (size_t i = 0; i < count; ++i) {
+                const double x = -1.0 - static_cast<double>(i % 7);
+                want[i] = x * op.factor;
+                if (dt == hcFloat32) reinterpret_cast<float*>(send.data())[i] = static_cast<float>(x);
+                else reinterpret_cast<double*>(send.data())[i] = x;
+              }
+              CollArgs a = args(coll, count, dt, op.kind, op.scalar);
+              a.send = send.data();
+              a.recv = in_place ? send.data() : recv.data();
+              fb.run(a);
+              const char* out = in_place ? send.data() : recv.data();
+              size_t wrong = 0, first = count;
+              for (size_t i = 0; i < count; ++i) {
+                const double got = dt == hcFloat32 ? reinterpret_cast<const float*>(out)[i]
+                                                   : reinterpret_cast<const double*>(out)[i];
+                if (got != want[i] && wrong++ == 0) first = i;
+              }
+              EXPECT_EQ(wrong, 0u) << "NCCL " << version << " " << hicoll::describe(a) << " op "
+                                   << hicoll::opName(op.kind) << (in_place ? " in place" : "")
+                                   << ": first wrong element " << first;
+            }
+  }
+  unsetenv("HCSTANDIN_VERSION");
+  unsetenv("HCSTANDIN_EXECUTE");
+}
+
 }  // namespace

@@ -1,6 +1,7 @@
 #include "fallback/nccl/nccl_fallback.h"
 
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -38,7 +39,28 @@ hcResult_t codeOf(Result r) {
   }
 }
 
+// NCCL 2.19.1 to 2.29.2 run a reduction on a one-rank communicator with oneRankReduce, a
+// kernel on bn = min(32, ceil(bytes / 16 KiB)) blocks whose block b covers elements
+// [b * a, (b + 1) * a) with a = alignUp(count / bn, 16 / esize). The floor in count / bn leaves
+// the last (count - bn * a) elements, fewer than bn, unwritten whenever that is positive (4097
+// float32: 2 blocks of 2048, element 4096 untouched). NCCL 2.29.7 rounds up instead. The kernel
+// runs only for a pre-multiplied sum, which NCCL also uses for avg of floating-point types;
+// other ops on one rank are a copy.
+constexpr int kOneRankTailFirst = 21901, kOneRankTailFixed = 22907;
+
+bool oneRankTailBug(int version) { return version >= kOneRankTailFirst && version < kOneRankTailFixed; }
+
+bool isFloating(hcDataType_t t) { return t == hcFloat16 || t == hcFloat32 || t == hcFloat64 || t == hcBfloat16; }
+
 }  // namespace
+
+size_t oneRankKernelCovers(size_t count, size_t esize) {
+  if (count == 0 || esize == 0 || esize > 16) return count;
+  const size_t bn = std::min<size_t>(32, (count * esize + (16 << 10) - 1) / (16 << 10));
+  const size_t per_pack = 16 / esize;
+  const size_t per_block = (count / bn + per_pack - 1) / per_pack * per_pack;
+  return std::min(count, bn * per_block);
+}
 
 DataType toNccl(hcDataType_t t) {
   switch (t) {
@@ -149,15 +171,36 @@ void Fallback::run(const CollArgs& a) {
   }
   RedOp op;
   const bool premul = a.op.kind == OpKind::PreMulSum;
+  // One rank on an NCCL with the oneRankReduce tail bug (above): avg of one rank is the input
+  // itself, which NCCL's copy gives exactly (sum of one rank); a pre-multiplied sum is issued
+  // again for the elements the kernel leaves out (fewer than 32, one block, always covered).
+  const bool tail_bug = nranks_ == 1 && oneRankTailBug(lib_->version());
   if (premul) {
     alignas(8) unsigned char scalar[8] = {};
     num::encodeScalar(a.op.scalar, a.dtype, scalar);
     check(f.redOpCreatePreMulSum(&op, scalar, dt, ScalarHostImmediate, comm_), "ncclRedOpCreatePreMulSum", a);
+  } else if (tail_bug && a.op.kind == OpKind::Avg && isFloating(a.dtype)) {
+    op = Sum;
   } else {
     op = toNccl(a.op.kind);
   }
-  Result rc = a.coll == hcCollReduceScatter ? f.reduceScatter(a.send, a.recv, a.count, dt, op, comm_, a.stream)
-                                            : f.allReduce(a.send, a.recv, a.count, dt, op, comm_, a.stream);
+  auto call = [&](size_t off, size_t n) {
+    const size_t bytes = off * hcTypeSize(a.dtype);
+    const void* send = static_cast<const char*>(a.send) + bytes;
+    void* recv = static_cast<char*>(a.recv) + bytes;
+    return a.coll == hcCollReduceScatter ? f.reduceScatter(send, recv, n, dt, op, comm_, a.stream)
+                                         : f.allReduce(send, recv, n, dt, op, comm_, a.stream);
+  };
+  Result rc = call(0, a.count);
+  if (rc == Success && premul && tail_bug) {
+    const size_t covered = oneRankKernelCovers(a.count, hcTypeSize(a.dtype));
+    if (covered < a.count) {
+      HC_TRACE("NCCL fallback: {}: NCCL {} leaves elements {}..{} of a one-rank pre-multiplied sum unwritten; "
+               "issuing them again",
+               describe(a), lib_->version(), covered, a.count - 1);
+      rc = call(covered, a.count - covered);
+    }
+  }
   // NCCL allows destroying the op as soon as the collective using it has been enqueued.
   if (premul) {
     Result rd = f.redOpDestroy(op, comm_);

@@ -15,6 +15,9 @@ namespace hicoll::nccl {
 // hicoll -> NCCL mappings (throw hcInvalidArgument for values NCCL has no match for).
 DataType toNccl(hcDataType_t t);
 RedOp toNccl(OpKind k);  // built-in ops only; PreMulSum is created per call
+// How many leading elements of a one-rank reduction NCCL 2.19.1-2.29.2's oneRankReduce kernel
+// writes (the rest, fewer than 32, it skips); count itself for counts it covers.
+size_t oneRankKernelCovers(size_t count, size_t esize);
 
 // The bootstrap collectives the fallback needs (all ranks call them in the same order).
 struct BootstrapOps {
