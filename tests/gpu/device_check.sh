@@ -268,7 +268,7 @@ rc=$?
 run_scenario one_rank_nccl_fallback 90
 run_scenario one_rank_scratch_fallback 90
 if [ $MULTI_OK = 1 ]; then
-  for sc in one_node_x4 nodes_2x2 nodes_2x2_interleaved nodes_3x1; do run_scenario $sc 100; done
+  for sc in nodes_2x1 one_node_x4 nodes_2x2 nodes_2x2_interleaved nodes_3x1; do run_scenario $sc 100; done
 else
   RESULTS+=("multi-rank scenarios and bench: NOT RUN (smoke_one_node_x2 failed)")
 fi

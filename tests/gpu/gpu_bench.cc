@@ -113,6 +113,12 @@ hcResult_t call(hcColl_t coll, const Pointers& p, hcDataType_t dt, cudaStream_t 
   }
 }
 
+// in -> dst on s, complete when this returns (the collectives that follow are on s too).
+cudaError_t upload(const void* dst, const std::vector<char>& in, cudaStream_t s) {
+  cudaError_t e = cudaMemcpyAsync(const_cast<void*>(dst), in.data(), in.size(), cudaMemcpyHostToDevice, s);
+  return e != cudaSuccess ? e : cudaStreamSynchronize(s);
+}
+
 // Copy rate of cudaMemcpyAsync device-to-device on this GPU, bytes copied per second.
 int copyRate(size_t bytes, int iters, char* a, char* b, cudaStream_t s, double* gbps) {
   cudaEvent_t e0, e1;
@@ -203,7 +209,12 @@ int benchRank(const Opts& o, int rank, int W) {
         p = place(coll, size, e, rank, W, ds, dr, ip == 1);
         if (p.count == 0) break;
         std::vector<char> in = hctest::testInput(coll, o.dt, hicoll::OpKind::Sum, p.count, rank, W);
-        CK(cudaMemcpy(const_cast<void*>(p.send), in.data(), in.size(), cudaMemcpyHostToDevice));
+        // Uploads go on s, in stream order with the collectives. A plain cudaMemcpy from pageable
+        // memory runs on the legacy stream, which a non-blocking s does not wait for, and may
+        // return before its DMA has landed: the next collective then raced with the upload. In
+        // place that read what the timed calls had left there (gpu_bench's 35424 wrong elements
+        // of the in-place 1 MiB ReduceScatter on 2 nodes: the tail of rank 1's block).
+        CK(upload(p.send, in, s));
         for (int i = 0; i < o.warmup; ++i) HK(call(coll, p, o.dt, s));
         CK(cudaStreamSynchronize(s));
         HK(hcBarrier(g_comm));
@@ -220,7 +231,7 @@ int benchRank(const Opts& o, int rank, int W) {
         CK(cudaEventDestroy(e1));
         t_us[ip] = maxAcross(ms * 1000.0 / o.iters);
         // #wrong: one more call on fresh input, checked against the host reference.
-        CK(cudaMemcpy(const_cast<void*>(p.send), in.data(), in.size(), cudaMemcpyHostToDevice));
+        CK(upload(p.send, in, s));
         HK(call(coll, p, o.dt, s));
         std::vector<char> out(p.out_bytes);
         CK(cudaMemcpyAsync(out.data(), p.recv, out.size(), cudaMemcpyDeviceToHost, s));

@@ -178,6 +178,7 @@ struct Scenario {
   std::string reason;                    // ... with this in its fallback reason
   bool ordering = false;                 // stream-order and back-to-back checks too
   std::vector<hcColl_t> expect_colls = {hcCollAllGather, hcCollReduceScatter, hcCollAllReduce, hcCollBroadcast};
+  bool repeat = false;                   // gpu_bench's repeated calls on the same buffers too
 };
 
 int checkStats(const Scenario& sc, int rank) {
@@ -266,6 +267,53 @@ int orderingChecks(int rank, int W, char* dsend, char* drecv, cudaStream_t s) {
   return bad ? 1 : 0;
 }
 
+// gpu_bench's pattern, all in stream order: per size, several calls back to back on the same
+// buffers (in place, each call's input is what the previous one left), then fresh input and
+// one more call, checked. gpu_bench reported 35424 wrong elements for the in-place 1 MiB
+// ReduceScatter on 2 nodes x 1 (one 512 KiB chunk per collective) when its upload was a
+// cudaMemcpy on the legacy stream, unordered with the collectives on its non-blocking stream.
+int repeatChecks(int rank, int W, cudaStream_t s) {
+  constexpr int kCalls = 7;  // device_check.sh's 2-node bench: 2 warm-up + 5 timed
+  int bad = 0;
+  for (hcColl_t coll : {hcCollReduceScatter, hcCollAllGather})
+    for (size_t total : {size_t{1} << 20, size_t{4} << 20})
+      for (bool ip : {false, true}) {
+        const Case c{coll, hcFloat32, OpKind::Sum, total / (static_cast<size_t>(W) * 4), ip};
+        const size_t e = 4, out_bytes = recvElems(c, W) * e;
+        std::vector<char> in = hctest::testInput(c.coll, c.dt, c.op, c.count, rank, W);
+        char *ds = nullptr, *dr = nullptr;
+        void *hin = nullptr, *hout = nullptr;
+        CK(cudaMalloc(&ds, sendElems(c, W) * e));
+        CK(cudaMalloc(&dr, std::max(sendElems(c, W), recvElems(c, W)) * e));
+        CK(cudaMallocHost(&hin, in.size()));
+        CK(cudaMallocHost(&hout, out_bytes));
+        std::memcpy(hin, in.data(), in.size());
+        const void* sp = nullptr;
+        void* rp = nullptr;
+        placeBuffers(c, rank, ds, dr, &sp, &rp);
+        hcRedOp_t premul = hcMaxRedOp;
+        CK(cudaMemcpyAsync(const_cast<void*>(sp), hin, in.size(), cudaMemcpyHostToDevice, s));
+        for (int i = 0; i < kCalls; ++i) HK(enqueue(c, sp, rp, g_comm, s, &premul));
+        CK(cudaMemcpyAsync(const_cast<void*>(sp), hin, in.size(), cudaMemcpyHostToDevice, s));
+        HK(enqueue(c, sp, rp, g_comm, s, &premul));
+        CK(cudaMemcpyAsync(hout, rp, out_bytes, cudaMemcpyDeviceToHost, s));
+        CK(cudaStreamSynchronize(s));
+        std::string err =
+            hctest::compareOutput(c.dt, hout, hctest::expectedOutput(c.coll, c.dt, c.op, c.count, 0, rank, W));
+        if (!err.empty()) {
+          std::fprintf(stderr, "[rank %d] %s, %d calls back to back then fresh input: %s\n", rank, c.str().c_str(),
+                       kCalls, err.c_str());
+          ++bad;
+        }
+        CK(cudaFree(ds));
+        CK(cudaFree(dr));
+        CK(cudaFreeHost(hin));
+        CK(cudaFreeHost(hout));
+      }
+  if (rank == 0 && !bad) std::printf("  repeated calls on the same buffers (gpu_bench's pattern): ok\n");
+  return bad ? 1 : 0;
+}
+
 int rankMain(const Scenario& sc, int rank, int W) {
   g_rank = rank;
   int ndev = 0;
@@ -295,6 +343,7 @@ int rankMain(const Scenario& sc, int rank, int W) {
     std::printf("  %zu collectives (%zu datatypes, counts up to %zu) in %.1f s, %s\n", cases.size(), sc.types.size(),
                 sc.counts.back(), secs, bad ? "FAILURES" : "all match the reference");
   if (!bad && sc.ordering) bad += orderingChecks(rank, W, dsend, drecv, s);
+  if (!bad && sc.repeat) bad += repeatChecks(rank, W, s);
   if (!bad) bad += checkStats(sc, rank);
   CK(cudaFree(dsend));
   CK(cudaFree(drecv));
@@ -316,10 +365,15 @@ std::vector<Scenario> scenarios() {
   v.push_back({"nodes_2x2", {"n0", "n0", "n1", "n1"}, env({{"HICOLL_CHUNK_SIZE", "65536"}}), kAllTypes, {1, 777, 300001},
                hcPathHierarchical, "", true});
   v.push_back({"nodes_2x2_interleaved", {"n0", "n1", "n0", "n1"}, env({}), kSomeTypes, {5, 300001}});
+  // gpu_bench's 2-node layout and sizes: one ReduceScatter chunk per 1 MiB collective.
+  v.push_back({"nodes_2x1", {"a", "b"}, env({}), {hcFloat32, hcBfloat16}, {5, 131072}, hcPathHierarchical, "", false,
+               {hcCollAllGather, hcCollReduceScatter, hcCollAllReduce, hcCollBroadcast}, true});
   v.push_back({"nodes_3x1", {"a", "b", "c"}, env({{"HICOLL_CHUNK_SIZE", "131072"}}), kSomeTypes, {3, 200003}});
   v.push_back({"one_rank_hier", {"n0"}, env({}), kAllTypes, {1, 4099}});
-  v.push_back({"one_rank_nccl_fallback", {"n0"}, env({{"HICOLL_FORCE_FALLBACK", "all"}}), kAllTypes, {1, 1000, 300001},
-               hcPathFallback, "HICOLL_FORCE_FALLBACK"});
+  // 4097 (float32) and 16386 (float64): counts whose last elements NCCL 2.19.1-2.29.2's one-rank
+  // pre-multiplied sum kernel skips (avg and premulsum; the fallback issues them again).
+  v.push_back({"one_rank_nccl_fallback", {"n0"}, env({{"HICOLL_FORCE_FALLBACK", "all"}}), kAllTypes,
+               {1, 1000, 4097, 16386, 300001}, hcPathFallback, "HICOLL_FORCE_FALLBACK"});
   // The scratch rule (choosePath) covers AllGather and AllReduce; ReduceScatter and Broadcast
   // stay hierarchical (they are still checked against the reference).
   v.push_back({"one_rank_scratch_fallback", {"n0"}, env({{"SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES", "8192"}}),
