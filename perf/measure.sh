@@ -3,7 +3,8 @@
 # Each run writes perf/results/<name>.txt (the command and agbench's table) and .json; the
 # plots go to perf/img/. Run as root from a configured build (build-perf by default):
 #
-#   perf/measure.sh [a|b|c|d|sweeps|plots|all]...
+#   perf/measure.sh [a|b|c|d|sweeps_1x2|sweeps_2x2|plots|all]...
+#   RESULTS=dir perf/measure.sh a b      # e.g. a repeated run into another directory
 #
 # The machine is shared: every figure the targets use is a median of 5 repetitions with the
 # compared variants interleaved in the same run (agbench --reps), so ratios hold even when
@@ -12,7 +13,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 B=${AGBENCH:-$here/../build-perf/perf/agbench}
 PY=${PYTHON:-$here/../.venv/bin/python}
-R=$here/results
+R=${RESULTS:-$here/results}
 I=$here/img
 mkdir -p "$R" "$I"
 NS="$here/netns_emulate.sh -a $B"
@@ -28,6 +29,9 @@ run() {  # name, command... (agbench arguments last, -J appended)
 }
 
 target_a() {
+  # The copy bandwidths that bound 2 ranks on one node (memcpy; process_vm_readv alone and with
+  # both processes reading at once, as during an AllGather).
+  { echo "\$ build-perf/perf/copybw 32M 7"; "$(dirname "$B")/copybw" 32M 7; } | tee "$R/copybw.txt"
   run a_allgather_1x2 "$B" allgather --np 2 -b 64M -e 64M -n 20 -w 5 -c 1 --reps 5 --baseline mpi,memcpy
 }
 target_b() {
@@ -46,9 +50,11 @@ target_d() {
   # 2 x 1: no more ranks than cores, where Open MPI's busy polling is not starved (see README)
   run d_allgather_small_2x1 $NS -N 2 -L 1 -m mpi -- allgather -d int8 -b 8 -e 64K -f 2 -n 50 -w 5 -c 1 --reps 5
 }
-sweeps() {
+sweeps_1x2() {
   run sweep_allgather_1x2 "$B" allgather --np 2 -b 1K -e 64M -f 4 -n 10 -w 3 -c 1 --reps 3 --baseline mpi,memcpy
   run sweep_reducescatter_1x2 "$B" reducescatter --np 2 -b 1K -e 64M -f 4 -n 10 -w 3 -c 1 --reps 3 --baseline mpi,memcpy
+}
+sweeps_2x2() {
   for coll in allgather reducescatter; do
     run "sweep_${coll}_2x2_tcp" $NS -N 2 -L 2 -m mpi -- "$coll" -b 16K -e 64M -f 4 -n 3 -w 1 -c 1 --reps 3 --baseline ring
     run "sweep_${coll}_2x2_han" $NS -N 2 -L 2 -m han -- "$coll" -b 16K -e 64M -f 4 -n 3 -w 1 -c 1 --reps 3
@@ -73,8 +79,8 @@ plots() {
 for what in "$@"; do
   case $what in
     a) target_a ;; b) target_b ;; c) target_c ;; d) target_d ;;
-    sweeps) sweeps ;; plots) plots ;;
-    all) target_a; target_b; target_c; target_d; sweeps; plots ;;
+    sweeps_1x2) sweeps_1x2 ;; sweeps_2x2) sweeps_2x2 ;; plots) plots ;;
+    all) target_a; target_b; target_c; target_d; sweeps_1x2; sweeps_2x2; plots ;;
     *) echo "unknown: $what" >&2; exit 2 ;;
   esac
 done

@@ -74,7 +74,7 @@ void printPreamble(const Args& a, const World& w, const std::vector<RankInfo>& r
   }
   if (a.has(Baseline::Memcpy))
     std::printf("# Baseline memcpy: single-core memcpy of the full buffer (the size column) by rank 0, "
-                "timed in turn with the collectives while the other ranks wait in a barrier\n");
+                "timed in turn with the collectives while the other ranks sleep in a barrier\n");
   std::printf("#\n# Using devices\n");
   for (const RankInfo& r : ranks)
     std::printf("#  Rank %2d Group  0 Pid %6d on %10s device host node %s (%d) local %d\n", r.rank,
