@@ -36,6 +36,7 @@ bool mustAgree(Knob k) {
     case Knob::ScratchBytes:
     case Knob::SortBytes:
     case Knob::ChunkBytes:
+    case Knob::DeviceChunkBytes:
     case Knob::AllReduceSmallBytes:
     case Knob::ShmCma:
     case Knob::OfiProvider: return true;

@@ -122,7 +122,7 @@ CudaDeviceEngine::CudaDeviceEngine(hcComm& c) : comm_(c) {
   setup();
   if (status_.hier_ok)
     HC_INFO("device path ready on GPU {}: {} node(s) x {} local rank(s), CUDA IPC within the node, chunks of {} bytes",
-            device_, c.topo.nnodes, c.topo.localSize(c.node()), c.cfg.num(Knob::ChunkBytes));
+            device_, c.topo.nnodes, c.topo.localSize(c.node()), c.cfg.num(Knob::DeviceChunkBytes));
   else
     HC_INFO("device path: no hierarchical path ({}); device collectives fall back to NCCL", status_.why_not);
 }
@@ -195,7 +195,7 @@ void CudaDeviceEngine::setup() {
     return;
   }
   const int N = t.nnodes, L = t.localSize(comm_.node());
-  const size_t chunk = static_cast<size_t>(comm_.cfg.num(Knob::ChunkBytes));
+  const size_t chunk = static_cast<size_t>(comm_.cfg.num(Knob::DeviceChunkBytes));
   sizes_ = dev::bufferSizes(L, N, chunk, comm_.scratch_bytes, comm_.sort_bytes);
   const size_t W = static_cast<size_t>(comm_.nranks);
 
