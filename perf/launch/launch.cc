@@ -54,6 +54,25 @@ int freePort(const std::string& addr) {
   return ntohs(sa.sin_port);
 }
 
+// A listening socket on addr:0, made before the ranks are forked and inherited by rank 0
+// (HICOLL_RENDEZVOUS_FD): no other process can take its port in between.
+int listenAny(const std::string& addr, int* port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  if (::inet_pton(AF_INET, addr.c_str(), &sa.sin_addr) != 1 ||
+      ::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 || ::listen(fd, 128) != 0) {
+    int e = errno;
+    ::close(fd);
+    throw std::runtime_error("launch: cannot listen on " + addr + ":0: " + std::strerror(e));
+  }
+  socklen_t len = sizeof sa;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
+  *port = ntohs(sa.sin_port);
+  return fd;
+}
+
 int statusOf(int wstatus) {
   if (WIFEXITED(wstatus)) return WEXITSTATUS(wstatus);
   if (WIFSIGNALED(wstatus)) return 128 + WTERMSIG(wstatus);
@@ -216,6 +235,7 @@ int selfLaunch(const Options& opt, const std::function<int()>& rank_main) {
     return 2;
   }
   int port = opt.master_port;
+  int rendezvous_fd = -1, rendezvous_port = 0;  // hicoll's rendezvous, when this launch picks it
   if (port == 0) {
     if (opt.node_rank >= 0) {
       std::fprintf(stderr, "launch: a per-node launch needs an explicit master port\n");
@@ -223,6 +243,7 @@ int selfLaunch(const Options& opt, const std::function<int()>& rank_main) {
     }
     try {
       port = freePort(opt.master_addr);
+      if (!hasEnv("HICOLL_COMM_ID")) rendezvous_fd = listenAny(opt.master_addr, &rendezvous_port);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "%s\n", e.what());
       return 2;
@@ -258,6 +279,14 @@ int selfLaunch(const Options& opt, const std::function<int()>& rank_main) {
       setEnv("MASTER_ADDR", opt.master_addr);
       setEnv("MASTER_PORT", std::to_string(port));
       setEnv("HICOLL_TOPO_NODE", nodeLabel(node[r]));
+      if (rendezvous_fd >= 0) {
+        setEnv("HICOLL_COMM_ID", opt.master_addr + ":" + std::to_string(rendezvous_port));
+        if (r == 0) {
+          setEnv("HICOLL_RENDEZVOUS_FD", std::to_string(rendezvous_fd));
+        } else {
+          ::close(rendezvous_fd);
+        }
+      }
       int rc = 1;
       try {
         rc = rank_main();
@@ -277,6 +306,7 @@ int selfLaunch(const Options& opt, const std::function<int()>& rank_main) {
     c.pidfd = pidfdOpen(pid);
     kids.push_back(c);
   }
+  if (rendezvous_fd >= 0) ::close(rendezvous_fd);  // rank 0 holds it now
   return superviseChildren(kids, opt.timeout_s, "job");
 }
 

@@ -141,7 +141,7 @@ Rendezvous joinEnv(const LaunchEnv& e, long timeout_ms) {
   SockAddr addr = resolveHostPort(e.host, e.port);
   Secret secret = envSecret();
   if (e.rank == 0) {
-    auto server = startTcpStoreServer(addr, secret);
+    auto server = e.listen_fd >= 0 ? startTcpStoreServer(Fd(e.listen_fd), secret) : startTcpStoreServer(addr, secret);
     HC_INFO("rendezvous for {} ranks ({}) listening on {}", e.nranks, e.source, server->address().str());
     rv.keepalive = server;
   }

@@ -24,6 +24,7 @@ struct LaunchEnv {
   std::string host;  // rendezvous host and port (rank 0 listens there)
   int port = 0;
   std::string source;  // "torchrun", "mpirun", "srun" (for messages)
+  int listen_fd = -1;  // rank 0: an inherited listening socket (HICOLL_RENDEZVOUS_FD)
 };
 // Reads torchrun / mpirun / srun variables; throws hcInvalidArgument naming what is missing.
 LaunchEnv readLaunchEnv(const std::string& comm_id);

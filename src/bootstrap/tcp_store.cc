@@ -41,9 +41,9 @@ static_assert(sizeof(ReqHeader) == 16, "wire layout");
 
 class Server : public TcpStoreServer {
  public:
-  Server(SockAddr addr, const Secret& secret) : secret_(secret) {
-    listen_ = listenOn(addr);
-    addr_ = addr;
+  Server(Fd listening, const Secret& secret) : secret_(secret), listen_(std::move(listening)) {
+    addr_.len = sizeof addr_.ss;
+    HC_SYSCHECK(getsockname(listen_.get(), reinterpret_cast<sockaddr*>(&addr_.ss), &addr_.len), "getsockname");
     setNonBlocking(listen_.get());
     int p[2];
     HC_SYSCHECK(pipe2(p, O_CLOEXEC | O_NONBLOCK), "pipe2");
@@ -216,8 +216,9 @@ class Server : public TcpStoreServer {
   }
 
   Secret secret_;
+  Fd listen_;
   SockAddr addr_;
-  Fd listen_, wake_r_, wake_w_;
+  Fd wake_r_, wake_w_;
   std::vector<std::unique_ptr<Conn>> conns_;
   std::map<std::string, std::vector<uint8_t>> data_;
   std::map<std::string, std::vector<Conn*>> waiting_;
@@ -282,7 +283,15 @@ class Client : public Store {
 }  // namespace
 
 std::shared_ptr<TcpStoreServer> startTcpStoreServer(SockAddr addr, const Secret& secret) {
-  return std::make_shared<Server>(addr, secret);
+  return std::make_shared<Server>(listenOn(addr), secret);
+}
+
+std::shared_ptr<TcpStoreServer> startTcpStoreServer(Fd listening, const Secret& secret) {
+  int accepting = 0;
+  socklen_t len = sizeof accepting;
+  HC_CHECK(getsockopt(listening.get(), SOL_SOCKET, SO_ACCEPTCONN, &accepting, &len) == 0 && accepting,
+           hcInvalidArgument, "HICOLL_RENDEZVOUS_FD={} is not a listening socket", listening.get());
+  return std::make_shared<Server>(std::move(listening), secret);
 }
 
 std::shared_ptr<Store> connectTcpStore(const SockAddr& addr, const Secret& secret, int rank, int nranks,

@@ -23,6 +23,8 @@ class TcpStoreServer {
 
 // Listens on addr (port 0 = any) and serves in a background thread until destroyed.
 std::shared_ptr<TcpStoreServer> startTcpStoreServer(SockAddr addr, const Secret& secret);
+// Serves on a socket that is already listening (inherited from a launcher).
+std::shared_ptr<TcpStoreServer> startTcpStoreServer(Fd listening, const Secret& secret);
 std::shared_ptr<Store> connectTcpStore(const SockAddr& addr, const Secret& secret, int rank, int nranks,
                                        long timeout_ms);
 

@@ -176,6 +176,10 @@ hcResult_t hcCommInitFromEnv(hcComm_t* comm) {
     Config cfg = Config::fromEnv();
     long timeout = cfg.num(Knob::TimeoutMs);
     LaunchEnv e = readLaunchEnv(cfg.str(Knob::CommId));
+    if (e.rank == 0) {
+      e.listen_fd = static_cast<int>(cfg.num(Knob::RendezvousFd));
+      unsetenv("HICOLL_RENDEZVOUS_FD");  // consumed: a later init must not reuse the number
+    }
     Rendezvous rv = joinEnv(e, timeout);
     return createComm(std::make_unique<Bootstrap>(rv.store, "hc", e.rank, e.nranks, timeout), rv.keepalive);
   });

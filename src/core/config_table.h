@@ -52,5 +52,9 @@
   X(CommId, "HICOLL_COMM_ID", String, "", "",                                                    \
     "host:port of the rendezvous for hcCommInitFromEnv when MASTER_ADDR/MASTER_PORT are not "  \
     "set (rank 0 listens there).")                                                               \
+  X(RendezvousFd, "HICOLL_RENDEZVOUS_FD", Int, "-1", "",                                        \
+    "For rank 0 of hcCommInitFromEnv: a listening socket inherited from the launcher, used "    \
+    "instead of binding HICOLL_COMM_ID's port (no other process can take the port between the " \
+    "launcher choosing it and rank 0 listening). The self-launcher sets it.")                  \
   X(NcclLib, "HICOLL_NCCL_LIB", String, "libnccl.so.2", "",                                      \
     "Library loaded with dlopen for the NCCL fallback of device buffers.")

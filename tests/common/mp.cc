@@ -38,8 +38,24 @@ int freePort() {
   return ntohs(a.sin_port);
 }
 
+// A loopback listening socket that rank 0 inherits (HICOLL_RENDEZVOUS_FD): its port cannot be
+// taken by another test between choosing it and listening.
+static int listenLoopback(int* port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(fd, 128) != 0) return -1;
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  *port = ntohs(a.sin_port);
+  return fd;
+}
+
 std::vector<int> runRaw(const Job& job, const std::function<int(int rank)>& body) {
-  const std::string comm_id = job.comm_id.empty() ? "127.0.0.1:" + std::to_string(freePort()) : job.comm_id;
+  int port = 0;
+  const int listen_fd = job.comm_id.empty() ? listenLoopback(&port) : -1;
+  const std::string comm_id = job.comm_id.empty() ? "127.0.0.1:" + std::to_string(port) : job.comm_id;
   std::vector<pid_t> pids(job.nranks, -1);
   fflush(stdout);
   fflush(stderr);
@@ -49,6 +65,13 @@ std::vector<int> runRaw(const Job& job, const std::function<int(int rank)>& body
       setenv("RANK", std::to_string(r).c_str(), 1);
       setenv("WORLD_SIZE", std::to_string(job.nranks).c_str(), 1);
       setenv("HICOLL_COMM_ID", comm_id.c_str(), 1);
+      if (listen_fd >= 0) {
+        if (r == 0) {
+          setenv("HICOLL_RENDEZVOUS_FD", std::to_string(listen_fd).c_str(), 1);
+        } else {
+          close(listen_fd);
+        }
+      }
       if (!job.node.empty()) setenv("HICOLL_TOPO_NODE", job.node[r].c_str(), 1);
       for (const auto& [k, v] : job.env) setenv(k.c_str(), v.c_str(), 1);
       auto it = job.rank_env.find(r);
@@ -66,6 +89,7 @@ std::vector<int> runRaw(const Job& job, const std::function<int(int rank)>& body
     }
     pids[r] = pid;
   }
+  if (listen_fd >= 0) close(listen_fd);
   std::vector<int> status(job.nranks, -1);
   auto end = std::chrono::steady_clock::now() + std::chrono::seconds(job.timeout_s);
   int left = job.nranks;
