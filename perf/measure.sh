@@ -62,7 +62,8 @@ sweeps_2x2() {
 }
 plots() {
   for coll in allgather reducescatter; do
-    "$PY" "$here/plot.py" -o "$I/${coll}_1x2.png" --title "$coll, 1 node x 2 ranks (shared memory)" \
+    logy=$([[ $coll == reducescatter ]] && echo --logy || true)
+    "$PY" "$here/plot.py" -o "$I/${coll}_1x2.png" $logy --title "$coll, 1 node x 2 ranks (shared memory)" \
       "$R/sweep_${coll}_1x2.json"
     "$PY" "$here/plot.py" -o "$I/${coll}_2x2_netns.png" --skip "^han hicoll" \
       --title "$coll, 2 emulated nodes x 2 ranks, 1 Gbit/s links (netns)" \

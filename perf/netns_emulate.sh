@@ -164,5 +164,13 @@ case $mode in
     pids=()
     ;;
 esac
+# Link counters: drops at the rate limiter mean TCP losses (and retransmission timeouts).
+for ((k = 0; k < nodes; k++)); do
+  for where in "$(node_ns $k) $ifname node$k->bridge" "$sw p$k bridge->node$k"; do
+    set -- $where
+    tc -n "$1" -s qdisc show dev "$2" | awk -v w="$3" '/^ Sent/ {
+      printf "# netns_emulate: link %-16s sent %d bytes %d pkts, dropped %s overlimits %s\n", w, $2, $4, $7, $9 }' | tr -d ','
+  done
+done
 if (( keep )); then read -r -p "namespaces kept; Enter to tear down " _; fi
 exit "$status"

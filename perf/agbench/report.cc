@@ -53,7 +53,7 @@ void printPreamble(const Args& a, const World& w, const std::vector<RankInfo>& r
   hcGetVersion(&version);
   int nodes = 0;
   for (const RankInfo& r : ranks) nodes = std::max(nodes, r.node + 1);
-  std::printf("# agbench (hicoll %d.%d.%d): %s, %d ranks on %d nodes, host buffers, %s, algo %s\n",
+  std::printf("# agbench (hicoll %d.%d.%d): %s, %d ranks on %d node(s), host buffers, %s, algo %s\n",
               version / 10000, version / 100 % 100, version % 100, collName(a.coll), w.nranks,
               nodes, w.mode.c_str(), a.algo.empty() ? "default (HICOLL_ALGO)" : a.algo.c_str());
   std::printf(
