@@ -42,9 +42,11 @@ L::Options launchOptions(const Args& a) {
   return o;
 }
 
+#ifdef AGBENCH_HAVE_MPI
 bool underMpirun() {
   return std::getenv("OMPI_COMM_WORLD_RANK") && std::getenv("OMPI_COMM_WORLD_SIZE");
 }
+#endif
 
 // A second hicoll communicator over the same ranks with HICOLL_ALGO=ring (the configuration is
 // read at creation), bootstrapped by a unique id that rank 0 hands out over sync.
@@ -163,6 +165,7 @@ std::vector<std::string> splitWords(const std::string& s) {
   return out;
 }
 
+#ifdef AGBENCH_HAVE_MPI
 // Self-launch with the MPI baseline: re-run this program under mpirun (see the top comment).
 int reexecUnderMpirun(const Args& a) {
   char exe[PATH_MAX] = {};
@@ -182,6 +185,7 @@ int reexecUnderMpirun(const Args& a) {
   std::printf("# agbench: running the ranks under MPI: %s\n", shown.c_str());
   return L::runChild(cmd, launchOptions(a).timeout_s);
 }
+#endif
 
 }  // namespace
 }  // namespace agbench
