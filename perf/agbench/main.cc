@@ -158,6 +158,7 @@ int rankMain(const Args& a, Mode mode, int* argc, char*** argv) {
   return rc;
 }
 
+#ifdef AGBENCH_HAVE_MPI
 std::vector<std::string> splitWords(const std::string& s) {
   std::istringstream in(s);
   std::vector<std::string> out;
@@ -165,7 +166,6 @@ std::vector<std::string> splitWords(const std::string& s) {
   return out;
 }
 
-#ifdef AGBENCH_HAVE_MPI
 // Self-launch with the MPI baseline: re-run this program under mpirun (see the top comment).
 int reexecUnderMpirun(const Args& a) {
   char exe[PATH_MAX] = {};
