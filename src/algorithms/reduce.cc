@@ -116,7 +116,7 @@ A mulWrap(A a, A b) {
 }
 
 template <class T, OpKind K>
-void reduceTyped(const ReduceSpec& s, T* __restrict dst, const void* const* srcs, int nsrc, size_t n) {
+void reduceTyped(const ReduceSpec& s, T* dst, const void* const* srcs, int nsrc, size_t n) {
   using Acc = typename Traits<T>::Acc;
   constexpr size_t kBlock = 512;
   alignas(64) Acc acc[kBlock];
@@ -125,16 +125,23 @@ void reduceTyped(const ReduceSpec& s, T* __restrict dst, const void* const* srcs
     const size_t m = std::min(kBlock, n - base);
     const T* s0 = static_cast<const T*>(srcs[0]) + base;
     const bool premul0 = K == OpKind::PreMulSum && (s.premul_mask & 1);
-    for (size_t j = 0; j < m; ++j) acc[j] = premul0 ? mulWrap<Acc>(Traits<T>::load(s0[j]), scale) : Traits<T>::load(s0[j]);
+    if (premul0) {
+      for (size_t j = 0; j < m; ++j) acc[j] = mulWrap<Acc>(Traits<T>::load(s0[j]), scale);
+    } else {
+      for (size_t j = 0; j < m; ++j) acc[j] = Traits<T>::load(s0[j]);
+    }
     for (int k = 1; k < nsrc; ++k) {
       const T* sk = static_cast<const T*>(srcs[k]) + base;
       const bool premul = K == OpKind::PreMulSum && k < 64 && ((s.premul_mask >> k) & 1);
+      // One branch-free loop per case, so that each vectorises.
+      if (premul) {
+        for (size_t j = 0; j < m; ++j) acc[j] = addWrap<Acc>(acc[j], mulWrap<Acc>(Traits<T>::load(sk[j]), scale));
+        continue;
+      }
       for (size_t j = 0; j < m; ++j) {
         Acc x = Traits<T>::load(sk[j]);
-        if constexpr (K == OpKind::Sum || K == OpKind::Avg) {
+        if constexpr (K == OpKind::Sum || K == OpKind::Avg || K == OpKind::PreMulSum) {
           acc[j] = addWrap<Acc>(acc[j], x);
-        } else if constexpr (K == OpKind::PreMulSum) {
-          acc[j] = addWrap<Acc>(acc[j], premul ? mulWrap<Acc>(x, scale) : x);
         } else if constexpr (K == OpKind::Prod) {
           acc[j] = mulWrap<Acc>(acc[j], x);
         } else if constexpr (K == OpKind::Max) {
