@@ -11,12 +11,6 @@
 namespace hicoll {
 namespace {
 
-std::string lowerName(hcColl_t c) {
-  std::string s = collName(c);
-  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  return s;
-}
-
 // Per-rank block of the hierarchical phases of a collective, in bytes.
 size_t blockBytes(const hcComm& c, const CollArgs& a) {
   const size_t e = hcTypeSize(a.dtype);
@@ -34,13 +28,13 @@ size_t blockBytes(const hcComm& c, const CollArgs& a) {
 
 PathChoice choosePath(const hcComm& c, const CollArgs& a) {
   PathChoice p;
-  if (c.cfg.listHas(Knob::ForceFallback, lowerName(a.coll))) {
+  if (c.force_fallback_mask & (1u << a.coll)) {
     p.path = hcPathFallback;
     p.reason = fmt::format("HICOLL_FORCE_FALLBACK={}", c.cfg.str(Knob::ForceFallback));
     return p;
   }
   if (a.coll == hcCollBarrier) return p;
-  if (c.cfg.str(Knob::Algo) == "ring") {
+  if (c.algo_ring) {
     p.path = hcPathRing;
     return p;
   }

@@ -102,6 +102,7 @@ ShmTransport::ShmTransport(Bootstrap& bs, const std::vector<int>& local_ranks, c
   std::vector<Info> all(bs.size());
   bs.allgather(&my_info, all.data(), sizeof(Info));
 
+  my_pid_ = getpid();
   segs_.resize(L);
   pids_.resize(L);
   pidfds_.assign(L, -1);
@@ -173,7 +174,7 @@ void ShmTransport::read(int local, const void* remote, void* dst, size_t len) {
     std::memcpy(dst, static_cast<char*>(segs_[local].base()) + (r - h.base_in_owner), len);
     return;
   }
-  if (pids_[local] == getpid()) {
+  if (pids_[local] == my_pid_) {
     std::memcpy(dst, remote, len);
     return;
   }

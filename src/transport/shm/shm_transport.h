@@ -97,6 +97,7 @@ class ShmTransport : public Transport {
   bool same_process_ = false;
   std::vector<ShmSegment> segs_;
   std::vector<int> pids_;
+  int my_pid_ = 0;
   std::vector<int> pidfds_;
   std::vector<std::unique_ptr<Pair>> pairs_;
   std::map<ReqId, std::unique_ptr<Req>> reqs_;
