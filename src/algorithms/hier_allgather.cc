@@ -22,9 +22,11 @@ void hierAllGather(Run& r, const void* send, void* recv, size_t count) {
   char* out = static_cast<char*>(recv);
   const char* in = static_cast<const char*>(send);
   const bool in_place = in == out + static_cast<size_t>(c.rank) * b;
-  const bool direct = r.shm.directRead();
+  // Small blocks go through the shared segment: two memcpys beat a system call per peer.
+  const bool direct = r.shm.directRead() && b > static_cast<size_t>(c.cfg.num(Knob::ShmEagerBytes));
 
-  // Without single-copy reads, local peers read this rank's block from its scratch buffer.
+  // Without single-copy reads (or for small blocks), local peers read this rank's block from
+  // its scratch buffer.
   r.post(in, count, hcCollAllGather);
   for (int l = 0; l < L; ++l)
     if (l != me) r.waitPosted(l);

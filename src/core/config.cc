@@ -39,6 +39,7 @@ bool mustAgree(Knob k) {
     case Knob::DeviceChunkBytes:
     case Knob::AllReduceSmallBytes:
     case Knob::ShmCma:
+    case Knob::ShmEagerBytes:
     case Knob::OfiProvider: return true;
     default: return false;
   }
