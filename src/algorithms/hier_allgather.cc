@@ -32,9 +32,8 @@ void hierAllGather(Run& r, const void* send, void* recv, size_t count) {
     if (l != me) r.waitPosted(l);
 
   // Inter-node: block of (m, my local index) for every other node m into sort slot m.
-  Run::Pending net;
+  Run::Pending sends, recvs;  // recvs keyed by chunk
   std::vector<size_t> chunk_left(K, N - 1);
-  std::vector<std::pair<Run::Pending::value_type, size_t>> recvs;  // request, chunk
   char* my_sort = r.shm.sort(me);
   size_t staged = direct ? K : 0;  // chunks of my block in my scratch
   const char* src_net = direct ? in : r.shm.scratch(me);
@@ -43,10 +42,8 @@ void hierAllGather(Run& r, const void* send, void* recv, size_t count) {
     for (int m = 0; m < N; ++m) {
       if (m == n) continue;
       int peer = t.rankAt(m, me);
-      r.recv(net, peer, my_sort + m * b + k * C, chunkLen(k), r.tag(0, static_cast<unsigned>(k)));
-      recvs.emplace_back(net.back(), k);
-      net.pop_back();
-      r.send(net, peer, src_net + k * C, chunkLen(k), r.tag(0, static_cast<unsigned>(k)));
+      r.recv(recvs, peer, my_sort + m * b + k * C, chunkLen(k), r.tag(0, static_cast<unsigned>(k)), k);
+      r.send(sends, peer, src_net + k * C, chunkLen(k), r.tag(0, static_cast<unsigned>(k)));
     }
   };
   if (N == 1) std::fill(chunk_left.begin(), chunk_left.end(), 0);
@@ -66,17 +63,8 @@ void hierAllGather(Run& r, const void* send, void* recv, size_t count) {
       moved = true;
     }
     while (N > 1 && sent_chunks < staged) postChunk(sent_chunks++), moved = true;
-    if (!net.empty()) moved |= r.poll(net) > 0;
-    for (size_t i = 0; i < recvs.size();) {
-      if (recvs[i].first.first->test(recvs[i].first.second)) {
-        --chunk_left[recvs[i].second];
-        recvs[i] = recvs.back();
-        recvs.pop_back();
-        moved = true;
-      } else {
-        ++i;
-      }
-    }
+    moved |= r.poll(sends) > 0;
+    moved |= r.poll(recvs, [&](size_t k) { --chunk_left[k]; }) > 0;
     size_t prefix = received_prefix;
     while (prefix < K && chunk_left[prefix] == 0) ++prefix;
     if (prefix != received_prefix) {
@@ -121,7 +109,7 @@ void hierAllGather(Run& r, const void* send, void* recv, size_t count) {
       }
       all_done = all_done && own_done[l] == K && (N == 1 || sort_done[l] == K);
     }
-    if (all_done && net.empty() && recvs.empty()) break;
+    if (all_done && sends.empty() && recvs.empty()) break;
     if (moved) {
       backoff.reset();
     } else {

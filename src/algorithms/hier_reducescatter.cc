@@ -67,19 +67,16 @@ void hierReduceScatter(Run& r, const void* send, void* recv, size_t count) {
 
   // Receive every other node's partial of my block, chunk by chunk, into sort slot m.
   char* my_sort = r.shm.sort(me);
-  std::vector<std::pair<Run::Pending::value_type, size_t>> recvs;
-  Run::Pending tmp_p;
+  Run::Pending recvs;  // keyed by chunk
   std::vector<size_t> chunk_left(K, N - 1);
   for (size_t k = 0; k < K; ++k)
     for (int m = 0; m < N; ++m) {
       if (m == n) continue;
-      r.recv(tmp_p, t.rankAt(m, me), my_sort + m * b + k * C, chunkLen(k), r.tag(1, static_cast<unsigned>(k)));
-      recvs.emplace_back(tmp_p.back(), k);
-      tmp_p.pop_back();
+      r.recv(recvs, t.rankAt(m, me), my_sort + m * b + k * C, chunkLen(k), r.tag(1, static_cast<unsigned>(k)), k);
     }
   // Outgoing partials: a ring of chunk slots in scratch, each free again once its send completes.
   const size_t slots = std::clamp<size_t>(c.scratch_bytes / C, 1, 64);
-  std::vector<std::pair<Run::Pending::value_type, size_t>> sends;  // request, slot
+  Run::Pending sends;  // keyed by scratch slot
   std::vector<bool> slot_busy(slots, false);
   size_t next_slot = 0;
   std::vector<bool> own_done(K, false);
@@ -89,26 +86,8 @@ void hierReduceScatter(Run& r, const void* send, void* recv, size_t count) {
   Backoff backoff;
   while (finals < K || work_k < K || !sends.empty()) {
     bool moved = false;
-    for (size_t i = 0; i < sends.size();) {
-      if (sends[i].first.first->test(sends[i].first.second)) {
-        slot_busy[sends[i].second] = false;
-        sends[i] = sends.back();
-        sends.pop_back();
-        moved = true;
-      } else {
-        ++i;
-      }
-    }
-    for (size_t i = 0; i < recvs.size();) {
-      if (recvs[i].first.first->test(recvs[i].first.second)) {
-        --chunk_left[recvs[i].second];
-        recvs[i] = recvs.back();
-        recvs.pop_back();
-        moved = true;
-      } else {
-        ++i;
-      }
-    }
+    moved |= r.poll(sends, [&](size_t slot) { slot_busy[slot] = false; }) > 0;
+    moved |= r.poll(recvs, [&](size_t k) { --chunk_left[k]; }) > 0;
     // Next partial, in chunk order; one waits for a free scratch slot if it must travel.
     if (work_k < K && (work_m == n || !slot_busy[next_slot])) {
       if (work_m == n) {
@@ -118,9 +97,7 @@ void hierReduceScatter(Run& r, const void* send, void* recv, size_t count) {
         char* slot = r.shm.scratch(me) + next_slot * C;
         int owner = t.rankAt(work_m, me);
         nodePartial(owner, work_k, slot, false);
-        r.send(tmp_p, owner, slot, chunkLen(work_k), r.tag(1, static_cast<unsigned>(work_k)));
-        sends.emplace_back(tmp_p.back(), next_slot);
-        tmp_p.pop_back();
+        r.send(sends, owner, slot, chunkLen(work_k), r.tag(1, static_cast<unsigned>(work_k)), next_slot);
         slot_busy[next_slot] = true;
         next_slot = (next_slot + 1) % slots;
       }

@@ -61,29 +61,15 @@ void Run::finishNode() {
   }
 }
 
-void Run::send(Pending& p, int peer, const void* buf, size_t len, uint64_t tag) {
+void Run::send(Pending& p, int peer, const void* buf, size_t len, uint64_t tag, size_t key) {
   Transport& t = comm.transportTo(peer);
-  p.emplace_back(&t, t.isend(peer, buf, len, tag));
+  p.push_back({&t, t.isend(peer, buf, len, tag), key});
   comm.countBytes(a.coll, peer, len);
 }
 
-void Run::recv(Pending& p, int peer, void* buf, size_t len, uint64_t tag) {
+void Run::recv(Pending& p, int peer, void* buf, size_t len, uint64_t tag, size_t key) {
   Transport& t = comm.transportTo(peer);
-  p.emplace_back(&t, t.irecv(peer, buf, len, tag));
-}
-
-size_t Run::poll(Pending& p) {
-  size_t done = 0;
-  for (size_t i = 0; i < p.size();) {
-    if (p[i].first->test(p[i].second)) {
-      p[i] = p.back();
-      p.pop_back();
-      ++done;
-    } else {
-      ++i;
-    }
-  }
-  return done;
+  p.push_back({&t, t.irecv(peer, buf, len, tag), key});
 }
 
 void Run::checkDeadline(const char* what) {

@@ -37,18 +37,45 @@ struct Run {
   uint64_t readyOf(int local, int stream);
   void finishNode();  // done=seq, then wait until every local peer is done
 
-  // Point-to-point on whichever transport reaches the peer.
-  using Pending = std::vector<std::pair<Transport*, ReqId>>;
-  void send(Pending& p, int peer, const void* buf, size_t len, uint64_t tag);
-  void recv(Pending& p, int peer, void* buf, size_t len, uint64_t tag);
-  // Tests each once; returns the number completed (and removes them).
-  size_t poll(Pending& p);
+  // Point-to-point on whichever transport reaches the peer; key is the caller's (a chunk, a
+  // slot) and comes back when the request completes.
+  struct Req {
+    Transport* t;
+    ReqId id;
+    size_t key;
+  };
+  using Pending = std::vector<Req>;
+  void send(Pending& p, int peer, const void* buf, size_t len, uint64_t tag, size_t key = 0);
+  void recv(Pending& p, int peer, void* buf, size_t len, uint64_t tag, size_t key = 0);
+  // Tests each once; calls done(key) for every completed request and removes it. Returns the
+  // number completed.
+  template <class F>
+  size_t poll(Pending& p, F&& done);
+  size_t poll(Pending& p) {
+    return poll(p, [](size_t) {});
+  }
   void waitAll(Pending& p, const char* what);
   void checkDeadline(const char* what);
 
  private:
   uint64_t info_[4] = {};
 };
+
+template <class F>
+size_t Run::poll(Pending& p, F&& done) {
+  size_t n = 0;
+  for (size_t i = 0; i < p.size();) {
+    if (p[i].t->test(p[i].id)) {
+      done(p[i].key);
+      p[i] = p.back();
+      p.pop_back();
+      ++n;
+    } else {
+      ++i;
+    }
+  }
+  return n;
+}
 
 // Algorithms (host buffers, blocking). count = elements per rank block.
 void hierAllGather(Run& r, const void* send, void* recv, size_t count);

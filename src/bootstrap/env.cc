@@ -36,10 +36,10 @@ const char* env(const char* name) {
 }
 
 // Launchers give no secret; derive one from the job's id so unrelated jobs cannot collide.
-Secret envSecret() {
+Secret envSecret(const std::string& configured) {
   Secret s{};
-  std::string job;
-  for (const char* n : {"HICOLL_COMM_SECRET", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "OMPI_MCA_ess_base_jobid"})
+  std::string job = configured.empty() ? "" : "secret=" + configured + ";";
+  for (const char* n : {"TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "OMPI_MCA_ess_base_jobid"})
     if (const char* v = env(n)) job += std::string(n) + "=" + v + ";";
   size_t h1 = std::hash<std::string>{}(job), h2 = std::hash<std::string>{}(job + "#");
   std::memcpy(s.data(), &h1, 8);
@@ -139,7 +139,7 @@ LaunchEnv readLaunchEnv(const std::string& comm_id) {
 Rendezvous joinEnv(const LaunchEnv& e, long timeout_ms) {
   Rendezvous rv;
   SockAddr addr = resolveHostPort(e.host, e.port);
-  Secret secret = envSecret();
+  Secret secret = envSecret(e.secret);
   if (e.rank == 0) {
     auto server = e.listen_fd >= 0 ? startTcpStoreServer(Fd(e.listen_fd), secret) : startTcpStoreServer(addr, secret);
     HC_INFO("rendezvous for {} ranks ({}) listening on {}", e.nranks, e.source, server->address().str());

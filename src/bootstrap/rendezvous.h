@@ -25,6 +25,7 @@ struct LaunchEnv {
   int port = 0;
   std::string source;  // "torchrun", "mpirun", "srun" (for messages)
   int listen_fd = -1;  // rank 0: an inherited listening socket (HICOLL_RENDEZVOUS_FD)
+  std::string secret;  // HICOLL_COMM_SECRET ("" = derived from the launcher's job id)
 };
 // Reads torchrun / mpirun / srun variables; throws hcInvalidArgument naming what is missing.
 LaunchEnv readLaunchEnv(const std::string& comm_id);

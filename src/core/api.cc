@@ -176,6 +176,7 @@ hcResult_t hcCommInitFromEnv(hcComm_t* comm) {
     Config cfg = Config::fromEnv();
     long timeout = cfg.num(Knob::TimeoutMs);
     LaunchEnv e = readLaunchEnv(cfg.str(Knob::CommId));
+    e.secret = cfg.str(Knob::CommSecret);
     if (e.rank == 0) {
       e.listen_fd = static_cast<int>(cfg.num(Knob::RendezvousFd));
       unsetenv("HICOLL_RENDEZVOUS_FD");  // consumed: a later init must not reuse the number

@@ -56,6 +56,9 @@
   X(CommId, "HICOLL_COMM_ID", String, "", "",                                                    \
     "host:port of the rendezvous for hcCommInitFromEnv when MASTER_ADDR/MASTER_PORT are not "  \
     "set (rank 0 listens there).")                                                               \
+  X(CommSecret, "HICOLL_COMM_SECRET", String, "", "",                                            \
+    "Shared secret of a hcCommInitFromEnv job (every rank the same). Without it the secret is "  \
+    "derived from the launcher's job id (TORCHELASTIC_RUN_ID, SLURM_JOB_ID, Open MPI's jobid).") \
   X(RendezvousFd, "HICOLL_RENDEZVOUS_FD", Int, "-1", "",                                        \
     "For rank 0 of hcCommInitFromEnv: a listening socket inherited from the launcher, used "    \
     "instead of binding HICOLL_COMM_ID's port (no other process can take the port between the " \

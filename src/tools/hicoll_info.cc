@@ -26,6 +26,13 @@ static void markdown() {
     }
     std::printf("| `%s` | %s | `%s` | %s |\n", k.name, type.c_str(), *k.def ? k.def : "(empty)", k.doc);
   }
+  std::printf("\n## Build-time variables\n\n"
+              "Read by `plugins/torch/setup.py` when the torch plugin is built, not by the library:\n\n"
+              "| Variable | Meaning |\n|---|---|\n"
+              "| `HICOLL_BUILD_DIR` | a CMake build directory of this repository: libhicoll.so is taken from it |\n"
+              "| `HICOLL_PREFIX` | an installed prefix (include/hicoll, lib/libhicoll.so) instead |\n"
+              "| `HICOLL_PLUGIN_CUDA` | 0: build the plugin without CUDA; 1: a missing CUDA toolkit is an error; "
+              "unset: CUDA when torch and a toolkit have it |\n");
   std::printf("\nThe sharded-parameter layer's knobs (`sharded_data_parallel_degree`, `sdp_*`) are\n"
               "fields of `hicoll::sharded::Options` and flags of the training examples, not\n"
               "environment variables.\n");
