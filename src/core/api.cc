@@ -117,6 +117,15 @@ void runColl(hcComm& c, CollArgs& a, const char* fn) {
   runHostCollective(c, a);
 }
 
+// The body of every collective entry point; op (when given) is resolved inside the guard.
+hcResult_t collective(hcComm_t comm, const char* fn, CollArgs a, const hcRedOp_t* op = nullptr) {
+  if (!comm) return hcInvalidArgument;
+  return guard(comm, fn, [&] {
+    if (op) a.op = resolveOp(*comm, *op);
+    runColl(*comm, a, fn);
+  });
+}
+
 hcResult_t initWith(hcComm_t* out, const char* fn, const std::function<std::unique_ptr<hcComm>()>& make) {
   if (!out) {
     t_last_error = std::string(fn) + ": comm is NULL";
@@ -299,75 +308,36 @@ hcResult_t hcRedOpDestroy(hcRedOp_t op, hcComm_t comm) {
 
 hcResult_t hcAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, hcDataType_t datatype,
                        hcComm_t comm, hcStream_t stream) {
-  if (!comm) return hcInvalidArgument;
-  return guard(comm, "hcAllGather", [&] {
-    CollArgs a;
-    a.coll = hcCollAllGather;
-    a.send = sendbuff;
-    a.recv = recvbuff;
-    a.count = sendcount;
-    a.dtype = datatype;
-    a.stream = stream;
-    runColl(*comm, a, "hcAllGather");
-  });
+  return collective(comm, "hcAllGather",
+                    {.coll = hcCollAllGather, .send = sendbuff, .recv = recvbuff, .count = sendcount,
+                     .dtype = datatype, .stream = stream});
 }
 
 hcResult_t hcReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, hcDataType_t datatype,
                            hcRedOp_t op, hcComm_t comm, hcStream_t stream) {
-  if (!comm) return hcInvalidArgument;
-  return guard(comm, "hcReduceScatter", [&] {
-    CollArgs a;
-    a.coll = hcCollReduceScatter;
-    a.send = sendbuff;
-    a.recv = recvbuff;
-    a.count = recvcount;
-    a.dtype = datatype;
-    a.op = resolveOp(*comm, op);
-    a.stream = stream;
-    runColl(*comm, a, "hcReduceScatter");
-  });
+  return collective(comm, "hcReduceScatter",
+                    {.coll = hcCollReduceScatter, .send = sendbuff, .recv = recvbuff, .count = recvcount,
+                     .dtype = datatype, .stream = stream},
+                    &op);
 }
 
 hcResult_t hcAllReduce(const void* sendbuff, void* recvbuff, size_t count, hcDataType_t datatype, hcRedOp_t op,
                        hcComm_t comm, hcStream_t stream) {
-  if (!comm) return hcInvalidArgument;
-  return guard(comm, "hcAllReduce", [&] {
-    CollArgs a;
-    a.coll = hcCollAllReduce;
-    a.send = sendbuff;
-    a.recv = recvbuff;
-    a.count = count;
-    a.dtype = datatype;
-    a.op = resolveOp(*comm, op);
-    a.stream = stream;
-    runColl(*comm, a, "hcAllReduce");
-  });
+  return collective(comm, "hcAllReduce",
+                    {.coll = hcCollAllReduce, .send = sendbuff, .recv = recvbuff, .count = count, .dtype = datatype,
+                     .stream = stream},
+                    &op);
 }
 
 hcResult_t hcBroadcast(const void* sendbuff, void* recvbuff, size_t count, hcDataType_t datatype, int root,
                        hcComm_t comm, hcStream_t stream) {
-  if (!comm) return hcInvalidArgument;
-  return guard(comm, "hcBroadcast", [&] {
-    CollArgs a;
-    a.coll = hcCollBroadcast;
-    a.send = sendbuff;
-    a.recv = recvbuff;
-    a.count = count;
-    a.dtype = datatype;
-    a.root = root;
-    a.stream = stream;
-    runColl(*comm, a, "hcBroadcast");
-  });
+  return collective(comm, "hcBroadcast",
+                    {.coll = hcCollBroadcast, .send = sendbuff, .recv = recvbuff, .count = count, .dtype = datatype,
+                     .root = root, .stream = stream});
 }
 
 hcResult_t hcBarrier(hcComm_t comm) {
-  if (!comm) return hcInvalidArgument;
-  return guard(comm, "hcBarrier", [&] {
-    CollArgs a;
-    a.coll = hcCollBarrier;
-    a.dtype = hcUint8;
-    runColl(*comm, a, "hcBarrier");
-  });
+  return collective(comm, "hcBarrier", {.coll = hcCollBarrier, .dtype = hcUint8});
 }
 
 }  // extern "C"
