@@ -6,6 +6,11 @@ Where libhicoll comes from (first match):
   HICOLL_PREFIX     an installed prefix (include/hicoll/hicoll.h, lib*/libhicoll.so)
 The extension gets an rpath to that library directory.
 
+CUDA: when torch has CUDA and a CUDA toolkit is found (torch's CUDA_HOME: $CUDA_HOME, nvcc on
+PATH or /usr/local/cuda), the extension is built with -DHICOLL_PLUGIN_CUDA and runs CUDA tensors
+on hicoll (stream-ordered); otherwise it is CPU-only and sends CUDA tensors to NCCL.
+HICOLL_PLUGIN_CUDA=0 forces the CPU-only build, =1 makes a missing toolkit an error.
+
 Install (torch must already be in the environment, so no build isolation):
   HICOLL_BUILD_DIR=$PWD/build pip install --no-build-isolation plugins/torch
 """
@@ -13,7 +18,9 @@ import glob
 import os
 
 from setuptools import setup
-from torch.utils.cpp_extension import BuildExtension, CppExtension
+import torch
+from torch.utils import cpp_extension
+from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
@@ -35,7 +42,27 @@ def find_hicoll():
     raise SystemExit("set HICOLL_BUILD_DIR (a CMake build dir of hicoll) or HICOLL_PREFIX")
 
 
+def want_cuda():
+    """(build with CUDA?, why) from HICOLL_PLUGIN_CUDA (auto|0|1), torch and the toolkit."""
+    mode = os.environ.get("HICOLL_PLUGIN_CUDA", "auto").strip().lower()
+    if mode in ("0", "off", "no", "false"):
+        return False, "HICOLL_PLUGIN_CUDA=0"
+    home = cpp_extension.CUDA_HOME
+    if torch.version.cuda is None:
+        why = f"torch {torch.__version__} has no CUDA"
+    elif not home or not os.path.exists(os.path.join(home, "include", "cuda_runtime_api.h")):
+        why = f"no CUDA toolkit (CUDA_HOME={home})"
+    else:
+        return True, f"torch CUDA {torch.version.cuda}, toolkit {home}"
+    if mode in ("1", "on", "yes", "true"):
+        raise SystemExit(f"HICOLL_PLUGIN_CUDA=1 but {why}")
+    return False, why
+
+
 include_dir, lib_dir = find_hicoll()
+with_cuda, cuda_why = want_cuda()
+print(f"hicoll plugin: {'with' if with_cuda else 'without'} CUDA ({cuda_why})")
+Extension = CUDAExtension if with_cuda else CppExtension
 
 setup(
     name="hicoll",
@@ -43,13 +70,16 @@ setup(
     description="hicoll c10d backend: torch.distributed backend='hicoll' (alias 'smddp')",
     packages=["hicoll"],
     ext_modules=[
-        CppExtension(
+        Extension(
             name="hicoll._C",
             sources=["hicoll/csrc/backend.cc", "hicoll/csrc/bindings.cc"],
             include_dirs=[include_dir, os.path.join(HERE, "hicoll", "csrc")],
             library_dirs=[lib_dir],
             libraries=["hicoll"],
-            extra_compile_args=["-O2", "-Wall", "-Wno-unused-parameter"],
+            define_macros=[("HICOLL_PLUGIN_CUDA", "1")] if with_cuda else [],
+            # c10/cuda/CUDAEvent.h uses std::hardware_destructive_interference_size (g++ warns).
+            extra_compile_args=["-O2", "-Wall", "-Wno-unused-parameter"]
+            + (["-Wno-interference-size"] if with_cuda else []),
             extra_link_args=[f"-Wl,-rpath,{lib_dir}"],
         )
     ],

@@ -404,15 +404,174 @@ def scenario_backend_strings() -> dict:
             assert isinstance(cpu, ht.ProcessGroupHicoll)
             assert ht.hicoll_counts()["allreduce"] == 1
         if torch.cuda.is_available() and spec == "cpu:gloo,cuda:hicoll":
-            # CUDA tensors on the hicoll backend go to NCCL (announced, counted).
+            # CUDA tensors on the hicoll backend: hicoll with a CUDA build of the plugin, else
+            # NCCL (announced, counted).
             torch.cuda.set_device(RANK % torch.cuda.device_count())
             g = torch.full((4,), float(RANK + 1), device="cuda")
             dist.all_reduce(g)
-            check(g.cpu(), torch.full((4,), float(sum(range(1, WORLD + 1)))), "cuda via nccl")
-            assert ht.fallback_counts(device="cuda")["allreduce"] == 1
+            check(g.cpu(), torch.full((4,), float(sum(range(1, WORLD + 1)))), "cuda all_reduce")
+            if ht.cuda_build():
+                assert not ht.fallback_counts(device="cuda"), ht.fallback_reasons(device="cuda")
+                assert ht.hicoll_counts(device="cuda")["allreduce"] == 1
+            else:
+                assert ht.fallback_counts(device="cuda")["allreduce"] == 1
         dist.barrier()
         dist.destroy_process_group()
     return {"backends": seen}
+
+
+def scenario_cuda(sizes=(1, 5, 4099), big: int = 1 << 20) -> dict:
+    """CUDA tensors on backend "hicoll" (every rank on cuda:0): hicoll runs them on the
+    caller's current stream -- the plugin's NCCL fallback must not be used."""
+    assert ht.cuda_build(), "the hicoll plugin was built without CUDA"
+    torch.cuda.set_device(0)
+    dev = torch.device("cuda", 0)
+    init()
+    ngroup = dist.get_world_size()
+    checks = 0
+    case = 0
+
+    def gpu(t):
+        return t.to(dev)
+
+    def cpu_check(got, want, what):
+        check(got.cpu(), want, what)
+
+    for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.int32, torch.uint8):
+        for n in sizes:
+            case += 1
+            inputs = [make_input(r, n, dtype, case) for r in range(ngroup)]
+            want = torch.cat(inputs)
+            out = torch.empty(ngroup * n, dtype=dtype, device=dev)
+            dist.all_gather_into_tensor(out, gpu(inputs[RANK]))
+            cpu_check(out, want, f"cuda all_gather_into_tensor {dtype} n={n}")
+            buf = torch.zeros(ngroup * n, dtype=dtype, device=dev)
+            buf[RANK * n:(RANK + 1) * n] = gpu(inputs[RANK])
+            dist.all_gather_into_tensor(buf, buf[RANK * n:(RANK + 1) * n])
+            cpu_check(buf, want, f"cuda in-place all_gather_into_tensor {dtype} n={n}")
+            nc_view = torch.zeros(ngroup * n, 2, dtype=dtype, device=dev)[:, 0]
+            dist.all_gather_into_tensor(nc_view, gpu(inputs[RANK]))
+            cpu_check(nc_view, want, f"cuda non-contiguous all_gather_into_tensor {dtype} n={n}")
+            outs = [torch.empty(n, dtype=dtype, device=dev) for _ in range(ngroup)]
+            dist.all_gather(outs, gpu(inputs[RANK]))
+            cpu_check(torch.cat(outs), want, f"cuda all_gather {dtype} n={n}")
+            for root in range(ngroup):
+                t = gpu(inputs[RANK])
+                dist.broadcast(t, src=root)
+                cpu_check(t, inputs[root], f"cuda broadcast root={root} {dtype} n={n}")
+            checks += 4 + ngroup
+            for op in OPS:
+                if not supports(op, dtype):
+                    continue
+                case += 1
+                ins = [make_input(r, ngroup * n, dtype, case, op) for r in range(ngroup)]
+                want = reference(ins, op, dtype).view(ngroup, n)[RANK]
+                out = torch.empty(n, dtype=dtype, device=dev)
+                dist.reduce_scatter_tensor(out, gpu(ins[RANK]), op=redop(op))
+                cpu_check(out, want, f"cuda reduce_scatter_tensor {op} {dtype} n={n}")
+                buf = gpu(ins[RANK])
+                dist.reduce_scatter_tensor(buf[RANK * n:(RANK + 1) * n], buf, op=redop(op))
+                cpu_check(buf[RANK * n:(RANK + 1) * n], want,
+                          f"cuda in-place reduce_scatter_tensor {op} {dtype} n={n}")
+                out = torch.empty(n, dtype=dtype, device=dev)
+                dist.reduce_scatter(out, list(gpu(ins[RANK]).view(ngroup, n).unbind(0)),
+                                    op=redop(op))
+                cpu_check(out, want, f"cuda reduce_scatter {op} {dtype} n={n}")
+                ar_ins = [make_input(r, n, dtype, case + 7, op) for r in range(ngroup)]
+                want_ar = reference(ar_ins, op, dtype)
+                t = gpu(ar_ins[RANK])
+                dist.all_reduce(t, op=redop(op))
+                cpu_check(t, want_ar, f"cuda all_reduce {op} {dtype} n={n}")
+                base = torch.zeros(n, 3, dtype=dtype, device=dev)
+                base[:, 1] = gpu(ar_ins[RANK])
+                dist.all_reduce(base[:, 1], op=redop(op))
+                cpu_check(base[:, 1], want_ar, f"cuda strided all_reduce {op} {dtype} n={n}")
+                cpu_check(base[:, 0], torch.zeros(n, dtype=dtype), "cuda all_reduce wrote outside")
+                checks += 5
+    # Coalesced forms.
+    ag_in = [torch.full((k,), float(RANK + k), device=dev) for k in (1, 4)]
+    ag_out = [torch.empty(ngroup * k, device=dev) for k in (1, 4)]
+    with dist._coalescing_manager(async_ops=True) as cm:
+        for o, i in zip(ag_out, ag_in):
+            dist.all_gather_into_tensor(o, i)
+    cm.wait()
+    for o, k in zip(ag_out, (1, 4)):
+        cpu_check(o, torch.cat([torch.full((k,), float(r + k)) for r in range(ngroup)]),
+                  f"cuda allgather_into_tensor_coalesced k={k}")
+    rs_in = [torch.arange(ngroup * k, dtype=torch.float32, device=dev) + RANK for k in (2, 3)]
+    rs_out = [torch.empty(k, device=dev) for k in (2, 3)]
+    with dist._coalescing_manager(async_ops=True) as cm:
+        for o, i in zip(rs_out, rs_in):
+            dist.reduce_scatter_tensor(o, i)
+    cm.wait()
+    for o, k in zip(rs_out, (2, 3)):
+        want = sum(torch.arange(ngroup * k, dtype=torch.float32) + r for r in range(ngroup))
+        cpu_check(o, want.view(ngroup, k)[RANK], f"cuda reduce_scatter_tensor_coalesced k={k}")
+    checks += 4
+    # Stream order: the collective starts after slow work already on the stream, and work
+    # issued after it (same stream, no synchronization) sees its result.
+    big = big // ngroup * ngroup
+    x = make_input(RANK, big, torch.float32, 4242)
+    xg = torch.zeros(big, device=dev)
+    torch.cuda._sleep(50_000_000)
+    xg.copy_(x)
+    out = torch.empty(ngroup * big, device=dev)
+    dist.all_gather_into_tensor(out, xg)
+    got = out * 1
+    cpu_check(got, torch.cat([make_input(r, big, torch.float32, 4242) for r in range(ngroup)]),
+              "cuda large all_gather_into_tensor (stream order)")
+    rs = torch.empty(big // ngroup, device=dev)
+    torch.cuda._sleep(50_000_000)
+    dist.reduce_scatter_tensor(rs, xg * 1)
+    want = reference([make_input(r, big, torch.float32, 4242) for r in range(ngroup)], "SUM",
+                     torch.float32).view(ngroup, -1)[RANK]
+    cpu_check(rs + 0, want, "cuda large reduce_scatter_tensor (stream order)")
+    checks += 2
+    # Async work on a side stream: wait() makes the current stream wait; the future too.
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        t = torch.full((1 << 16,), float(RANK + 1), device=dev)
+        torch.cuda._sleep(50_000_000)
+        w = dist.all_reduce(t, async_op=True)
+    w.wait()
+    cpu_check(t * 1, torch.full((1 << 16,), float(sum(range(1, ngroup + 1)))), "cuda async wait")
+    torch.cuda.synchronize()
+    assert w.is_completed(), "is_completed() is false after synchronize"
+    t = torch.full((8,), float(RANK + 1), device=dev)
+    fut = dist.all_reduce(t, async_op=True).get_future()
+    res = fut.wait()
+    assert isinstance(res, list) and res[0].is_cuda, res
+    cpu_check(res[0], torch.full((8,), float(sum(range(1, ngroup + 1)))), "cuda future")
+    works, ts = [], []
+    for i in range(10):
+        ts.append(torch.full((16,), float(i + RANK), device=dev))
+        works.append(dist.all_reduce(ts[-1], async_op=True))
+    for w in works:
+        w.wait()
+    for i, t in enumerate(ts):
+        cpu_check(t, torch.full((16,), float(ngroup * i + sum(range(ngroup)))), f"cuda async #{i}")
+    checks += 13
+    # Host and device calls on one group, interleaved: issue order is kept.
+    h = torch.full((4,), float(RANK))
+    wh = dist.all_reduce(h, async_op=True)
+    g = torch.full((4,), float(RANK), device=dev)
+    dist.all_reduce(g)
+    wh.wait()
+    check(h, torch.full((4,), float(sum(range(ngroup)))), "host all_reduce between device calls")
+    cpu_check(g, torch.full((4,), float(sum(range(ngroup)))), "device all_reduce after host")
+    checks += 2
+    torch.cuda.synchronize()
+    dist.barrier()
+    fb = ht.fallback_counts(device="cuda")
+    counts = ht.hicoll_counts(device="cuda")
+    assert not fb, f"CUDA calls went to the NCCL fallback: {ht.fallback_reasons(device='cuda')}"
+    for op in ("_allgather_base", "_reduce_scatter_base", "allreduce", "broadcast", "allgather",
+               "reduce_scatter", "allgather_into_tensor_coalesced",
+               "reduce_scatter_tensor_coalesced"):
+        assert counts.get(op, 0) > 0, (op, counts)
+    st = ht.stats(device="cuda")
+    dist.destroy_process_group()
+    return {"checks": checks, "hicoll_counts": counts, "fallback_counts": fb, "stats": st}
 
 
 SCENARIOS = {k[len("scenario_"):]: v for k, v in globals().items() if k.startswith("scenario_")}

@@ -4,9 +4,11 @@
     dist.init_process_group(backend="hicoll")          # or "smddp", "cpu:hicoll,cuda:nccl", ...
 
 The creator is called once per process group (the world, new_group, DeviceMesh dimensions) with
-that group's store; each group gets its own hicoll communicator. Calls hicoll does not run go to
-a gloo (CPU) or NCCL (CUDA) backend made lazily on the same store under another prefix; they are
-counted (fallback_counts) and announced at HICOLL_DEBUG=INFO.
+that group's store; each group gets its own hicoll communicator. CUDA tensors run on hicoll,
+stream-ordered on the caller's current stream, when the extension was built with CUDA
+(cuda_build()). Calls hicoll does not run go to a gloo (CPU) or NCCL (CUDA) backend made lazily
+on the same store under another prefix; they are counted (fallback_counts) and announced at
+HICOLL_DEBUG=INFO.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ __all__ = [
     "BACKEND_NAMES",
     "ProcessGroupHicoll",
     "backend_of",
+    "cuda_build",
     "fallback_counts",
     "fallback_reasons",
     "hicoll_counts",
@@ -93,6 +96,11 @@ def _register() -> None:
         dist.Backend.register_backend(
             name, _create_backend, extended_api=True, devices=["cpu", "cuda"]
         )
+
+
+def cuda_build() -> bool:
+    """Whether this extension runs CUDA tensors on hicoll (else they go to NCCL)."""
+    return bool(_C.cuda_build)
 
 
 def backend_of(group=None, device: str = "cpu") -> ProcessGroupHicoll:

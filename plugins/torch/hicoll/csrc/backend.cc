@@ -5,6 +5,12 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
+#ifdef HICOLL_PLUGIN_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
@@ -225,6 +231,7 @@ void HicollBackend::stopWorker(bool drain) {
     if (!drain) dropped.swap(queue_);
   }
   q_cv_.notify_all();
+  idle_cv_.notify_all();
   for (auto& w : dropped) {
     w->fail(std::make_exception_ptr(c10::DistBackendError(
         {__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, "hicoll: process group aborted")));
@@ -239,8 +246,9 @@ void HicollBackend::shutdown() {
     for (auto& [dev, b] : fallbacks_) b->shutdown();
     fallbacks_.clear();
   }
+  std::lock_guard<std::mutex> call(call_mu_);  // no device call in progress
   if (comm_) {
-    hcCommDestroy(comm_);
+    hcCommDestroy(comm_);  // drains the device calls in flight
     comm_ = nullptr;
   }
 }
@@ -315,9 +323,18 @@ std::optional<std::string> HicollBackend::declineReason(const char* coll,
   }
   for (const auto& t : ts) {
     if (t.layout() != at::kStrided) return c10::str("tensor layout ", t.layout(), " (not strided)");
+#ifdef HICOLL_PLUGIN_CUDA
+    if (t.device().type() != c10::kCPU && t.device().type() != c10::kCUDA) {
+      return c10::str("tensor on ", t.device(), ": hicoll drives host and CUDA buffers only");
+    }
+#else
     if (t.device().type() != c10::kCPU) {
       return c10::str("tensor on ", t.device(),
-                      ": this build of the hicoll plugin drives host buffers only");
+                      ": this build of the hicoll plugin has no CUDA support (host buffers only)");
+    }
+#endif
+    if (t.device() != ts.front().device()) {
+      return c10::str("tensors on ", ts.front().device(), " and ", t.device());
     }
     if (t.scalar_type() != ts.front().scalar_type()) return std::string("mixed dtypes");
   }
@@ -397,23 +414,35 @@ void HicollBackend::workerLoop() {
       work = queue_.front();
       queue_.pop_front();
       broken = broken_;
+      busy_ = true;
     }
     if (!broken.empty()) {
       work->fail(std::make_exception_ptr(c10::DistBackendError(
           {__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
           "hicoll: communicator failed earlier: " + broken)));
-      continue;
+    } else {
+      std::lock_guard<std::mutex> call(call_mu_);
+      work->execute(false);
     }
-    work->execute(false);
+    {
+      std::lock_guard<std::mutex> lock(q_mu_);
+      busy_ = false;
+    }
+    idle_cv_.notify_all();
   }
 }
 
-void HicollBackend::check(hcResult_t res, const char* what) {
+void HicollBackend::drainQueue() {
+  std::unique_lock<std::mutex> lock(q_mu_);
+  idle_cv_.wait(lock, [&] { return (queue_.empty() && !busy_) || stopping_; });
+}
+
+void HicollBackend::check(hcResult_t res, const char* what, hcStream_t stream) {
   if (res == hcSuccess) return;
   std::string msg = c10::str("hicoll: ", what, " failed on rank ", getRank(), " of ", getSize(),
                              " (group '", cfg_.group_name, "'): ", hcGetErrorString(res), ": ",
                              hcGetLastError(comm_));
-  if (res == hcUnsupported) throw Declined{msg};
+  if (res == hcUnsupported || (stream && res == hcInvalidUsage)) throw Declined{msg};
   if (res == hcRemoteError || res == hcTimeout) {
     std::lock_guard<std::mutex> lock(q_mu_);
     broken_ = msg;
@@ -426,8 +455,8 @@ HicollBackend::WorkPtr HicollBackend::submit(c10d::OpType type, const char* op,
                                              std::vector<at::Tensor> outputs,
                                              std::chrono::milliseconds timeout,
                                              const std::vector<at::Tensor>& probe,
-                                             std::optional<std::string> reason,
-                                             std::function<void()> run, FallbackCall fb) {
+                                             std::optional<std::string> reason, RunFn run,
+                                             FallbackCall fb) {
   const auto device = probe.empty() ? c10::kCPU : probe.front().device().type();
   seq_++;
   if (reason && device != c10::kCPU) {
@@ -436,6 +465,11 @@ HicollBackend::WorkPtr HicollBackend::submit(c10d::OpType type, const char* op,
     countFallback(op, device, *reason);
     return fb(*fallbackBackend(device));
   }
+#ifdef HICOLL_PLUGIN_CUDA
+  if (device == c10::kCUDA) {
+    return runOnStream(type, op, std::move(outputs), timeout, probe, run, fb);
+  }
+#endif
   if (reason) {
     countFallback(op, device, *reason);
     fallbackBackend(device);  // made here, in issue order on every rank (it is collective)
@@ -462,7 +496,7 @@ HicollBackend::WorkPtr HicollBackend::submit(c10d::OpType type, const char* op,
       at::ThreadLocalStateGuard guard(tls);
       at::NoGradGuard no_grad;  // outputs may be leaves that require grad (as in gloo)
       try {
-        run();
+        run(nullptr);
       } catch (const Declined& d) {
         fallback(&d.reason);  // hicoll returned hcUnsupported before touching the buffers
       }
@@ -474,6 +508,104 @@ HicollBackend::WorkPtr HicollBackend::submit(c10d::OpType type, const char* op,
   enqueue(work);
   return work;
 }
+
+#ifdef HICOLL_PLUGIN_CUDA
+// CUDA tensors, NCCL-style: hicoll enqueues the call on the caller's current stream (it starts
+// after the work already there, later work waits for it) and the Work completes with an event
+// recorded after it. Contiguous copies and copies back are stream-ordered around it too.
+HicollBackend::WorkPtr HicollBackend::runOnStream(c10d::OpType type, const char* op,
+                                                  std::vector<at::Tensor> outputs,
+                                                  std::chrono::milliseconds timeout,
+                                                  const std::vector<at::Tensor>& probe,
+                                                  const RunFn& run, const FallbackCall& fb) {
+  const c10::Device device = probe.front().device();
+  // hicoll's device engine binds the communicator to the current device at its first device
+  // call (and refuses buffers of another GPU later): make it the tensors' device.
+  c10::cuda::CUDAGuard device_guard(device);
+  const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(device.index());
+  // Host calls issued before this one run first: every rank calls the communicator in the
+  // same order.
+  drainQueue();
+  std::unique_lock<std::mutex> call(call_mu_);
+  {
+    std::lock_guard<std::mutex> lock(q_mu_);
+    TORCH_CHECK(!stopping_ && comm_, "hicoll: process group '", cfg_.group_name,
+                "' was shut down");
+    if (!broken_.empty()) {
+      C10_THROW_ERROR(DistBackendError, "hicoll: communicator failed earlier: " + broken_);
+    }
+  }
+  try {
+    at::NoGradGuard no_grad;  // outputs may be leaves that require grad
+    run(stream.stream());
+  } catch (const Declined& d) {
+    // hcUnsupported (a libhicoll without CUDA) or hcInvalidUsage: NCCL, on this stream.
+    call.unlock();
+    countFallback(op, device.type(), d.reason);
+    return fb(*fallbackBackend(device.type()));
+  }
+  call.unlock();
+  countHicoll(op);
+  // The caching allocator must not reuse these buffers on another stream before the call is
+  // done (a no-op for blocks allocated on this stream, or not by the allocator).
+  const std::vector<at::Tensor>* lists[] = {&probe, &outputs};
+  for (const auto* list : lists) {
+    for (const auto& t : *list) {
+      if (t.defined() && t.has_storage()) {
+        c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), stream);
+      }
+    }
+  }
+  auto work =
+      c10::make_intrusive<HicollCudaWork>(getRank(), type, std::move(outputs), device, seq_.load());
+  work->recordOn(stream);
+  return work;
+}
+
+// ---------------------------------------------------------------------------------------------
+HicollCudaWork::HicollCudaWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
+                               c10::Device device, uint64_t seq)
+    : Work(rank, type, nullptr),
+      outputs_(std::move(outputs)),
+      device_(device),
+      seq_(seq),
+      event_(cudaEventDisableTiming),
+      future_(c10::make_intrusive<c10::ivalue::Future>(
+          c10::ListType::create(c10::TensorType::get()), std::vector<c10::Device>{device})) {}
+
+void HicollCudaWork::recordOn(const c10::cuda::CUDAStream& stream) {
+  c10::cuda::CUDAStreamGuard guard(stream);
+  event_.record(stream);
+  // A CUDA-aware future: it records its own event on the current stream (this one) and makes
+  // the streams of whoever waits on it, or runs its callbacks, wait for that event.
+  future_->markCompleted(c10::IValue(outputs_));
+}
+
+bool HicollCudaWork::isCompleted() { return event_.query(); }
+
+void HicollCudaWork::synchronize() {
+  c10::cuda::CUDAGuard guard(device_);
+  event_.block(c10::cuda::getCurrentCUDAStream(device_.index()));
+}
+
+bool HicollCudaWork::wait(std::chrono::milliseconds timeout) {
+  synchronize();  // the caller's current stream waits for the call
+  if (timeout != kNoTimeout) {
+    // An explicit timeout also bounds a host wait, as ProcessGroupNCCL's blocking wait.
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!event_.query()) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        C10_THROW_ERROR(DistBackendError,
+                        c10::str("hicoll: rank ", rank_, " timed out after ", timeout.count(),
+                                 " ms waiting for ", c10d::opTypeToString(opType_), " (seq ",
+                                 seq_, ") on ", device_));
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+  return true;
+}
+#endif
 
 HicollBackend::WorkPtr HicollBackend::forward(c10d::OpType type, const char* op,
                                               const std::vector<at::Tensor>& probe,
@@ -523,28 +655,27 @@ void HicollBackend::withRedOp(const ReduceOp& op, at::ScalarType st,
   }
 }
 
-void HicollBackend::doAllGather(const at::Tensor& in, const at::Tensor& out) {
+void HicollBackend::doAllGather(const at::Tensor& in, const at::Tensor& out, hcStream_t s) {
   // Bytes are bytes: any dtype (float8, complex, bool...) gathers as uint8.
-  check(hcAllGather(in.data_ptr(), out.data_ptr(), in.nbytes(), hcUint8, comm_, nullptr),
-        "allgather");
+  check(hcAllGather(in.data_ptr(), out.data_ptr(), in.nbytes(), hcUint8, comm_, s), "allgather",
+        s);
 }
 
 void HicollBackend::doReduceScatter(const at::Tensor& in, const at::Tensor& out,
-                                    const ReduceOp& op) {
+                                    const ReduceOp& op, hcStream_t s) {
   const at::Tensor rin = realView(in), rout = realView(out);
   withRedOp(op, in.scalar_type(), [&](hcRedOp_t r, hcDataType_t dt) {
     check(hcReduceScatter(rin.data_ptr(), rout.data_ptr(), static_cast<size_t>(rout.numel()), dt, r,
-                          comm_, nullptr),
-          "reducescatter");
+                          comm_, s),
+          "reducescatter", s);
   });
 }
 
-void HicollBackend::doAllReduce(const at::Tensor& t, const ReduceOp& op) {
+void HicollBackend::doAllReduce(const at::Tensor& t, const ReduceOp& op, hcStream_t s) {
   const at::Tensor rt = realView(t);
   withRedOp(op, t.scalar_type(), [&](hcRedOp_t r, hcDataType_t dt) {
-    check(hcAllReduce(rt.data_ptr(), rt.data_ptr(), static_cast<size_t>(rt.numel()), dt, r, comm_,
-                      nullptr),
-          "allreduce");
+    check(hcAllReduce(rt.data_ptr(), rt.data_ptr(), static_cast<size_t>(rt.numel()), dt, r, comm_, s),
+          "allreduce", s);
   });
 }
 
@@ -602,10 +733,10 @@ c10::intrusive_ptr<c10d::Work> HicollBackend::_allgather_base(at::Tensor& output
               "hicoll: all_gather_into_tensor: output has ", output.numel(),
               " elements, expected world size x input = ", input.numel() * getSize());
   auto reason = declineReason("allgather", {input, output}, nullptr);
-  auto run = [this, output, input] {
+  auto run = [this, output, input](hcStream_t s) {
     const at::Tensor in = input.contiguous();
     const at::Tensor out = output.is_contiguous() ? output : at::empty_like(output, at::MemoryFormat::Contiguous);
-    doAllGather(in, out);
+    doAllGather(in, out, s);
     if (!out.is_same(output)) output.copy_(out);
   };
   auto fb = [output, input, opts](c10d::Backend& b) mutable {
@@ -628,13 +759,13 @@ c10::intrusive_ptr<c10d::Work> HicollBackend::allgather_into_tensor_coalesced(
                 "hicoll: allgather_into_tensor_coalesced: output ", i, " does not match input ", i);
     if (!reason) reason = declineReason("allgather", {inputs[i], outputs[i]}, nullptr);
   }
-  auto run = [this, outputs, inputs] {
+  auto run = [this, outputs, inputs](hcStream_t s) {
     for (size_t i = 0; i < inputs.size(); ++i) {
       const at::Tensor in = inputs[i].contiguous();
       const at::Tensor out = outputs[i].is_contiguous()
                                  ? outputs[i]
                                  : at::empty_like(outputs[i], at::MemoryFormat::Contiguous);
-      doAllGather(in, out);
+      doAllGather(in, out, s);
       if (!out.is_same(outputs[i])) outputs[i].copy_(out);
     }
   };
@@ -661,10 +792,10 @@ c10::intrusive_ptr<c10d::Work> HicollBackend::allgather(
   }
   if (!reason) reason = declineReason("allgather", concat({input}, outputs[0]), nullptr);
   auto outs = outputs[0];
-  auto run = [this, input, outs] {
+  auto run = [this, input, outs](hcStream_t s) {
     const at::Tensor in = input.contiguous();
     at::Tensor flat = at::empty({static_cast<int64_t>(outs.size()) * in.numel()}, in.options());
-    doAllGather(in, flat);
+    doAllGather(in, flat, s);
     for (size_t r = 0; r < outs.size(); ++r) {
       outs[r].copy_(flat.narrow(0, r * in.numel(), in.numel()).view(outs[r].sizes()));
     }
@@ -685,10 +816,10 @@ c10::intrusive_ptr<c10d::Work> HicollBackend::_reduce_scatter_base(
               " elements, expected world size x output = ", output.numel() * getSize());
   auto reason = declineReason("reducescatter", {input, output}, &opts.reduceOp);
   const int size = getSize();
-  auto run = [this, output, input, op = opts.reduceOp] {
+  auto run = [this, output, input, op = opts.reduceOp](hcStream_t s) {
     const at::Tensor in = input.contiguous();
     const at::Tensor out = output.is_contiguous() ? output : at::empty_like(output, at::MemoryFormat::Contiguous);
-    doReduceScatter(in, out, op);
+    doReduceScatter(in, out, op, s);
     if (!out.is_same(output)) output.copy_(out);
   };
   auto fb = [output, input, opts, size](c10d::Backend& b) mutable -> WorkPtr {
@@ -712,13 +843,13 @@ c10::intrusive_ptr<c10d::Work> HicollBackend::reduce_scatter_tensor_coalesced(
     if (!reason) reason = declineReason("reducescatter", {inputs[i], outputs[i]}, &opts.reduceOp);
   }
   const int size = getSize();
-  auto run = [this, outputs, inputs, op = opts.reduceOp] {
+  auto run = [this, outputs, inputs, op = opts.reduceOp](hcStream_t s) {
     for (size_t i = 0; i < inputs.size(); ++i) {
       const at::Tensor in = inputs[i].contiguous();
       const at::Tensor out = outputs[i].is_contiguous()
                                  ? outputs[i]
                                  : at::empty_like(outputs[i], at::MemoryFormat::Contiguous);
-      doReduceScatter(in, out, op);
+      doReduceScatter(in, out, op, s);
       if (!out.is_same(outputs[i])) outputs[i].copy_(out);
     }
   };
@@ -753,12 +884,12 @@ c10::intrusive_ptr<c10d::Work> HicollBackend::reduce_scatter(
   if (!reason) reason = declineReason("reducescatter", concat({output}, inputs[0]), &opts.reduceOp);
   const int size = getSize();
   auto ins = inputs[0];
-  auto run = [this, output, ins, op = opts.reduceOp] {
+  auto run = [this, output, ins, op = opts.reduceOp](hcStream_t s) {
     std::vector<at::Tensor> flat_parts;
     for (const auto& t : ins) flat_parts.push_back(t.reshape({-1}));
     const at::Tensor in = at::cat(flat_parts);
     const at::Tensor out = output.is_contiguous() ? output : at::empty_like(output, at::MemoryFormat::Contiguous);
-    doReduceScatter(in, out, op);
+    doReduceScatter(in, out, op, s);
     if (!out.is_same(output)) output.copy_(out);
   };
   auto fb = [outputs, inputs, opts, size](c10d::Backend& b) mutable -> WorkPtr {
@@ -776,10 +907,10 @@ c10::intrusive_ptr<c10d::Work> HicollBackend::allreduce(std::vector<at::Tensor>&
   TORCH_CHECK(!tensors.empty(), "hicoll: allreduce of no tensors");
   auto reason = declineReason("allreduce", tensors, &opts.reduceOp);
   const int size = getSize();
-  auto run = [this, tensors, op = opts.reduceOp] {
+  auto run = [this, tensors, op = opts.reduceOp](hcStream_t s) {
     for (const auto& t : tensors) {
       const at::Tensor c = t.contiguous();
-      doAllReduce(c, op);
+      doAllReduce(c, op, s);
       if (!c.is_same(t)) t.copy_(c);
     }
   };
@@ -801,12 +932,12 @@ c10::intrusive_ptr<c10d::Work> HicollBackend::allreduce_coalesced(
   TORCH_CHECK(!tensors.empty(), "hicoll: allreduce_coalesced of no tensors");
   auto reason = declineReason("allreduce", tensors, &opts.reduceOp);  // also: one dtype
   const int size = getSize();
-  auto run = [this, tensors, op = opts.reduceOp] {
+  auto run = [this, tensors, op = opts.reduceOp](hcStream_t s) {
     // One call on a flat buffer (one dtype, checked above), then copy back.
     std::vector<at::Tensor> parts;
     for (const auto& t : tensors) parts.push_back(t.reshape({-1}));
     const at::Tensor flat = at::cat(parts);
-    doAllReduce(flat, op);
+    doAllReduce(flat, op, s);
     int64_t off = 0;
     for (const auto& t : tensors) {
       t.copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
@@ -834,10 +965,10 @@ c10::intrusive_ptr<c10d::Work> HicollBackend::broadcast(std::vector<at::Tensor>&
   auto reason = declineReason("broadcast", tensors, nullptr);
   const at::Tensor t = tensors[0];
   const int root = static_cast<int>(opts.rootRank);
-  auto run = [this, t, root] {
+  auto run = [this, t, root](hcStream_t s) {
     const at::Tensor c = t.contiguous();
-    check(hcBroadcast(c.data_ptr(), c.data_ptr(), c.nbytes(), hcUint8, root, comm_, nullptr),
-          "broadcast");
+    check(hcBroadcast(c.data_ptr(), c.data_ptr(), c.nbytes(), hcUint8, root, comm_, s),
+          "broadcast", s);
     if (!c.is_same(t)) t.copy_(c);
   };
   auto fb = [tensors, opts](c10d::Backend& b) mutable { return b.broadcast(tensors, opts); };
@@ -849,7 +980,7 @@ c10::intrusive_ptr<c10d::Work> HicollBackend::barrier(const c10d::BarrierOptions
   // Runs after every call queued before it, so it also orders this rank's earlier work.
   std::optional<std::string> reason;
   if (forced_.count("all")) reason = "HICOLL_FORCE_FALLBACK names all";
-  auto run = [this] { check(hcBarrier(comm_), "barrier"); };
+  auto run = [this](hcStream_t) { check(hcBarrier(comm_), "barrier"); };
   auto fb = [opts](c10d::Backend& b) mutable { return b.barrier(opts); };
   return submit(OpType::BARRIER, "barrier", {}, opTimeout(opts.timeout), {}, reason, run, fb);
 }

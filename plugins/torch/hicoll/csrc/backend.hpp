@@ -24,6 +24,12 @@
 
 #include "hicoll/hicoll.h"
 
+// Built with CUDA (setup.py defines it when torch has CUDA and a toolkit is present): CUDA
+// tensors run on hicoll, stream-ordered on the caller's current stream, as NCCL does.
+#ifdef HICOLL_PLUGIN_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#endif
+
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8)
 #define HICOLL_TORCH_HAS_SPLIT 1  // Backend::split / getBackendOptions (torch >= 2.8)
 #else
@@ -77,6 +83,35 @@ class HicollWork : public c10d::Work {
   std::function<void()> fallback_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
+
+#ifdef HICOLL_PLUGIN_CUDA
+// A call enqueued by hicoll on the caller's current CUDA stream (NCCL-style): it is complete
+// when an event recorded after it on that stream is. wait() and synchronize() make the
+// caller's current stream wait for it (wait(timeout) also blocks the host, bounded);
+// getFuture() is a CUDA-aware future completed on that stream, as ProcessGroupNCCL's.
+class HicollCudaWork : public c10d::Work {
+ public:
+  HicollCudaWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, c10::Device device,
+                 uint64_t seq);
+  // Records the completion event and completes the future on `stream` (the current stream).
+  void recordOn(const c10::cuda::CUDAStream& stream);
+  bool isCompleted() override;
+  bool isSuccess() const override { return true; }
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  void synchronize() override;
+  void blockCurrentStream() override { synchronize(); }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  std::vector<at::Tensor> result() override { return outputs_; }
+  uint64_t getSequencenumber() const override { return seq_; }
+
+ private:
+  std::vector<at::Tensor> outputs_;
+  c10::Device device_;
+  uint64_t seq_;
+  at::cuda::CUDAEvent event_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+#endif
 
 // Thrown inside a work's run function when hicoll returns hcUnsupported.
 struct Declined {
@@ -171,15 +206,27 @@ class HicollBackend : public c10d::Backend {
  private:
   using WorkPtr = c10::intrusive_ptr<c10d::Work>;
   using FallbackCall = std::function<WorkPtr(c10d::Backend&)>;
+  // Runs the call on hicoll: stream NULL for host tensors (worker thread), the caller's
+  // current CUDA stream for CUDA tensors (caller's thread).
+  using RunFn = std::function<void(hcStream_t)>;
 
   std::chrono::milliseconds opTimeout(std::chrono::milliseconds requested) const;
   // Why hicoll will not run `coll` (a name of HICOLL_FORCE_FALLBACK) on these tensors, if it won't.
   std::optional<std::string> declineReason(const char* coll, const std::vector<at::Tensor>& ts,
                                            const c10d::ReduceOp* op) const;
-  // Queues `run` on the worker (hicoll path), or, when `reason` is set, the fallback call.
+  // Queues `run` on the worker (hicoll path, CPU tensors), runs it on the caller's current
+  // stream (CUDA tensors), or, when `reason` is set, makes the fallback call. `probe` holds
+  // the inputs (their device decides; with `outputs`, they are recorded on the stream).
   WorkPtr submit(c10d::OpType type, const char* op, std::vector<at::Tensor> outputs,
                  std::chrono::milliseconds timeout, const std::vector<at::Tensor>& probe,
-                 std::optional<std::string> reason, std::function<void()> run, FallbackCall fb);
+                 std::optional<std::string> reason, RunFn run, FallbackCall fb);
+#ifdef HICOLL_PLUGIN_CUDA
+  WorkPtr runOnStream(c10d::OpType type, const char* op, std::vector<at::Tensor> outputs,
+                      std::chrono::milliseconds timeout, const std::vector<at::Tensor>& probe,
+                      const RunFn& run, const FallbackCall& fb);
+#endif
+  // Waits until every queued host call has run (issue order between host and device calls).
+  void drainQueue();
   // Ops hicoll does not implement: CPU collectives go through the queue (issue order), p2p and
   // CUDA calls straight to the fallback (stream semantics, non-blocking p2p pairs).
   WorkPtr forward(c10d::OpType type, const char* op, const std::vector<at::Tensor>& probe,
@@ -191,13 +238,17 @@ class HicollBackend : public c10d::Backend {
   void enqueue(const c10::intrusive_ptr<HicollWork>& work);
   void workerLoop();
   void stopWorker(bool drain);
-  // Throws DistBackendError (Declined for hcUnsupported) naming the call.
-  void check(hcResult_t res, const char* what);
+  // Throws DistBackendError naming the call; Declined for hcUnsupported, and for device calls
+  // (stream set) also for hcInvalidUsage (for example a tensor on another GPU than the
+  // communicator's).
+  void check(hcResult_t res, const char* what, hcStream_t stream = nullptr);
 
-  // Engine calls (worker thread; tensors are contiguous CPU tensors).
-  void doAllGather(const at::Tensor& in, const at::Tensor& out);
-  void doReduceScatter(const at::Tensor& in, const at::Tensor& out, const c10d::ReduceOp& op);
-  void doAllReduce(const at::Tensor& t, const c10d::ReduceOp& op);
+  // Engine calls (contiguous tensors: CPU ones on the worker thread with stream NULL, CUDA
+  // ones on the caller's thread with its current stream).
+  void doAllGather(const at::Tensor& in, const at::Tensor& out, hcStream_t s);
+  void doReduceScatter(const at::Tensor& in, const at::Tensor& out, const c10d::ReduceOp& op,
+                       hcStream_t s);
+  void doAllReduce(const at::Tensor& t, const c10d::ReduceOp& op, hcStream_t s);
   void withRedOp(const c10d::ReduceOp& op, at::ScalarType dtype,
                  const std::function<void(hcRedOp_t, hcDataType_t)>& fn);
 
@@ -218,9 +269,15 @@ class HicollBackend : public c10d::Backend {
   std::mutex fb_mu_;
   std::map<c10::DeviceType, c10::intrusive_ptr<c10d::Backend>> fallbacks_;
 
+  // One thread at a time calls into the communicator: the worker (host calls) or a caller
+  // issuing a device call.
+  std::mutex call_mu_;
+
   std::mutex q_mu_;
   std::condition_variable q_cv_;
+  std::condition_variable idle_cv_;  // the queue is empty and the worker idle
   std::deque<c10::intrusive_ptr<HicollWork>> queue_;
+  bool busy_ = false;                // the worker is running a call
   bool stopping_ = false;
   std::string broken_;  // set after hcRemoteError / hcTimeout: the communicator is unusable
   c10d::ErrorType error_ = c10d::ErrorType::SUCCESS;

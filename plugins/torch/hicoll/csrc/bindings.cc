@@ -38,6 +38,11 @@ py::dict collStats(const hcCollStats& c) {
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "hicoll c10d backend";
+#ifdef HICOLL_PLUGIN_CUDA
+  m.attr("cuda_build") = true;  // CUDA tensors run on hicoll (the caller's current stream)
+#else
+  m.attr("cuda_build") = false;  // CUDA tensors go to the NCCL fallback
+#endif
   py::module_::import("torch.distributed");  // registers c10d::Backend / Store with pybind
 
   py::class_<HicollBackend, c10d::Backend, c10::intrusive_ptr<HicollBackend>>(m, "ProcessGroupHicoll")
