@@ -10,7 +10,8 @@
  *                     rank (its receive buffer holds the result, its send buffer may be reused).
  *   stream != NULL  : a cudaStream_t; buffers are device memory. The call enqueues the work and
  *                     returns; it starts after prior work on the stream and later work waits
- *                     for it (only in builds with CUDA; otherwise hcUnsupported).
+ *                     for it (only in builds with CUDA; otherwise hcUnsupported). The legacy
+ *                     default stream, whose handle is 0, is passed as cudaStreamLegacy.
  *
  * Ordering
  *   Collectives on one communicator must be called in the same order on every rank, from one

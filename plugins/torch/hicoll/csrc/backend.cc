@@ -537,7 +537,10 @@ HicollBackend::WorkPtr HicollBackend::runOnStream(c10d::OpType type, const char*
   }
   try {
     at::NoGradGuard no_grad;  // outputs may be leaves that require grad
-    run(stream.stream());
+    // hicoll reads a NULL stream as "host buffers": the legacy default stream, which torch
+    // represents as NULL, has to be named by its non-NULL handle.
+    cudaStream_t s = stream.stream();
+    run(s ? s : cudaStreamLegacy);
   } catch (const Declined& d) {
     // hcUnsupported (a libhicoll without CUDA) or hcInvalidUsage: NCCL, on this stream.
     call.unlock();
