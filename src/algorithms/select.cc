@@ -28,13 +28,13 @@ size_t blockBytes(const hcComm& c, const CollArgs& a) {
 
 PathChoice choosePath(const hcComm& c, const CollArgs& a) {
   PathChoice p;
-  if (c.force_fallback_mask & (1u << a.coll)) {
+  if (c.cfg.forceFallbackMask() & (1u << a.coll)) {
     p.path = hcPathFallback;
     p.reason = fmt::format("HICOLL_FORCE_FALLBACK={}", c.cfg.str(Knob::ForceFallback));
     return p;
   }
   if (a.coll == hcCollBarrier) return p;
-  if (c.algo_ring) {
+  if (c.cfg.algoRing()) {
     p.path = hcPathRing;
     return p;
   }

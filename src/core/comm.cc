@@ -73,12 +73,6 @@ std::unique_ptr<hcComm> createComm(std::unique_ptr<Bootstrap> bs, std::shared_pt
   c->topo = Topology::build(labels, hosts);
   c->bootstrap = std::move(bs);
 
-  for (int coll = 0; coll < hcNumColls; ++coll) {
-    std::string name = collName(static_cast<hcColl_t>(coll));
-    for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    if (c->cfg.listHas(Knob::ForceFallback, name)) c->force_fallback_mask |= 1u << coll;
-  }
-  c->algo_ring = c->cfg.str(Knob::Algo) == "ring";
   c->scratch_bytes = static_cast<size_t>(c->cfg.num(Knob::ScratchBytes));
   c->sort_bytes = static_cast<size_t>(c->cfg.num(Knob::SortBytes));
   ShmOptions so;

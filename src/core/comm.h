@@ -40,9 +40,6 @@ struct hcComm {
   hcStats stats{};
   std::vector<hicoll::RedOp> premul_ops;  // handle - hcNumOps -> op; Sum kind when freed
   uint64_t seq = 0;
-  // HICOLL_FORCE_FALLBACK and HICOLL_ALGO=ring, parsed once (bit c = collective c).
-  uint32_t force_fallback_mask = 0;
-  bool algo_ring = false;
   std::atomic<bool> failed{false};
   std::string failure;  // first error, repeated by later calls
 

@@ -5,6 +5,7 @@
 #include <functional>
 #include <sstream>
 
+#include "core/coll.h"
 #include "core/error.h"
 
 namespace hicoll {
@@ -147,6 +148,15 @@ bool Config::listHas(Knob k, const std::string& word) const {
   for (const std::string& w : splitWords(str(k), ','))
     if (w == word || w == "all") return true;
   return false;
+}
+
+void Config::derive() {
+  force_fallback_mask_ = 0;
+  for (int coll = 0; coll < hcNumColls; ++coll) {
+    std::string name = lower(collName(static_cast<hcColl_t>(coll)));
+    if (listHas(Knob::ForceFallback, name)) force_fallback_mask_ |= 1u << coll;
+  }
+  algo_ring_ = str(Knob::Algo) == "ring";
 }
 
 Config Config::fromEnv() {

@@ -45,6 +45,9 @@ class Config {
   // For List knobs: is word in the list ("all" matches every word).
   bool listHas(Knob k, const std::string& word) const;
   bool isDefault(Knob k) const { return from_default_[idx(k)]; }
+  // HICOLL_FORCE_FALLBACK as a bit per hcColl_t, and HICOLL_ALGO=ring: parsed once, read per call.
+  uint32_t forceFallbackMask() const { return force_fallback_mask_; }
+  bool algoRing() const { return algo_ring_; }
   // Values that must agree across ranks, hashed (names of differing knobs are found by
   // comparing per-knob hashes).
   std::vector<uint64_t> consistencyHashes() const;
@@ -52,6 +55,9 @@ class Config {
  private:
   static size_t idx(Knob k) { return static_cast<size_t>(k); }
   void set(const KnobInfo& info, const char* value);
+  void derive();
+  uint32_t force_fallback_mask_ = 0;
+  bool algo_ring_ = false;
   std::vector<std::string> raw_ = std::vector<std::string>(static_cast<size_t>(Knob::Count));
   std::vector<int64_t> num_ = std::vector<int64_t>(static_cast<size_t>(Knob::Count));
   std::vector<bool> from_default_ = std::vector<bool>(static_cast<size_t>(Knob::Count), true);
@@ -65,6 +71,7 @@ Config Config::from(Lookup&& getenv_fn) {
     c.set(k, v ? v : k.def);
     c.from_default_[idx(k.id)] = (v == nullptr);
   }
+  c.derive();
   return c;
 }
 
