@@ -69,13 +69,7 @@ void hierBroadcast(Run& r, const void* send, void* recv, size_t count, int root)
       }
     }
     if (copied == K && (!holder || have == K) && sends.empty()) break;
-    if (moved) {
-      backoff.reset();
-    } else {
-      r.shm.checkPeers();
-      r.checkDeadline("in the hierarchical Broadcast");
-      backoff.pause();
-    }
+    r.idle(moved, backoff, "in the hierarchical Broadcast");
   }
   (void)L;
   r.finishNode();

@@ -110,13 +110,7 @@ void hierAllGather(Run& r, const void* send, void* recv, size_t count) {
       all_done = all_done && own_done[l] == K && (N == 1 || sort_done[l] == K);
     }
     if (all_done && sends.empty() && recvs.empty()) break;
-    if (moved) {
-      backoff.reset();
-    } else {
-      r.shm.checkPeers();
-      r.checkDeadline("in the hierarchical AllGather");
-      backoff.pause();
-    }
+    r.idle(moved, backoff, "in the hierarchical AllGather");
   }
   r.finishNode();
 }

@@ -116,13 +116,7 @@ void hierReduceScatter(Run& r, const void* send, void* recv, size_t count) {
       reduceN(r.reduceSpec(0, true), out + k * C, parts.data(), N, chunkLen(k) / r.esize);
       moved = true;
     }
-    if (moved) {
-      backoff.reset();
-    } else {
-      r.shm.checkPeers();
-      r.checkDeadline("in the hierarchical ReduceScatter");
-      backoff.pause();
-    }
+    r.idle(moved, backoff, "in the hierarchical ReduceScatter");
   }
   r.finishNode();
 }

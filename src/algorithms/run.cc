@@ -76,17 +76,19 @@ void Run::checkDeadline(const char* what) {
   if (deadline.expired()) HC_THROW(hcTimeout, "{}: timed out after {} ms {}", describe(a), comm.timeoutMs(), what);
 }
 
+void Run::idle(bool moved, Backoff& backoff, const char* what) {
+  if (moved) {
+    backoff.reset();
+    return;
+  }
+  shm.checkPeers();
+  checkDeadline(what);
+  backoff.pause();
+}
+
 void Run::waitAll(Pending& p, const char* what) {
   Backoff backoff;
-  while (!p.empty()) {
-    if (poll(p)) {
-      backoff.reset();
-      continue;
-    }
-    shm.checkPeers();
-    checkDeadline(what);
-    backoff.pause();
-  }
+  while (!p.empty()) idle(poll(p) > 0, backoff, what);
 }
 
 }  // namespace hicoll

@@ -55,6 +55,9 @@ struct Run {
     return poll(p, [](size_t) {});
   }
   void waitAll(Pending& p, const char* what);
+  // End of one pass of a progress loop: when nothing moved, check peers and the deadline and
+  // back off; otherwise start spinning again.
+  void idle(bool moved, Backoff& backoff, const char* what);
   void checkDeadline(const char* what);
 
  private:
