@@ -164,7 +164,9 @@ HC_API hcResult_t hcCommInitRank(hcComm_t* comm, int nranks, hcUniqueId commId, 
  * SLURM_PROCID/SLURM_NTASKS (srun); the rendezvous is MASTER_ADDR:MASTER_PORT or
  * HICOLL_COMM_ID=host:port, with rank 0 listening there. */
 HC_API hcResult_t hcCommInitFromEnv(hcComm_t* comm);
-/* Bootstraps through a caller-provided key-value store; keys are prefixed with prefix. */
+/* Bootstraps through a caller-provided key-value store; keys are prefixed with prefix. Every
+ * communicator needs a prefix no earlier one used on that store: the keys are never deleted,
+ * so a reused prefix reads the previous communicator's values. */
 HC_API hcResult_t hcCommInitRankStore(hcComm_t* comm, int nranks, int rank, const hcStoreOps* store,
                                       const char* prefix);
 /* Collective over comm. Ranks with the same color form a new communicator ordered by key

@@ -370,6 +370,9 @@ def scenario_subgroups() -> dict:
         except Exception as e:  # noqa: BLE001 -- report which torch refused it
             split = f"refused: {e}"
         else:
+            # torch calls split once per device type: both must share one communicator.
+            cpu_b, cuda_b = (spg._get_backend(torch.device(d)) for d in ("cpu", "cuda"))
+            assert cpu_b is cuda_b, (cpu_b, cuda_b)
             t = torch.full((2,), float(RANK))
             spg.allreduce([t]).wait()
             check(t, torch.full((2,), float(sum(mine))), "split_group allreduce")

@@ -301,13 +301,20 @@ c10::intrusive_ptr<c10d::Backend> HicollBackend::split(const c10::intrusive_ptr<
   // splitGroup hands every split the parent's store: key the bootstrap by the new group.
   // torch names each split uniquely; without a name, the members and a per-parent count.
   std::string key = cfg.group_name;
-  if (key.empty()) {
+  if (!key.empty()) {
+    auto seen = split_children_.find(key);
+    if (seen != split_children_.end()) {
+      if (auto child = seen->second.lock()) return child;
+    }
+  } else {
     for (int r : ranks) key += c10::str(r, ",");
     key += c10::str("#", split_count_++);
   }
   auto split_store = c10::make_intrusive<c10d::PrefixStore>("hicoll_split/" + key, store);
-  return c10::make_intrusive<HicollBackend>(split_store, static_cast<int>(it - ranks.begin()),
-                                            static_cast<int>(ranks.size()), std::move(cfg));
+  c10::intrusive_ptr<c10d::Backend> child = c10::make_intrusive<HicollBackend>(
+      split_store, static_cast<int>(it - ranks.begin()), static_cast<int>(ranks.size()), std::move(cfg));
+  split_children_.insert_or_assign(key, c10::weak_intrusive_ptr<c10d::Backend>(child));
+  return child;
 }
 #endif
 

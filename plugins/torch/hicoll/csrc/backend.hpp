@@ -261,6 +261,10 @@ class HicollBackend : public c10d::Backend {
 
   std::atomic<uint64_t> seq_{0};
   uint64_t split_count_ = 0;  // splits made from this backend (a unique store prefix each)
+  // torch < 2.12's splitGroup calls split once per device type (cpu, cuda) with the same
+  // store and name; the second call must get the first's child, not a second communicator
+  // rendezvousing on the same keys (which read the first one's stale values).
+  std::map<std::string, c10::weak_intrusive_ptr<c10d::Backend>> split_children_;
   mutable std::mutex stats_mu_;
   std::map<std::string, int64_t> hicoll_calls_, fallback_calls_;
   std::map<std::string, std::string> fallback_reasons_;
