@@ -220,6 +220,11 @@ def scenario_work_api() -> dict:
     assert isinstance(res, list) and res[0] is not None
     check(t, torch.full((8,), float(sum(range(1, WORLD + 1)))), "future result")
     assert w.is_completed() and w.is_success()
+    # The Work completes before its future: whoever the future wakes sees is_completed().
+    for i in range(50):
+        w = dist.all_reduce(torch.ones(4), async_op=True)
+        w.get_future().wait()
+        assert w.is_completed() and w.is_success(), f"future done before its Work (call {i})"
     # A peer late by 3 s: a short wait times out, a later wait succeeds.
     if RANK == 1:
         time.sleep(3)

@@ -185,16 +185,16 @@ void HicollWork::execute(bool declined_before_run) {
   } catch (...) {
     err = std::current_exception();
   }
-  fail(err);
+  complete(err);
 }
 
-void HicollWork::fail(std::exception_ptr err) {
+void HicollWork::complete(std::exception_ptr err) {
+  finish(err);
   if (err) {
     future_->setError(err);
   } else {
     future_->markCompleted(c10::IValue(outputs_));
   }
-  finish(err);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -233,7 +233,7 @@ void HicollBackend::stopWorker(bool drain) {
   q_cv_.notify_all();
   idle_cv_.notify_all();
   for (auto& w : dropped) {
-    w->fail(std::make_exception_ptr(c10::DistBackendError(
+    w->complete(std::make_exception_ptr(c10::DistBackendError(
         {__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, "hicoll: process group aborted")));
   }
   if (worker_.joinable()) worker_.join();  // an in-flight call ends within HICOLL_TIMEOUT_MS
@@ -424,7 +424,7 @@ void HicollBackend::workerLoop() {
       busy_ = true;
     }
     if (!broken.empty()) {
-      work->fail(std::make_exception_ptr(c10::DistBackendError(
+      work->complete(std::make_exception_ptr(c10::DistBackendError(
           {__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
           "hicoll: communicator failed earlier: " + broken)));
     } else {

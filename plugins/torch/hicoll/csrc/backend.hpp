@@ -72,7 +72,9 @@ class HicollWork : public c10d::Work {
 
   // Worker thread only.
   void execute(bool declined_before_run);
-  void fail(std::exception_ptr error);
+  // Done, with an error or not: the Work first, then its future, so whoever the future
+  // wakes sees isCompleted().
+  void complete(std::exception_ptr error);
   std::function<void()>& fallbackFn() { return fallback_; }
 
  private:
