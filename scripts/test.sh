@@ -10,5 +10,4 @@ echo "== test: ctest"
 (cd build && ctest --output-on-failure -j 2 --timeout 900)
 
 echo "== test: pytest tests/torch"
-# --reruns 1: two multi-process scenarios flaked once in 4 fresh-clone runs (see the closing note).
-.venv/bin/python -m pytest -q --reruns 1 tests/torch
+.venv/bin/python -m pytest -q tests/torch
