@@ -24,9 +24,15 @@ void hierAllGather(Run& r, const void* send, void* recv, size_t count) {
   const bool in_place = in == out + static_cast<size_t>(c.rank) * b;
   // Small blocks go through the shared segment: two memcpys beat a system call per peer.
   const bool direct = r.shm.directRead() && b > static_cast<size_t>(c.cfg.num(Knob::ShmEagerBytes));
-
   // Without single-copy reads (or for small blocks), local peers read this rank's block from
-  // its scratch buffer.
+  // its scratch buffer. Small blocks are staged before post(), in the half of the scratch
+  // buffer this phase's parity owns: a peer may still be reading the other half (the previous
+  // phase), never this one (two phases back), so peers can read as soon as they see the post.
+  const size_t half = c.scratch_bytes / 2;
+  const bool early = !direct && b <= half && b <= static_cast<size_t>(c.cfg.num(Knob::ShmEagerBytes));
+  const size_t slot = early ? (r.seq & 1) * half : 0;
+  if (early) std::memcpy(r.shm.scratch(me) + slot, in, b);
+
   r.post(in, count, hcCollAllGather);
   for (int l = 0; l < L; ++l)
     if (l != me) r.waitPosted(l);
@@ -35,8 +41,8 @@ void hierAllGather(Run& r, const void* send, void* recv, size_t count) {
   Run::Pending sends, recvs;  // recvs keyed by chunk
   std::vector<size_t> chunk_left(K, N - 1);
   char* my_sort = r.shm.sort(me);
-  size_t staged = direct ? K : 0;  // chunks of my block in my scratch
-  const char* src_net = direct ? in : r.shm.scratch(me);
+  size_t staged = direct || early ? K : 0;  // chunks of my block in my scratch
+  const char* src_net = direct ? in : r.shm.scratch(me) + slot;
   size_t sent_chunks = 0;
   auto postChunk = [&](size_t k) {
     for (int m = 0; m < N; ++m) {
@@ -77,17 +83,17 @@ void hierAllGather(Run& r, const void* send, void* recv, size_t count) {
       // Own-node block of local rank l.
       const int owner = t.rankAt(n, l);
       if (own_done[l] < K) {
-        size_t avail = l == me ? K : (direct ? K : r.readyOf(l, 0));
+        size_t avail = l == me || direct || early ? K : r.readyOf(l, 0);
         if (own_done[l] < avail) {
           size_t k = own_done[l]++;
           char* dst = out + static_cast<size_t>(owner) * b + k * C;
           if (l == me) {
             if (!in_place) std::memcpy(dst, in + k * C, chunkLen(k));
           } else if (direct) {
-            r.shm.read(l, reinterpret_cast<const char*>(r.shm.board(l).addr[0]) + k * C, dst, chunkLen(k));
+            r.shm.read(l, r.postedAddr(l) + k * C, dst, chunkLen(k));
             c.countBytes(r.a.coll, owner, chunkLen(k));
           } else {
-            std::memcpy(dst, r.shm.scratch(l) + k * C, chunkLen(k));
+            std::memcpy(dst, r.shm.scratch(l) + slot + k * C, chunkLen(k));
             c.countBytes(r.a.coll, owner, chunkLen(k));
           }
           moved = true;
@@ -112,7 +118,7 @@ void hierAllGather(Run& r, const void* send, void* recv, size_t count) {
     if (all_done && sends.empty() && recvs.empty()) break;
     r.idle(moved, backoff, "in the hierarchical AllGather");
   }
-  r.finishNode();
+  r.finishNode(/*peers_read_only_segment=*/!direct);
 }
 
 }  // namespace hicoll

@@ -34,7 +34,7 @@ void hierReduceScatter(Run& r, const void* send, void* recv, size_t count) {
   std::vector<const char*> peer_in(L);
   for (int l = 0; l < L; ++l) {
     if (l != me) r.waitPosted(l);
-    peer_in[l] = reinterpret_cast<const char*>(r.shm.board(l).addr[0]);
+    peer_in[l] = r.postedAddr(l);
   }
   // Peers' chunks are copied here (one copy, CMA) and summed from cache.
   std::vector<char> tmp(C * L);

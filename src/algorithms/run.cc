@@ -18,7 +18,7 @@ ReduceSpec Run::reduceSpec(uint64_t premul_mask, bool final_step) const {
 }
 
 void Run::post(const void* addr0, size_t count, int phase_kind) {
-  Board& b = shm.board(shm.localIndex());
+  Board::Post& b = shm.board(shm.localIndex()).post[seq & 1];
   info_[0] = static_cast<uint64_t>(phase_kind);
   info_[1] = static_cast<uint64_t>(a.dtype);
   info_[2] = count;
@@ -29,7 +29,7 @@ void Run::post(const void* addr0, size_t count, int phase_kind) {
 }
 
 void Run::waitPosted(int local) {
-  Board& b = shm.board(local);
+  Board::Post& b = shm.board(local).post[seq & 1];
   shm.waitFor([&] { return b.posted.load(std::memory_order_acquire) >= seq; }, deadline,
               "waiting for a local peer to start the collective");
   HC_CHECK(b.posted.load() == seq, hcInternalError, "shm: rank {} is ahead of this phase", shm.commRank(local));
@@ -42,23 +42,26 @@ void Run::waitPosted(int local) {
 }
 
 void Run::publish(int stream, uint64_t chunks) {
-  shm.board(shm.localIndex()).ready[stream].v.store((seq << 24) | chunks, std::memory_order_release);
+  shm.board(shm.localIndex()).ready[seq & 1][stream].v.store((seq << 24) | chunks, std::memory_order_release);
 }
 
 uint64_t Run::readyOf(int local, int stream) {
-  uint64_t v = shm.board(local).ready[stream].v.load(std::memory_order_acquire);
+  uint64_t v = shm.board(local).ready[seq & 1][stream].v.load(std::memory_order_acquire);
   return (v >> 24) == (seq & ((1ull << 40) - 1)) ? (v & 0xffffff) : 0;
 }
 
-void Run::finishNode() {
-  Board& mine = shm.board(shm.localIndex());
-  mine.done.store(seq, std::memory_order_release);
+void Run::waitPeersDone(uint64_t phase) {
   for (int l = 0; l < shm.localSize(); ++l) {
     if (l == shm.localIndex()) continue;
     Board& b = shm.board(l);
-    shm.waitFor([&] { return b.done.load(std::memory_order_acquire) >= seq; }, deadline,
+    shm.waitFor([&] { return b.done.load(std::memory_order_acquire) >= phase; }, deadline,
                 "waiting for local peers to finish reading");
   }
+}
+
+void Run::finishNode(bool peers_read_only_segment) {
+  shm.board(shm.localIndex()).done.store(seq, std::memory_order_release);
+  if (!peers_read_only_segment) waitPeersDone(seq);
 }
 
 void Run::send(Pending& p, int peer, const void* buf, size_t len, uint64_t tag, size_t key) {

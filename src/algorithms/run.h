@@ -23,6 +23,12 @@ struct Run {
   uint64_t seq = 0;  // of the current phase (one collective may run several)
 
   // Starts a phase: a fresh sequence number for tags and the board.
+  // Rule for every phase: write this rank's segment (scratch, sort, board info) only after
+  // post() and waitPosted() of every local peer. A peer that posted phase s+1 has finished
+  // reading phase s, so a phase whose peers read only the segment need not wait at its end.
+  // (One exception, hierAllGather's eager staging, writes a scratch half no peer can be
+  // reading; and Broadcast's holder publishes before its peers posted. So a peer can be one
+  // phase ahead, never two: the board's post and ready slots alternate with the phase.)
   void beginPhase() { seq = ++comm.seq; }
   // Tags: phase sequence, step, chunk.
   uint64_t tag(unsigned step, unsigned chunk) const {
@@ -33,9 +39,15 @@ struct Run {
   // Node board protocol.
   void post(const void* addr0, size_t count, int phase_kind);  // info + addr[0], then posted=seq
   void waitPosted(int local);  // peer posted this phase with the same info, else an error
+  const char* postedAddr(int local) const {  // its addr0 of this phase
+    return reinterpret_cast<const char*>(shm.board(local).post[seq & 1].addr[0]);
+  }
   void publish(int stream, uint64_t chunks);
   uint64_t readyOf(int local, int stream);
-  void finishNode();  // done=seq, then wait until every local peer is done
+  // done=seq, then wait until every local peer is done: they may be reading this rank's user
+  // buffers. peers_read_only_segment: they read only its segment, which the rule above
+  // protects, so the caller returns at once (one cross-core round trip less per small call).
+  void finishNode(bool peers_read_only_segment = false);
 
   // Point-to-point on whichever transport reaches the peer; key is the caller's (a chunk, a
   // slot) and comes back when the request completes.
@@ -61,6 +73,7 @@ struct Run {
   void checkDeadline(const char* what);
 
  private:
+  void waitPeersDone(uint64_t phase);
   uint64_t info_[4] = {};
 };
 

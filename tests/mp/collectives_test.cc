@@ -2,7 +2,10 @@
 // dtype and op, in place and out of place, against independent references.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
+#include <vector>
 
 #include "../common/mp.h"
 #include "checks.h"
@@ -85,6 +88,54 @@ TEST(CollectivesPaths, RingAndBounceBuffers) {
     job.env = env;
     auto st = run(job, [&](int, hcComm_t comm) { return checkMatrix(comm, {1, 4099}); });
     for (int r = 0; r < job.nranks; ++r) EXPECT_EQ(st[r], 0) << "rank " << r << " " << env.begin()->first;
+  }
+}
+
+// Back-to-back AllGathers with the input overwritten as soon as each call returns, of varying
+// sizes, mixed with ReduceScatters that reuse the segment. Small blocks (eager: staged before
+// the peers are known to have started, and ranks return without waiting for each other) and
+// larger ones (peers read the user buffer itself: a rank must not return before they have).
+TEST(CollectivesBackToBack, CallsNeverSeeTheNextCallsData) {
+  for (auto l : {Layout{1, 2, false}, Layout{1, 4, false}, Layout{2, 2, true}}) {
+    Job job;
+    job.nranks = l.nodes * l.per_node;
+    job.node = l.interleave ? interleaved(l.nodes, l.per_node) : contiguous(l.nodes, l.per_node);
+    auto st = run(job, [&](int rank, hcComm_t comm) {
+      const int W = job.nranks;
+      int wrong = 0;
+      for (size_t base : {size_t{37}, size_t{3001}}) {  // int32 per rank: ~150 B (eager), 12 KB
+        const size_t most = base + 16;
+        std::vector<int32_t> in(most), out(most * W), rs_in(most * W), rs_out(most);
+        const int calls = base < 1000 ? 2000 : 300;
+        for (int it = 0; it < calls && wrong == 0; ++it) {
+          const size_t n = base + static_cast<size_t>(it % 3) * 8;
+          const bool in_place = it % 4 == 0;
+          auto want = [&](int r, size_t i) { return it * 10000 + r * 1000 + static_cast<int32_t>(i % 1000); };
+          for (size_t i = 0; i < n; ++i) in[i] = want(rank, i);
+          const int32_t* src = in.data();
+          if (in_place) {
+            std::copy(in.begin(), in.begin() + static_cast<long>(n), out.begin() + static_cast<long>(rank * n));
+            src = out.data() + rank * n;
+          }
+          if (hcAllGather(src, out.data(), n, hcInt32, comm, nullptr) != hcSuccess) return 1;
+          // The next call's data, as soon as this one returns.
+          std::fill(in.begin(), in.end(), -1);
+          if (in_place) std::fill(out.begin() + static_cast<long>(rank * n), out.begin() + static_cast<long>((rank + 1) * n), -1);
+          for (int r = 0; r < W; ++r)
+            for (size_t i = 0; i < n; ++i)
+              if (r != rank && out[r * n + i] != want(r, i)) ++wrong;
+          if (it % 97 == 0) {  // a ReduceScatter between: it writes the same segment
+            for (size_t i = 0; i < n * W; ++i) rs_in[i] = static_cast<int32_t>(i) + rank;
+            if (hcReduceScatter(rs_in.data(), rs_out.data(), n, hcInt32, hcSum, comm, nullptr) != hcSuccess) return 1;
+            for (size_t i = 0; i < n; ++i)
+              if (rs_out[i] != W * static_cast<int32_t>(rank * n + i) + W * (W - 1) / 2) ++wrong;
+          }
+          if (wrong) std::fprintf(stderr, "[rank %d] %zu per rank, call %d: %d wrong elements\n", rank, n, it, wrong);
+        }
+      }
+      return wrong;
+    });
+    for (int r = 0; r < job.nranks; ++r) EXPECT_EQ(st[r], 0) << "rank " << r << " " << l.nodes << "x" << l.per_node;
   }
 }
 

@@ -26,15 +26,19 @@ class Bootstrap;
 
 // What a rank tells its node about the collective it is running (on its board).
 struct alignas(64) Board {
-  std::atomic<uint64_t> posted{0};  // seq of the collective the fields below describe
-  uint64_t info[4] = {};            // coll, dtype, count, op: checked against the peers'
-  uint64_t addr[4] = {};            // regions exposed to the node, in the owner's address space
-  uint64_t len[4] = {};
-  // (seq << 24) | chunks ready, per stream of data a collective publishes (pipelining).
+  // By phase parity: a peer may post phase s+1 while this rank still checks its phase s.
+  struct alignas(64) Post {
+    std::atomic<uint64_t> posted{0};  // seq of the collective the fields below describe
+    uint64_t info[4] = {};            // coll, dtype, count, op: checked against the peers'
+    uint64_t addr[2] = {};            // regions exposed to the node, in the owner's address space
+  };
+  Post post[2];
+  // (seq << 24) | chunks ready, per phase parity and stream of data a collective publishes
+  // (pipelining).
   struct alignas(64) Counter {
     std::atomic<uint64_t> v{0};
   };
-  Counter ready[2];
+  Counter ready[2][2];
   alignas(64) std::atomic<uint64_t> done{0};  // last seq whose reads of peers this rank finished
 };
 
