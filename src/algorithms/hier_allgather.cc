@@ -44,6 +44,9 @@ void hierAllGather(Run& r, const void* send, void* recv, size_t count) {
   size_t staged = direct || early ? K : 0;  // chunks of my block in my scratch
   const char* src_net = direct ? in : r.shm.scratch(me) + slot;
   size_t sent_chunks = 0;
+  // A few chunks in flight per rail peer, not all K at once: with every rank's whole block
+  // outstanding, the links of a 2x2 emulated cluster idled in most repetitions.
+  const size_t window = static_cast<size_t>(std::max<int64_t>(c.cfg.num(Knob::NetWindow), 1));
   auto postChunk = [&](size_t k) {
     for (int m = 0; m < N; ++m) {
       if (m == n) continue;
@@ -68,7 +71,7 @@ void hierAllGather(Run& r, const void* send, void* recv, size_t count) {
       r.publish(0, staged);
       moved = true;
     }
-    while (N > 1 && sent_chunks < staged) postChunk(sent_chunks++), moved = true;
+    while (N > 1 && sent_chunks < staged && sent_chunks < received_prefix + window) postChunk(sent_chunks++), moved = true;
     moved |= r.poll(sends) > 0;
     moved |= r.poll(recvs, [&](size_t k) { --chunk_left[k]; }) > 0;
     size_t prefix = received_prefix;
