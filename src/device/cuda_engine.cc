@@ -330,7 +330,15 @@ void CudaDeviceEngine::enqueue(const CollArgs& a) {
 std::unique_ptr<DeviceEngine> makeDeviceEngine(hcComm& comm) { return std::make_unique<CudaDeviceEngine>(comm); }
 
 bool isDevicePointer(const void* ptr) {
-  if (!ptr) return false;
+  // Without a device (or a driver) nothing is a device pointer: skip the query, which every
+  // host collective would otherwise pay twice per call.
+  static const bool any_device = [] {
+    int n = 0;
+    const bool ok = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+    (void)cudaGetLastError();
+    return ok;
+  }();
+  if (!ptr || !any_device) return false;
   cudaPointerAttributes at{};
   if (cudaPointerGetAttributes(&at, ptr) != cudaSuccess) {
     (void)cudaGetLastError();  // no driver, no device, or not a CUDA pointer
