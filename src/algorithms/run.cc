@@ -50,18 +50,18 @@ uint64_t Run::readyOf(int local, int stream) {
   return (v >> 24) == (seq & ((1ull << 40) - 1)) ? (v & 0xffffff) : 0;
 }
 
-void Run::waitPeersDone(uint64_t phase) {
+void Run::waitPeersDone() {
   for (int l = 0; l < shm.localSize(); ++l) {
     if (l == shm.localIndex()) continue;
     Board& b = shm.board(l);
-    shm.waitFor([&] { return b.done.load(std::memory_order_acquire) >= phase; }, deadline,
+    shm.waitFor([&] { return b.done.load(std::memory_order_acquire) >= seq; }, deadline,
                 "waiting for local peers to finish reading");
   }
 }
 
 void Run::finishNode(bool peers_read_only_segment) {
   shm.board(shm.localIndex()).done.store(seq, std::memory_order_release);
-  if (!peers_read_only_segment) waitPeersDone(seq);
+  if (!peers_read_only_segment) waitPeersDone();
 }
 
 void Run::send(Pending& p, int peer, const void* buf, size_t len, uint64_t tag, size_t key) {

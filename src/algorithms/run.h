@@ -73,7 +73,7 @@ struct Run {
   void checkDeadline(const char* what);
 
  private:
-  void waitPeersDone(uint64_t phase);
+  void waitPeersDone();
   uint64_t info_[4] = {};
 };
 
