@@ -1,6 +1,7 @@
 """hicoll vs gloo on CPU tensors (not a test): all_gather_into_tensor and reduce_scatter_tensor,
 1-64 MiB of output per rank, on 1x2 and 2x2 ranks (nodes x ranks per node, HICOLL_TOPO_NODE),
-then the FSDP2 step time of examples/fsdp2_train.py. Prints a table; --json writes the figures.
+then the FSDP2 step time of examples/fsdp2_train.py (its median steady-state step; median of
+--fsdp-reps runs per backend, alternating). Prints a table; --json writes the figures.
 
     .venv/bin/python perf/torch/bench_vs_gloo.py [--max-mib 64] [--iters 5] [--json out.json]
 """
@@ -74,8 +75,16 @@ def launch(mode: str, backend: str, world: int, nodes: int, extra: list[str]) ->
                                        backend] + extra, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))
     outs = [p.communicate(timeout=900)[0] for p in procs]
-    if any(p.returncode for p in procs):
-        raise SystemExit(f"{mode} {backend} {nodes}x{world // nodes} failed:\n" + outs[0][-3000:])
+    failed = [r for r, p in enumerate(procs) if p.returncode]
+    what = f"{mode} {backend} {nodes}x{world // nodes}"
+    if failed and backend == "gloo" and ("RESULT " in outs[0] or " ms/step" in outs[0]) and all(
+            "terminate called without an active exception" in outs[r] for r in failed):
+        # torch 2.11's gloo backend sometimes aborts a rank at exit, after the work is done
+        # ("terminate called without an active exception"); the figures are complete.
+        print(f"# note: {what}: ranks {failed} aborted at exit (gloo teardown), figures kept",
+              file=sys.stderr)
+    elif failed:
+        raise SystemExit(f"{what} failed (ranks {failed}):\n" + outs[failed[0]][-3000:])
     return outs[0]
 
 
@@ -86,6 +95,7 @@ def main() -> None:
     ap.add_argument("--max-mib", type=int, default=64)
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--fsdp-reps", type=int, default=3, help="FSDP2 runs per backend and layout")
     ap.add_argument("--json")
     args = ap.parse_args()
     if args.mode == "coll":
@@ -108,14 +118,19 @@ def main() -> None:
                                            "hicoll_busbw": h["busbw"], "ratio": ratio})
     for nodes, per in ((1, 2), (2, 2)):
         world = nodes * per
-        ms = {}
-        for b in ("gloo", "hicoll"):
-            out = launch("fsdp", b, world, nodes, ["--steps", str(args.steps)])
-            ms[b] = float(out.split(" ms/step")[0].split(",")[-1])
-        print(f"FSDP2 step {nodes}x{per}: gloo {ms['gloo']:.1f} ms, hicoll {ms['hicoll']:.1f} ms, "
-              f"ratio {ms['hicoll'] / ms['gloo']:.2f}")
-        figures["fsdp"].append({"layout": f"{nodes}x{per}", "gloo_ms": ms["gloo"],
-                                "hicoll_ms": ms["hicoll"], "ratio": ms["hicoll"] / ms["gloo"]})
+        ms = {"gloo": [], "hicoll": []}
+        for _ in range(args.fsdp_reps):  # alternate the backends so drift hits both alike
+            for b in ("gloo", "hicoll"):
+                out = launch("fsdp", b, world, nodes, ["--steps", str(args.steps)])
+                ms[b].append(float(out.split(" ms/step")[0].split(",")[-1]))
+        med = {b: sorted(v)[len(v) // 2] for b, v in ms.items()}
+        print(f"FSDP2 step {nodes}x{per}: gloo {med['gloo']:.1f} ms, hicoll {med['hicoll']:.1f} ms, "
+              f"ratio {med['hicoll'] / med['gloo']:.2f}  (runs: gloo "
+              + " ".join(f"{v:.1f}" for v in ms["gloo"]) + ", hicoll "
+              + " ".join(f"{v:.1f}" for v in ms["hicoll"]) + ")")
+        figures["fsdp"].append({"layout": f"{nodes}x{per}", "gloo_ms": med["gloo"],
+                                "hicoll_ms": med["hicoll"], "ratio": med["hicoll"] / med["gloo"],
+                                "runs": ms})
     if args.json:
         with open(args.json, "w") as f:
             json.dump(figures, f, indent=1)
