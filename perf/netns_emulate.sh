@@ -12,6 +12,8 @@
 #   -L ranks        ranks per node (default 2)
 #   -r rate         tc rate per link direction (default 1gbit; "none" for no limit)
 #   -d delay        one-way delay added per link direction with netem (default 100us; "none")
+#   -c algorithm    TCP congestion control in the nodes (default cubic, Linux's default; "host"
+#                   keeps what a new namespace inherits from the host: bbr on the dev machine)
 #   -m mode         hicoll: one agbench per namespace (--node-rank), bootstrapped over TCP
 #                   mpi:    agbench under mpirun across the namespaces with --baseline mpi
 #                           (hicoll and Open MPI over TCP side by side in one run)
@@ -24,14 +26,14 @@
 #   perf/netns_emulate.sh -N 2 -L 2 -m mpi -- allgather -b 64M -e 64M -n 5 -w 2 --reps 5
 set -euo pipefail
 
-nodes=2 per=2 rate=1gbit delay=100us mode=hicoll timeout_s=900 keep=0
+nodes=2 per=2 rate=1gbit delay=100us cc=cubic mode=hicoll timeout_s=900 keep=0
 here=$(cd "$(dirname "$0")" && pwd)
 agbench="$here/../build-perf/perf/agbench"
-while getopts "N:L:r:d:m:a:t:kh" o; do
+while getopts "N:L:r:d:c:m:a:t:kh" o; do
   case $o in
-    N) nodes=$OPTARG ;; L) per=$OPTARG ;; r) rate=$OPTARG ;; d) delay=$OPTARG ;;
+    N) nodes=$OPTARG ;; L) per=$OPTARG ;; r) rate=$OPTARG ;; d) delay=$OPTARG ;; c) cc=$OPTARG ;;
     m) mode=$OPTARG ;; a) agbench=$OPTARG ;; t) timeout_s=$OPTARG ;; k) keep=1 ;;
-    h) sed -n '2,25p' "$0"; exit 0 ;;
+    h) sed -n '2,26p' "$0"; exit 0 ;;
     *) exit 2 ;;
   esac
 done
@@ -109,10 +111,14 @@ for ((k = 0; k < nodes; k++)); do
   ip -n "$ns" addr add "$(node_ip $k)/24" dev "$ifname"
   ip -n "$ns" link set "$ifname" up
   ip -n "$ns" link set lo up
+  # Per route: a namespace may only take a default the host lists in tcp_allowed_congestion_control.
+  [[ $cc == host ]] || ip -n "$ns" route replace "$subnet.0/24" dev "$ifname" proto kernel scope link \
+    src "$(node_ip $k)" congctl "$cc"
   limit_link "$ns" "$ifname"  # node -> bridge
   limit_link "$sw" "p$k"      # bridge -> node
 done
 echo "# netns_emulate: $nodes nodes x $per ranks, links: rate $rate, delay $([[ $have_netem == 1 ]] && echo "$delay" || echo none)," \
+     "tcp congestion control $([[ $cc == host ]] && ip netns exec "$(node_ns 0)" sysctl -n net.ipv4.tcp_congestion_control || echo "$cc")," \
      "namespaces ${pfx}_n0..$((nodes - 1)) on $subnet.0/24"
 
 np=$((nodes * per))
@@ -169,8 +175,15 @@ for ((k = 0; k < nodes; k++)); do
   for where in "$(node_ns $k) $ifname node$k->bridge" "$sw p$k bridge->node$k"; do
     set -- $where
     tc -n "$1" -s qdisc show dev "$2" | awk -v w="$3" '/^ Sent/ {
-      printf "# netns_emulate: link %-16s sent %d bytes %d pkts, dropped %s overlimits %s\n", w, $2, $4, $7, $9 }' | tr -d ','
+      printf "# netns_emulate: link %-16s sent %s bytes %s pkts, dropped %s overlimits %s\n", w, $2, $4, $7, $9 }' | tr -d ','
   done
+  # TCP's view of those losses in the node: retransmitted segments, and retransmission
+  # timeouts (each stalls a flow for >= 200 ms).
+  ip netns exec "$(node_ns $k)" awk -v w="node$k" '
+    /^Tcp: [0-9]/ { retrans = $13 }
+    /^TcpExt:/ { if (!h) { for (i = 2; i <= NF; i++) col[$i] = i; h = 1 } else { to = $col["TCPTimeouts"] } }
+    END { printf "# netns_emulate: tcp in %-10s retransmitted segments %s, retransmission timeouts %s\n", w, retrans, to }' \
+    /proc/net/snmp /proc/net/netstat
 done
 if (( keep )); then read -r -p "namespaces kept; Enter to tear down " _; fi
 exit "$status"
