@@ -16,7 +16,7 @@ void hierAllGather(Run& r, const void* send, void* recv, size_t count) {
   r.beginPhase();
   const Topology& t = c.topo;
   const int N = t.nnodes, L = r.shm.localSize(), n = c.node(), me = r.shm.localIndex();
-  const size_t C = std::min<size_t>(b, std::max<int64_t>(c.cfg.num(Knob::ChunkBytes), 4096));
+  const size_t C = std::min(b, r.hierChunkBytes());
   const size_t K = (b + C - 1) / C;
   auto chunkLen = [&](size_t k) { return std::min(C, b - k * C); };
   char* out = static_cast<char*>(recv);
@@ -46,7 +46,7 @@ void hierAllGather(Run& r, const void* send, void* recv, size_t count) {
   size_t sent_chunks = 0;
   // A few chunks in flight per rail peer, not all K at once: with every rank's whole block
   // outstanding, the links of a 2x2 emulated cluster idled in most repetitions.
-  const size_t window = static_cast<size_t>(std::max<int64_t>(c.cfg.num(Knob::NetWindow), 1));
+  const size_t window = r.netWindow();
   auto postChunk = [&](size_t k) {
     for (int m = 0; m < N; ++m) {
       if (m == n) continue;

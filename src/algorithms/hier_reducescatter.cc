@@ -22,8 +22,7 @@ void hierReduceScatter(Run& r, const void* send, void* recv, size_t count) {
   const int N = t.nnodes, L = r.shm.localSize(), n = c.node(), me = r.shm.localIndex();
   HC_CHECK(r.shm.directRead(), hcInternalError, "hierarchical ReduceScatter needs direct intra-node reads");
   // Chunks are whole elements.
-  size_t C = std::min<size_t>({b, static_cast<size_t>(std::max<int64_t>(c.cfg.num(Knob::ChunkBytes), 4096)),
-                               c.scratch_bytes});
+  size_t C = std::min({b, r.hierChunkBytes(), c.scratch_bytes});
   C = std::max(r.esize, C / r.esize * r.esize);
   const size_t K = (b + C - 1) / C;
   auto chunkLen = [&](size_t k) { return std::min(C, b - k * C); };
@@ -83,13 +82,18 @@ void hierReduceScatter(Run& r, const void* send, void* recv, size_t count) {
   size_t work_k = 0;
   int work_m = 0;  // next partial to compute: chunk work_k for node work_m (own node last)
   size_t finals = 0;
+  // As in the AllGather: partials go out at most netWindow() chunks ahead of what this rank
+  // has received from its rail peers.
+  const size_t window = r.netWindow();
+  size_t received_prefix = 0;
   Backoff backoff;
   while (finals < K || work_k < K || !sends.empty()) {
     bool moved = false;
     moved |= r.poll(sends, [&](size_t slot) { slot_busy[slot] = false; }) > 0;
     moved |= r.poll(recvs, [&](size_t k) { --chunk_left[k]; }) > 0;
+    while (received_prefix < K && chunk_left[received_prefix] == 0) ++received_prefix;
     // Next partial, in chunk order; one waits for a free scratch slot if it must travel.
-    if (work_k < K && (work_m == n || !slot_busy[next_slot])) {
+    if (work_k < K && (work_m == n || (!slot_busy[next_slot] && work_k < received_prefix + window))) {
       if (work_m == n) {
         nodePartial(c.rank, work_k, out + work_k * C, false);
         own_done[work_k] = true;

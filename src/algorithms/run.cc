@@ -1,5 +1,7 @@
 #include "algorithms/run.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace hicoll {
@@ -43,6 +45,16 @@ void Run::waitPosted(int local) {
 
 void Run::publish(int stream, uint64_t chunks) {
   shm.board(shm.localIndex()).ready[seq & 1][stream].v.store((seq << 24) | chunks, std::memory_order_release);
+}
+
+size_t Run::hierChunkBytes() const {
+  int64_t c = comm.cfg.num(Knob::ChunkBytes);
+  if (comm.topo.nnodes > 1) c = std::min(c, comm.cfg.num(Knob::NetChunkBytes));
+  return static_cast<size_t>(std::max<int64_t>(c, 4096));
+}
+
+size_t Run::netWindow() const {
+  return static_cast<size_t>(std::max<int64_t>(comm.cfg.num(Knob::NetWindow), 1));
 }
 
 uint64_t Run::readyOf(int local, int stream) {

@@ -37,6 +37,7 @@ bool mustAgree(Knob k) {
     case Knob::ScratchBytes:
     case Knob::SortBytes:
     case Knob::ChunkBytes:
+    case Knob::NetChunkBytes:
     case Knob::DeviceChunkBytes:
     case Knob::AllReduceSmallBytes:
     case Knob::ShmCma:

@@ -31,9 +31,14 @@
   X(ChunkBytes, "HICOLL_CHUNK_SIZE", Size, "1048576", "",                                        \
     "Pipeline chunk: the inter-node exchange of chunk k+1 overlaps the intra-node sort of "     \
     "chunk k.")                                                                                  \
-  X(NetWindow, "HICOLL_NET_WINDOW", Int, "2", "",                                                 \
-    "Hierarchical AllGather: chunks posted to a rail peer beyond those fully received (at least " \
-    "1). Fewer in flight kept 1 Gbit/s emulated links busier than all at once (perf/README.md).") \
+  X(NetChunkBytes, "HICOLL_NET_CHUNK_SIZE", Size, "262144", "",                                 \
+    "Largest inter-node message of the hierarchical algorithms: on more than one node their "  \
+    "chunk is the smaller of this and HICOLL_CHUNK_SIZE (emulated 1 Gbit/s links: 256 KiB "     \
+    "chunks kept them fuller than 1 MiB, perf/README.md).")                                    \
+  X(NetWindow, "HICOLL_NET_WINDOW", Int, "4", "",                                                 \
+    "Hierarchical AllGather and ReduceScatter: chunks sent to a rail peer beyond those fully "  \
+    "received from the rail peers (at least 1). A few in flight, not all, keep the links' "      \
+    "queues short (perf/README.md).")                                                          \
   X(DeviceChunkBytes, "HICOLL_DEVICE_CHUNK_SIZE", Size, "67108864", "",                          \
     "Pipeline chunk of the device-buffer path. Large: each chunk costs a cross-process stream "  \
     "handshake (measured on an H200: 1 MiB chunks gave 5.7 GB/s AllGather busbw, 64 MiB 159 "   \

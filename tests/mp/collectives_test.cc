@@ -91,6 +91,35 @@ TEST(CollectivesPaths, RingAndBounceBuffers) {
   }
 }
 
+// Inter-node messages of the smallest size (4 KiB chunks that do not divide the blocks) and one
+// chunk in flight per rail peer: the pacing of the hierarchical AllGather and ReduceScatter.
+TEST(CollectivesPaths, SmallestNetChunksOneInFlight) {
+  for (auto l : {Layout{2, 2, true}, Layout{3, 2, false}}) {
+    Job job;
+    job.nranks = l.nodes * l.per_node;
+    job.node = l.interleave ? interleaved(l.nodes, l.per_node) : contiguous(l.nodes, l.per_node);
+    job.env = {{"HICOLL_NET_CHUNK_SIZE", "4096"}, {"HICOLL_NET_WINDOW", "1"}};
+    auto st = run(job, [&](int, hcComm_t comm) {
+      int f = 0, salt = 0;
+      for (size_t count : {1u, 5000u, 70001u}) {
+        f += checkAllGather(comm, hcFloat32, count, false, ++salt);
+        f += checkAllGather(comm, hcInt8, count, true, ++salt);
+        f += checkReduceScatter(comm, hcFloat32, hcSum, count, false, ++salt);
+        f += checkReduceScatter(comm, hcFloat64, hcMax, count, true, ++salt);
+      }
+      hcStats s = HC_STATS_INITIALIZER;
+      hcCommGetStats(comm, &s);
+      if (s.coll[hcCollAllGather].calls[hcPathHierarchical] == 0 ||
+          s.coll[hcCollReduceScatter].calls[hcPathHierarchical] == 0) {
+        std::fprintf(stderr, "the hierarchical paths did not run\n");
+        ++f;
+      }
+      return f;
+    });
+    for (int r = 0; r < job.nranks; ++r) EXPECT_EQ(st[r], 0) << "rank " << r << " " << l.nodes << "x" << l.per_node;
+  }
+}
+
 // Back-to-back AllGathers with the input overwritten as soon as each call returns, of varying
 // sizes, mixed with ReduceScatters that reuse the segment. Small blocks (eager: staged before
 // the peers are known to have started, and ranks return without waiting for each other) and
