@@ -93,12 +93,14 @@ TEST(CollectivesPaths, RingAndBounceBuffers) {
 
 // Inter-node messages of the smallest size (4 KiB chunks that do not divide the blocks) and one
 // chunk in flight per rail peer: the pacing of the hierarchical AllGather and ReduceScatter.
-TEST(CollectivesPaths, SmallestNetChunksOneInFlight) {
-  for (auto l : {Layout{2, 2, true}, Layout{3, 2, false}}) {
+// On one node (1x3), 4 KiB chunks make the ReduceScatter reuse each scratch slot many times.
+TEST(CollectivesPaths, SmallestChunksOneInFlight) {
+  for (auto l : {Layout{2, 2, true}, Layout{3, 2, false}, Layout{1, 3, false}}) {
     Job job;
     job.nranks = l.nodes * l.per_node;
     job.node = l.interleave ? interleaved(l.nodes, l.per_node) : contiguous(l.nodes, l.per_node);
     job.env = {{"HICOLL_NET_CHUNK_SIZE", "4096"}, {"HICOLL_NET_WINDOW", "1"}};
+    if (l.nodes == 1) job.env = {{"HICOLL_CHUNK_SIZE", "4096"}};
     auto st = run(job, [&](int, hcComm_t comm) {
       int f = 0, salt = 0;
       for (size_t count : {1u, 5000u, 70001u}) {
