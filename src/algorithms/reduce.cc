@@ -4,6 +4,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include <emmintrin.h>
+
 #include "core/error.h"
 
 namespace hicoll {
@@ -156,8 +158,18 @@ void reduceTyped(const ReduceSpec& s, T* dst, const void* const* srcs, int nsrc,
         for (size_t j = 0; j < m; ++j) acc[j] = static_cast<Acc>(acc[j] / static_cast<Acc>(s.avg_divisor));
     }
     T* d = dst + base;
+    if (s.stream_dst && m == kBlock && reinterpret_cast<uintptr_t>(d) % 16 == 0) {
+      // Past the caches: no read-for-ownership of the destination lines.
+      alignas(16) T out[kBlock];
+      for (size_t j = 0; j < m; ++j) out[j] = Traits<T>::store(acc[j]);
+      auto* from = reinterpret_cast<const __m128i*>(out);
+      auto* to = reinterpret_cast<__m128i*>(d);
+      for (size_t j = 0; j < sizeof(out) / 16; ++j) _mm_stream_si128(to + j, _mm_load_si128(from + j));
+      continue;
+    }
     for (size_t j = 0; j < m; ++j) d[j] = Traits<T>::store(acc[j]);
   }
+  if (s.stream_dst) _mm_sfence();
 }
 
 template <class T>

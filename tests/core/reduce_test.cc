@@ -110,5 +110,29 @@ TEST(Reduce, IntegerSumsWrap) {
   EXPECT_EQ(out[0], static_cast<int8_t>(200));
 }
 
+// Non-temporal stores write what plain stores write, on aligned and unaligned destinations and
+// on a tail that is not a whole block.
+TEST(Reduce, StreamedDestinationMatchesPlainStores) {
+  const size_t n = 5 * 512 + 77;
+  for (hcDataType_t t : {hcFloat32, hcBfloat16, hcFloat64, hcInt8}) {
+    const size_t es = t == hcFloat64 ? 8 : t == hcFloat32 ? 4 : t == hcInt8 ? 1 : 2;
+    std::vector<uint8_t> a(n * es), b(n * es), plain(n * es + 64), streamed(n * es + 64, 0xee);
+    for (size_t i = 0; i < a.size(); ++i) {
+      a[i] = static_cast<uint8_t>(i * 7 + 3);
+      b[i] = static_cast<uint8_t>(i * 13 + 1) & 0x3f;  // keeps bf16 and doubles finite
+    }
+    const void* srcs[] = {a.data(), b.data()};
+    for (size_t offset : {size_t{0}, es}) {  // aligned start (malloc: 16 bytes), then misaligned
+      ReduceSpec spec;
+      spec.dtype = t;
+      reduceN(spec, plain.data() + offset, srcs, 2, n);
+      spec.stream_dst = true;
+      reduceN(spec, streamed.data() + offset, srcs, 2, n);
+      EXPECT_EQ(0, std::memcmp(plain.data() + offset, streamed.data() + offset, n * es))
+          << "dtype " << t << " offset " << offset;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace hicoll
