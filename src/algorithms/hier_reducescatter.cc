@@ -47,16 +47,16 @@ void pushReduceScatter(Run& r, const char* in, char* out, size_t count) {
   Backoff backoff;
   while (summed < K || staged < K) {
     bool moved = false;
-    bool free = staged < K;
-    for (int l = 0; free && staged >= kDepth && l < L; ++l)
-      free = l == me || r.readyOf(l, 1) > staged - kDepth;
-    if (free) {
+    bool slots_free = staged < K;
+    for (int l = 0; slots_free && staged >= kDepth && l < L; ++l)
+      slots_free = l == me || r.readyOf(l, 1) > staged - kDepth;
+    if (slots_free) {
       for (int m = 0; m < L; ++m)
         if (m != me) std::memcpy(slot(me, staged, m), in + blockOf(m) + staged * C, chunkLen(staged));
       r.publish(0, ++staged);
       moved = true;
     }
-    bool ready = true;
+    bool ready = summed < K;
     for (int l = 0; ready && l < L; ++l) ready = l == me || r.readyOf(l, 0) > summed;
     if (ready) {
       const size_t k = summed;
