@@ -65,9 +65,11 @@ PathChoice choosePath(const hcComm& c, const CollArgs& a) {
     p.path = hcPathFallback;
     p.reason = fmt::format("SMDDP_AG_SORT_BUFFER_SIZE_BYTES={} < {} nodes x per-rank block {} bytes = {}",
                            c.sort_bytes, N, b, N * b);
-  } else if (a.coll != hcCollAllGather && !c.shm->directRead() &&
+  } else if (a.coll != hcCollAllGather && N > 1 && !c.shm->directRead() &&
              !(a.coll == hcCollAllReduce && a.count * hcTypeSize(a.dtype) <=
                                                 static_cast<size_t>(c.cfg.num(Knob::AllReduceSmallBytes)))) {
+    // Across nodes the ReduceScatter reads local peers' inputs in place; on one node it
+    // pushes through scratch and the AllGather has bounce buffers, so neither needs CMA there.
     p.path = hcPathFallback;
     p.reason = "no single-copy intra-node reads (HICOLL_SHM_CMA=0 or process_vm_readv not permitted)";
   }

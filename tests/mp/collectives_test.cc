@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "../common/mp.h"
@@ -88,6 +89,43 @@ TEST(CollectivesPaths, RingAndBounceBuffers) {
     job.env = env;
     auto st = run(job, [&](int, hcComm_t comm) { return checkMatrix(comm, {1, 4099}); });
     for (int r = 0; r < job.nranks; ++r) EXPECT_EQ(st[r], 0) << "rank " << r << " " << env.begin()->first;
+  }
+}
+
+// Without single-copy reads (HICOLL_SHM_CMA=0) one node keeps the hierarchical ReduceScatter and
+// AllReduce (push through scratch, bounce buffers); across nodes they fall back, saying why.
+TEST(CollectivesPaths, NoSingleCopyReadsOneNodeStaysHierarchical) {
+  for (auto l : {Layout{1, 3, false}, Layout{2, 2, false}}) {
+    Job job;
+    job.nranks = l.nodes * l.per_node;
+    job.node = contiguous(l.nodes, l.per_node);
+    job.env = {{"HICOLL_SHM_CMA", "0"}};
+    auto st = run(job, [&](int, hcComm_t comm) {
+      int f = 0, salt = 0;
+      for (size_t count : {1u, 4099u, 300001u}) {
+        f += checkReduceScatter(comm, hcFloat32, hcSum, count, false, ++salt);
+        f += checkReduceScatter(comm, hcBfloat16, hcMax, count, true, ++salt);
+        f += checkAllReduce(comm, hcFloat32, hcSum, count * 3, true, ++salt);
+      }
+      hcStats s = HC_STATS_INITIALIZER;
+      hcCommGetStats(comm, &s);
+      for (hcColl_t coll : {hcCollReduceScatter, hcCollAllReduce}) {
+        const auto& cs = s.coll[coll];
+        const bool want_hier = l.nodes == 1;
+        const bool hier_only = cs.calls[hcPathHierarchical] > 0 && cs.calls[hcPathFallback] == 0;
+        // Small AllReduces (one AllGather) stay hierarchical on two nodes too.
+        const bool fell_back = cs.calls[hcPathFallback] > 0 &&
+                               std::string(cs.last_fallback_reason).find("single-copy") != std::string::npos;
+        if (want_hier ? !hier_only : !fell_back) {
+          std::fprintf(stderr, "%dx%d %s: %llu hierarchical, %llu fallback calls (%s)\n", l.nodes, l.per_node,
+                       coll == hcCollReduceScatter ? "ReduceScatter" : "AllReduce", static_cast<unsigned long long>(cs.calls[hcPathHierarchical]),
+                       static_cast<unsigned long long>(cs.calls[hcPathFallback]), cs.last_fallback_reason);
+          ++f;
+        }
+      }
+      return f;
+    });
+    for (int r = 0; r < job.nranks; ++r) EXPECT_EQ(st[r], 0) << l.nodes << "x" << l.per_node << " rank " << r;
   }
 }
 
