@@ -121,6 +121,14 @@ void hcComm::countCall(hcColl_t c, hcPath_t path, const std::string& reason) {
   if (!reason.empty()) hicoll::copyTruncated(stats.coll[c].last_fallback_reason, sizeof stats.coll[c].last_fallback_reason, reason);
 }
 
+char* hcComm::workspace(size_t bytes) {
+  if (heap_workspace.size() < bytes) {
+    heap_workspace = std::vector<char>();  // the old contents are not kept: free first
+    heap_workspace.resize(bytes);
+  }
+  return heap_workspace.data();
+}
+
 void hcComm::countBytes(hcColl_t c, int peer, size_t bytes) {
   std::lock_guard<std::mutex> lock(stats_mu);
   if (topo.node_of[peer] == node()) {

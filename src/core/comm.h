@@ -42,6 +42,7 @@ struct hcComm {
   uint64_t seq = 0;
   std::atomic<bool> failed{false};
   std::string failure;  // first error, repeated by later calls
+  std::vector<char> heap_workspace;  // private to the host algorithms; see workspace()
 
   int node() const { return topo.node_of[rank]; }
   int localRank() const { return topo.local_of[rank]; }
@@ -50,4 +51,7 @@ struct hcComm {
   hicoll::Transport& transportTo(int peer);
   void countCall(hcColl_t c, hcPath_t path, const std::string& fallback_reason = "");
   void countBytes(hcColl_t c, int peer, size_t bytes);
+  // At least `bytes` of private memory, kept for later calls (grows, never shrinks); valid
+  // until the next call of workspace().
+  char* workspace(size_t bytes);
 };

@@ -92,6 +92,34 @@ TEST(CollectivesPaths, RingAndBounceBuffers) {
   }
 }
 
+// The ring ReduceScatter with 4 KiB chunks: blocks of many more chunks than it keeps under way
+// (every slot reused), ragged last chunks, every op (PreMulSum scales before the first send).
+TEST(CollectivesPaths, RingReduceScatterManyChunks) {
+  for (auto l : {Layout{1, 3, false}, Layout{2, 2, true}}) {
+    Job job;
+    job.nranks = l.nodes * l.per_node;
+    job.node = l.interleave ? interleaved(l.nodes, l.per_node) : contiguous(l.nodes, l.per_node);
+    job.env = {{"HICOLL_ALGO", "ring"}, {"HICOLL_CHUNK_SIZE", "4096"}, {"HICOLL_NET_CHUNK_SIZE", "4096"}};
+    auto st = run(job, [&](int, hcComm_t comm) {
+      int f = 0, salt = 0;
+      for (size_t count : {1u, 1025u, 70001u}) {
+        for (int op = 0; op <= hcNumOps; ++op)
+          f += checkReduceScatter(comm, hcFloat32, static_cast<hcRedOp_t>(op), count, count == 1025, ++salt);
+        f += checkReduceScatter(comm, hcBfloat16, hcSum, count, true, ++salt);
+        f += checkAllReduce(comm, hcInt64, hcSum, count * 5, false, ++salt);
+      }
+      hcStats s = HC_STATS_INITIALIZER;
+      hcCommGetStats(comm, &s);
+      if (s.coll[hcCollReduceScatter].calls[hcPathRing] == 0 || s.coll[hcCollReduceScatter].calls[hcPathHierarchical]) {
+        std::fprintf(stderr, "the ring did not run\n");
+        ++f;
+      }
+      return f;
+    });
+    for (int r = 0; r < job.nranks; ++r) EXPECT_EQ(st[r], 0) << l.nodes << "x" << l.per_node << " rank " << r;
+  }
+}
+
 // Without single-copy reads (HICOLL_SHM_CMA=0) one node keeps the hierarchical ReduceScatter and
 // AllReduce (push through scratch, bounce buffers); across nodes they fall back, saying why.
 TEST(CollectivesPaths, NoSingleCopyReadsOneNodeStaysHierarchical) {
