@@ -91,7 +91,8 @@ void ringReduceScatter(Run& r, const void* send, void* recv, size_t count) {
       ++posted_recv;
       moved = true;
     }
-    while (posted_send < M) {
+    // At most two groups of sends ahead of the sums (on two ranks every send is of the input).
+    while (posted_send < M && posted_send < summed + 2 * A) {
       const Item it = item(posted_send);
       const void* src = nullptr;
       size_t key = it.slot * 4 + 2 + it.s % 2;
