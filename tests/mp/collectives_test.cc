@@ -120,6 +120,29 @@ TEST(CollectivesPaths, RingReduceScatterManyChunks) {
   }
 }
 
+// Large AllReduces whose count is not a multiple of the ranks: W blocks through ReduceScatter +
+// AllGather, the last count % W elements through the small path; hierarchical and ring.
+TEST(CollectivesPaths, AllReduceTailsOfFewerThanWElements) {
+  for (auto l : {Layout{1, 3, false}, Layout{2, 2, true}})
+    for (const char* algo : {"hier", "ring"}) {
+      Job job;
+      job.nranks = l.nodes * l.per_node;
+      job.node = l.interleave ? interleaved(l.nodes, l.per_node) : contiguous(l.nodes, l.per_node);
+      job.env = {{"HICOLL_ALGO", algo}};
+      auto st = run(job, [&](int, hcComm_t comm) {
+        int f = 0, salt = 0;
+        const size_t base = 20000 * static_cast<size_t>(job.nranks);  // 80 KB of fp32 and more
+        for (size_t tail = 0; tail < static_cast<size_t>(job.nranks); ++tail) {
+          f += checkAllReduce(comm, hcFloat32, hcSum, base + tail, tail % 2 == 0, ++salt);
+          f += checkAllReduce(comm, hcFloat64, hcAvg, base + tail, tail % 2 == 1, ++salt);
+          f += checkAllReduce(comm, hcBfloat16, static_cast<hcRedOp_t>(hcNumOps), 2 * base + tail, true, ++salt);
+        }
+        return f;
+      });
+      for (int r = 0; r < job.nranks; ++r) EXPECT_EQ(st[r], 0) << l.nodes << "x" << l.per_node << " " << algo << " rank " << r;
+    }
+}
+
 // Without single-copy reads (HICOLL_SHM_CMA=0) one node keeps the hierarchical ReduceScatter and
 // AllReduce (push through scratch, bounce buffers); across nodes they fall back, saying why.
 TEST(CollectivesPaths, NoSingleCopyReadsOneNodeStaysHierarchical) {
