@@ -90,6 +90,7 @@ std::unique_ptr<hcComm> createComm(std::unique_ptr<Bootstrap> bs, std::shared_pt
     oo.iface = c->cfg.str(Knob::OfiIface);
     if (oo.iface.empty() && c->topo.single_host) oo.iface = "lo";  // simulated nodes: stay on loopback
     oo.timeout_ms = c->timeoutMs();
+    if (c->cfg.str(Knob::OfiRxmEager) == "1") oo.rxm_eager_bytes = static_cast<size_t>(c->cfg.num(Knob::NetChunkBytes));
     c->ofi = makeOfiTransport(*c->bootstrap, oo);
     c->ofi->registerRegion(c->scratch, c->scratch_bytes);
     c->ofi->registerRegion(c->sort, c->sort_bytes);

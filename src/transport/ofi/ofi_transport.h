@@ -23,6 +23,9 @@ struct OfiOptions {
   std::string provider;  // e.g. "tcp;ofi_rxm" (FI_PROVIDER env, when set, takes precedence); "" = tcp;ofi_rxm
   std::string iface;     // e.g. "lo"; "" = provider's choice (for tcp;ofi_rxm this is hints->domain_attr->name)
   long timeout_ms = 120000;
+  // With ofi_rxm: the FI_OFI_RXM_EAGER_LIMIT to set when the environment has none (0: leave
+  // rxm's default). libfabric reads it once, when the process first initializes it.
+  size_t rxm_eager_bytes = 0;
 };
 
 // Collective over bs (all ranks of the communicator call it): opens fabric/domain/endpoint/AV/CQ,

@@ -551,6 +551,38 @@ TEST(OfiTransport, FiProviderEnvTakesPrecedence) {
   }, loopback("tcp;ofi_rxm"));
 }
 
+// HICOLL_OFI_RXM_EAGER: the transport sets FI_OFI_RXM_EAGER_LIMIT for rxm only, only when the
+// environment has none, and the first setting stays; messages at and above it arrive intact.
+TEST(OfiTransport, RxmEagerLimitIsSetOnceForRxmOnly) {
+  if (std::getenv("FI_OFI_RXM_EAGER_LIMIT") || providerOverridden())
+    GTEST_SKIP() << "FI_OFI_RXM_EAGER_LIMIT or FI_PROVIDER already set";
+  auto exchange = [](Rank& r) {
+    for (size_t len : {size_t{262144}, size_t{300000}}) {
+      auto out = makeData(len, 7 + r.rank), in = std::vector<uint8_t>(len);
+      wait(r.t, {r.t.irecv(1 - r.rank, in.data(), len, 2), r.t.isend(1 - r.rank, out.data(), len, 2)});
+      EXPECT_EQ(in, makeData(len, 8 - r.rank)) << len << " bytes";
+    }
+  };
+  auto opt = [](const std::string& prov, size_t eager) {
+    OfiOptions o = loopback(prov);
+    o.rxm_eager_bytes = eager;
+    return o;
+  };
+  if (providerAvailable("net")) {
+    runRanks(2, exchange, opt("net", 262144));
+    EXPECT_EQ(std::getenv("FI_OFI_RXM_EAGER_LIMIT"), nullptr) << "set for a provider without rxm";
+  }
+  runRanks(2, exchange, opt("tcp;ofi_rxm", 0));
+  EXPECT_EQ(std::getenv("FI_OFI_RXM_EAGER_LIMIT"), nullptr) << "set with HICOLL_OFI_RXM_EAGER=0";
+  runRanks(2, exchange, opt("tcp;ofi_rxm", 262144));
+  const char* v = std::getenv("FI_OFI_RXM_EAGER_LIMIT");
+  ASSERT_NE(v, nullptr);
+  EXPECT_STREQ(v, "262144");
+  runRanks(2, exchange, opt("tcp;ofi_rxm", 65536));
+  EXPECT_STREQ(std::getenv("FI_OFI_RXM_EAGER_LIMIT"), "262144") << "the first setting stays";
+  unsetenv("FI_OFI_RXM_EAGER_LIMIT");
+}
+
 TEST(OfiTransport, SingleRankSendsToItself) {
   runRanks(1, [&](Rank& r) {
     auto out = makeData(300000, 5);
