@@ -88,6 +88,38 @@ TEST(Failure, KilledRankMidCollectiveOnOneNode) {
   EXPECT_EQ(st[1], 0);
 }
 
+// The pipelined ring ReduceScatter (many chunks in flight) turns a peer that dies mid-call into
+// an error on the others, on one node (shm) and across nodes (ofi), within the timeout.
+TEST(Failure, KilledRankMidRingReduceScatter) {
+  for (auto layout : {contiguous(1, 3), contiguous(2, 2)}) {
+    Job job;
+    job.nranks = static_cast<int>(layout.size());
+    job.node = layout;
+    job.env["HICOLL_TIMEOUT_MS"] = "4000";
+    job.env["HICOLL_ALGO"] = "ring";
+    job.timeout_s = 60;
+    const int victim = job.nranks - 1;
+    auto st = run(job, [&](int rank, hcComm_t comm) {
+      if (rank == victim) {
+        std::thread([] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+          raise(SIGKILL);
+        }).detach();
+      }
+      std::vector<float> in(static_cast<size_t>(job.nranks) << 20, 1.0f), out(1 << 20);
+      hcResult_t r = hcSuccess;
+      auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < 500 && r == hcSuccess; ++i)
+        r = hcReduceScatter(in.data(), out.data(), out.size(), hcFloat32, hcSum, comm, nullptr);
+      std::fprintf(stderr, "[rank %d] %s after %.2f s: %s\n", rank, hcGetErrorString(r), seconds(t0),
+                   hcGetLastError(comm));
+      return (r == hcRemoteError || r == hcTimeout) ? 0 : 11;
+    });
+    EXPECT_EQ(st[victim], 128 + SIGKILL);
+    for (int r = 0; r < victim; ++r) EXPECT_EQ(st[r], 0) << "rank " << r << " of " << job.nranks;
+  }
+}
+
 TEST(Failure, MismatchedCountsAreReportedNotCorrupted) {
   for (auto layout : {contiguous(1, 2), contiguous(2, 1), contiguous(2, 2)}) {
     Job job;
