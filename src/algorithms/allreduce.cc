@@ -2,7 +2,6 @@
 // or ring); buffers up to HICOLL_ALLREDUCE_SMALL_BYTES, and the last count % W elements, take
 // the latency path: one AllGather of every rank's whole buffer, then the same local reduction
 // on every rank (bitwise equal).
-#include <cstring>
 #include <vector>
 
 #include "algorithms/run.h"
