@@ -97,6 +97,7 @@ void Run::idle(bool moved, Backoff& backoff, const char* what) {
     return;
   }
   shm.checkPeers();
+  if (comm.ofi) comm.ofi->checkFailureNotices();
   checkDeadline(what);
   backoff.pause();
 }

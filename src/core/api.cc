@@ -34,6 +34,7 @@ hcResult_t guard(hcComm* comm, const char* fn, F&& f) {
     if (comm && (e.code() == hcRemoteError || e.code() == hcTimeout)) {
       if (!comm->failed.exchange(true)) comm->failure = e.what();
       try {
+        if (comm->ofi) comm->ofi->announceFailure(fmt::format("rank {}: {}", comm->rank, e.what()));
         if (comm->shm) comm->shm->abort();  // peers stop waiting on this rank
       } catch (...) {
       }
@@ -241,6 +242,7 @@ hcResult_t hcCommAbort(hcComm_t comm) {
   if (!comm) return hcInvalidArgument;
   comm->failed = true;
   try {
+    if (comm->ofi) comm->ofi->announceFailure(fmt::format("rank {} called hcCommAbort", comm->rank));
     if (comm->shm) comm->shm->abort();
     if (comm->ofi) comm->ofi->abort();
   } catch (...) {

@@ -31,6 +31,13 @@ class Transport {
   virtual void progress() = 0;
   // Cancels everything outstanding; later calls fail fast.
   virtual void abort() = 0;
+  // Failure notices (transports that reach other nodes): a rank whose communicator failed
+  // tells every peer why, best effort and bounded; a waiting rank checks whether a notice
+  // arrived and throws hcRemoteError naming the rank that sent it. Peers of a node learn of a
+  // failure through shared memory; this carries it across nodes, where a dead process would
+  // otherwise only show as a timeout.
+  virtual void announceFailure(const std::string& what) { (void)what; }
+  virtual void checkFailureNotices() {}
   // Memory that will be sent from / received into often (scratch, sort buffers).
   virtual void registerRegion(void* base, size_t len) { (void)base; (void)len; }
 };

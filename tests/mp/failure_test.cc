@@ -89,7 +89,8 @@ TEST(Failure, KilledRankMidCollectiveOnOneNode) {
 }
 
 // The pipelined ring ReduceScatter (many chunks in flight) turns a peer that dies mid-call into
-// an error on the others, on one node (shm) and across nodes (ofi), within the timeout.
+// an error on the others: on its node through shared memory, on the other node through the
+// failure notice of the rank that noticed, in well under HICOLL_TIMEOUT_MS.
 TEST(Failure, KilledRankMidRingReduceScatter) {
   for (auto layout : {contiguous(1, 3), contiguous(2, 2)}) {
     Job job;
@@ -111,9 +112,10 @@ TEST(Failure, KilledRankMidRingReduceScatter) {
       auto t0 = std::chrono::steady_clock::now();
       for (int i = 0; i < 500 && r == hcSuccess; ++i)
         r = hcReduceScatter(in.data(), out.data(), out.size(), hcFloat32, hcSum, comm, nullptr);
-      std::fprintf(stderr, "[rank %d] %s after %.2f s: %s\n", rank, hcGetErrorString(r), seconds(t0),
-                   hcGetLastError(comm));
-      return (r == hcRemoteError || r == hcTimeout) ? 0 : 11;
+      const double took = seconds(t0);
+      std::fprintf(stderr, "[rank %d] %s after %.2f s: %s\n", rank, hcGetErrorString(r), took, hcGetLastError(comm));
+      if (r != hcRemoteError) return 11;
+      return took < 2.0 ? 0 : 12;
     });
     EXPECT_EQ(st[victim], 128 + SIGKILL);
     for (int r = 0; r < victim; ++r) EXPECT_EQ(st[r], 0) << "rank " << r << " of " << job.nranks;

@@ -12,9 +12,11 @@
 #include <rdma/fi_tagged.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -223,6 +225,8 @@ class OfiTransport final : public Transport {
   void progress() override;
   void abort() override;
   void registerRegion(void* base, size_t len) override;
+  void announceFailure(const std::string& what) override;
+  void checkFailureNotices() override;
 
   ofi_detail::OfiInfo info() const;
 
@@ -232,6 +236,7 @@ class OfiTransport final : public Transport {
   void closeAll() noexcept;
   void connect(Bootstrap& bs);
   void warmUp();
+  void postNotices();
   ReqId post(bool send, int peer, void* buf, size_t len, uint64_t tag);
   void postOp(bool send, Op* op, void* buf, void* desc, int peer, uint64_t tag);
   size_t drainCq();
@@ -270,6 +275,17 @@ class OfiTransport final : public Transport {
   bool local_mr_ = false, mr_endpoint_ = false, prov_key_ = false;
   uint64_t next_key_ = 1;
 
+  // Failure notices: one receive posted per peer for the whole life of the transport, with a
+  // tag no collective uses (collectives use the low 60 bits, the warm-up all ones).
+  static constexpr size_t kNoticeBytes = 128;
+  std::vector<std::array<char, kNoticeBytes>> notice_in_;
+  std::vector<ReqId> notice_req_;  // 0 once consumed
+  std::array<char, kNoticeBytes> notice_out_{};
+  uint64_t notice_tag_ = 0;        // 0: notices off (fewer than 61 tag bits)
+  bool notice_seen_ = false;       // a peer's notice arrived: this rank need not repeat it
+  bool announced_ = false;
+  long post_limit_ms_ = 0;         // > 0: how long a post may wait for queue space (announcing)
+
   mutable std::mutex mu_;  // one lock for everything: a watchdog thread may call abort()
   std::atomic<bool> aborted_{false};
   bool broken_ = false;  // a split message was half posted: the stream is out of step
@@ -297,6 +313,7 @@ OfiTransport::OfiTransport(Bootstrap& bs, const OfiOptions& opt, const ofi_detai
     open(opt);
     connect(bs);
     warmUp();
+    postNotices();
   } catch (...) {
     closeAll();  // members alone would free the contexts before the endpoint is closed
     throw;
@@ -489,6 +506,78 @@ void OfiTransport::warmUp() {
   }
 }
 
+void OfiTransport::postNotices() {
+  if (size_ < 2 || tag_bits_ < 61) return;
+  notice_tag_ = tag_mask_ - 1;
+  notice_in_.assign(static_cast<size_t>(size_), {});
+  notice_req_.assign(static_cast<size_t>(size_), 0);
+  for (int p = 0; p < size_; ++p)
+    if (p != rank_) notice_req_[static_cast<size_t>(p)] = irecv(p, notice_in_[static_cast<size_t>(p)].data(), kNoticeBytes, notice_tag_);
+}
+
+void OfiTransport::checkFailureNotices() {
+  if (notice_tag_ == 0 || aborted_.load()) return;
+  for (int p = 0; p < size_; ++p) {
+    ReqId& id = notice_req_[static_cast<size_t>(p)];
+    if (id == 0) continue;
+    try {
+      if (!test(id)) continue;
+    } catch (const Error&) {
+      // The receive itself failed (the peer closed its endpoint, perhaps after finishing
+      // cleanly): not a notice. The collective's own requests report real losses.
+      id = 0;
+      continue;
+    }
+    id = 0;
+    auto& text = notice_in_[static_cast<size_t>(p)];
+    text.back() = '\0';
+    notice_seen_ = true;
+    HC_THROW(hcRemoteError, "ofi: rank {} ({}) reported a failure: {}", p, peerStr(p), text.data());
+  }
+}
+
+void OfiTransport::announceFailure(const std::string& what) {
+  // Never throws: it runs on the way out of a failed call.
+  try {
+    if (notice_tag_ == 0 || notice_seen_ || announced_ || aborted_.load()) return;
+    announced_ = true;
+    std::snprintf(notice_out_.data(), kNoticeBytes, "%s", what.c_str());
+    // Eager messages to receives posted at creation: done at once unless a peer is gone, and a
+    // dead peer may block a post (its connection) until the deadline. Half a second in all.
+    Deadline dl(std::min<long>(timeout_ms_, 500));
+    std::vector<ReqId> sends;
+    for (int p = 0; p < size_ && !dl.expired(); ++p) {
+      if (p == rank_) continue;
+      post_limit_ms_ = std::max<long>(1, dl.remainingMs());
+      try {
+        sends.push_back(isend(p, notice_out_.data(), kNoticeBytes, notice_tag_));
+      } catch (const Error&) {  // this peer is unreachable: tell the others
+      }
+    }
+    post_limit_ms_ = 0;
+    Backoff bo;
+    size_t done = 0;
+    for (size_t i = 0; i < sends.size() && !dl.expired();) {
+      bool ok = false;
+      try {
+        ok = test(sends[i]);
+      } catch (const Error&) {
+        ok = true;  // failed: nothing more to wait for
+      }
+      if (ok) {
+        ++i;
+        ++done;
+        bo.reset();
+      } else {
+        bo.pause();
+      }
+    }
+    HC_INFO("ofi: rank {} sent its failure notice to {} of {} peers", rank_, done, size_ - 1);
+  } catch (const std::exception& e) {
+    HC_INFO("ofi: rank {} could not tell every peer of its failure: {}", rank_, e.what());
+  }
+}
+
 OfiTransport::~OfiTransport() { closeAll(); }
 
 void OfiTransport::closeAll() noexcept {
@@ -666,7 +755,7 @@ ReqId OfiTransport::post(bool send, int peer, void* buf, size_t len, uint64_t ta
 }
 
 void OfiTransport::postOp(bool send, Op* op, void* buf, void* desc, int peer, uint64_t tag) {
-  Deadline dl(timeout_ms_);
+  Deadline dl(post_limit_ms_ > 0 ? post_limit_ms_ : timeout_ms_);
   Backoff bo;
   const fi_addr_t addr = addrs_[static_cast<size_t>(peer)];
   for (;;) {

@@ -31,7 +31,9 @@ struct OfiOptions {
 // Collective over bs (all ranks of the communicator call it): opens fabric/domain/endpoint/AV/CQ,
 // exchanges endpoint names with bs.allgather, inserts all into the AV, then exchanges one small
 // message with every peer (connections are up and addresses verified before it returns).
-// Throws hicoll::Error.
+// Two tags are the transport's own: all ones of the provider's tag width (the warm-up) and all
+// ones - 1 (failure notices, one receive per peer posted for the transport's life; only with
+// at least 61 tag bits). Throws hicoll::Error.
 std::unique_ptr<Transport> makeOfiTransport(Bootstrap& bs, const OfiOptions& opt);
 
 }  // namespace hicoll
