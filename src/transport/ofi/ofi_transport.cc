@@ -15,6 +15,7 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
@@ -285,6 +286,7 @@ class OfiTransport final : public Transport {
   bool notice_seen_ = false;       // a peer's notice arrived: this rank need not repeat it
   bool announced_ = false;
   long post_limit_ms_ = 0;         // > 0: how long a post may wait for queue space (announcing)
+  std::chrono::steady_clock::time_point last_notice_check_{};
 
   mutable std::mutex mu_;  // one lock for everything: a watchdog thread may call abort()
   std::atomic<bool> aborted_{false};
@@ -517,6 +519,12 @@ void OfiTransport::postNotices() {
 
 void OfiTransport::checkFailureNotices() {
   if (notice_tag_ == 0 || aborted_.load()) return;
+  // Every 10 ms at most: each test drives the provider's progress (system calls), and the
+  // waits of small collectives are microseconds (2x2 netns 8 B AllGather: 78 -> 318 us when
+  // checked on every idle pass).
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_notice_check_ < std::chrono::milliseconds(10)) return;
+  last_notice_check_ = now;
   for (int p = 0; p < size_; ++p) {
     ReqId& id = notice_req_[static_cast<size_t>(p)];
     if (id == 0) continue;
