@@ -285,7 +285,7 @@ class OfiTransport final : public Transport {
   uint64_t notice_tag_ = 0;        // 0: notices off (fewer than 61 tag bits)
   bool notice_seen_ = false;       // a peer's notice arrived: this rank need not repeat it
   bool announced_ = false;
-  long post_limit_ms_ = 0;         // > 0: how long a post may wait for queue space (announcing)
+  std::atomic<long> post_limit_ms_{0};  // > 0: how long a post may wait for queue space (announcing)
   std::chrono::steady_clock::time_point last_notice_check_{};
 
   mutable std::mutex mu_;  // one lock for everything: a watchdog thread may call abort()
@@ -763,7 +763,8 @@ ReqId OfiTransport::post(bool send, int peer, void* buf, size_t len, uint64_t ta
 }
 
 void OfiTransport::postOp(bool send, Op* op, void* buf, void* desc, int peer, uint64_t tag) {
-  Deadline dl(post_limit_ms_ > 0 ? post_limit_ms_ : timeout_ms_);
+  const long limit = post_limit_ms_.load();
+  Deadline dl(limit > 0 ? limit : timeout_ms_);
   Backoff bo;
   const fi_addr_t addr = addrs_[static_cast<size_t>(peer)];
   for (;;) {
