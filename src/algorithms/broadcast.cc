@@ -17,7 +17,7 @@ void hierBroadcast(Run& r, const void* send, void* recv, size_t count, int root)
   const Topology& t = c.topo;
   const int N = t.nnodes, L = r.shm.localSize(), n = c.node(), me = r.shm.localIndex();
   const int rn = t.node_of[root], rl = t.local_of[root];
-  const size_t C = std::min<size_t>(bytes, std::max<int64_t>(c.cfg.num(Knob::ChunkBytes), 4096));
+  const size_t C = std::min(bytes, r.chunkBytes());
   const size_t K = (bytes + C - 1) / C;
   auto chunkLen = [&](size_t k) { return std::min(C, bytes - k * C); };
   char* out = static_cast<char*>(recv);

@@ -16,7 +16,7 @@ void hierAllGather(Run& r, const void* send, void* recv, size_t count) {
   r.beginPhase();
   const Topology& t = c.topo;
   const int N = t.nnodes, L = r.shm.localSize(), n = c.node(), me = r.shm.localIndex();
-  const size_t C = std::min(b, r.hierChunkBytes());
+  const size_t C = std::min(b, r.chunkBytes());
   const size_t K = (b + C - 1) / C;
   auto chunkLen = [&](size_t k) { return std::min(C, b - k * C); };
   char* out = static_cast<char*>(recv);

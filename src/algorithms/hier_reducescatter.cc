@@ -29,7 +29,7 @@ void pushReduceScatter(Run& r, const char* in, char* out, size_t count) {
   for (int l = 0; l < L; ++l)
     if (l != me) r.waitPosted(l);
   constexpr size_t kDepth = 4;  // chunks of slots per owner
-  size_t C = std::min({b, r.hierChunkBytes(), c.scratch_bytes / (kDepth * L)});
+  size_t C = std::min({b, r.chunkBytes(), c.scratch_bytes / (kDepth * L)});
   C = std::max(r.esize, C / r.esize * r.esize);
   const size_t K = (b + C - 1) / C;
   auto chunkLen = [&](size_t k) { return std::min(C, b - k * C); };
@@ -87,7 +87,7 @@ void hierReduceScatter(Run& r, const void* send, void* recv, size_t count) {
   if (N == 1) return pushReduceScatter(r, in, out, count);
   HC_CHECK(r.shm.directRead(), hcInternalError, "hierarchical ReduceScatter needs direct intra-node reads");
   // Chunks are whole elements.
-  size_t C = std::min({b, r.hierChunkBytes(), c.scratch_bytes});
+  size_t C = std::min({b, r.chunkBytes(), c.scratch_bytes});
   C = std::max(r.esize, C / r.esize * r.esize);
   const size_t K = (b + C - 1) / C;
   auto chunkLen = [&](size_t k) { return std::min(C, b - k * C); };

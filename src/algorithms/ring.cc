@@ -51,7 +51,7 @@ void ringReduceScatter(Run& r, const void* send, void* recv, size_t count) {
   // Every rank posts sends and receives in one fixed order of items (group, step, chunk), as
   // the shm transport requires, and each item waits only on earlier ones: no deadlock.
   constexpr size_t kGroup = 8;
-  size_t C = std::min(b, r.hierChunkBytes());
+  size_t C = std::min(b, r.chunkBytes());
   C = std::max({r.esize, C / r.esize * r.esize, (b >> 20) / r.esize * r.esize + r.esize});  // tags: <= 2^20 chunks
   const size_t K = (b + C - 1) / C, A = std::min(K, kGroup), M = K * steps;
   auto len = [&](size_t k) { return std::min(C, b - k * C); };
@@ -142,7 +142,7 @@ void chainBroadcast(Run& r, const void* send, void* recv, size_t count, int root
   // A chain from the root in ring order, pipelined in chunks.
   const int pos = (me - root + W) % W;
   const int next = (me + 1) % W, prev = (me + W - 1) % W;
-  const size_t C = std::min<size_t>(bytes, std::max<int64_t>(c.cfg.num(Knob::ChunkBytes), 4096));
+  const size_t C = std::min(bytes, r.chunkBytes());
   const size_t K = (bytes + C - 1) / C;
   Run::Pending sends;
   for (size_t k = 0; k < K; ++k) {

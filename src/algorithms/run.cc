@@ -47,7 +47,7 @@ void Run::publish(int stream, uint64_t chunks) {
   shm.board(shm.localIndex()).ready[seq & 1][stream].v.store((seq << 24) | chunks, std::memory_order_release);
 }
 
-size_t Run::hierChunkBytes() const {
+size_t Run::chunkBytes() const {
   int64_t c = comm.cfg.num(Knob::ChunkBytes);
   if (comm.topo.nnodes > 1) c = std::min(c, comm.cfg.num(Knob::NetChunkBytes));
   return static_cast<size_t>(std::max<int64_t>(c, 4096));

@@ -35,10 +35,9 @@ struct Run {
     return ((seq & 0xffffffffull) << 28) | (static_cast<uint64_t>(step & 0xff) << 20) | (chunk & 0xfffff);
   }
   ReduceSpec reduceSpec(uint64_t premul_mask, bool final_step) const;
-  // Pipeline chunk of the hierarchical algorithms and the ring ReduceScatter:
-  // HICOLL_CHUNK_SIZE, and on more than one
-  // node at most HICOLL_NET_CHUNK_SIZE, since each chunk is one inter-node message.
-  size_t hierChunkBytes() const;
+  // Pipeline chunk of every chunked host algorithm: HICOLL_CHUNK_SIZE, and on more than one
+  // node at most HICOLL_NET_CHUNK_SIZE, since a chunk may be one inter-node message.
+  size_t chunkBytes() const;
   // Chunks a rank may send to a rail peer beyond those it fully received from the rail peers
   // (HICOLL_NET_WINDOW): receiving paces sending, which keeps the links' queues short.
   size_t netWindow() const;
