@@ -123,6 +123,8 @@ echo "# netns_emulate: $nodes nodes x $per ranks, links: rate $rate, delay $([[ 
 
 np=$((nodes * per))
 export HICOLL_SOCKET_IFNAME=$ifname HICOLL_OFI_IFACE=$ifname
+# One secret for the whole job (each node's launcher forks its own ranks): strangers stay out.
+export HICOLL_COMM_SECRET=${HICOLL_COMM_SECRET:-$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')}
 status=0
 case $mode in
   hicoll)

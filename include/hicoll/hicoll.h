@@ -141,13 +141,16 @@ typedef struct {
 
 /* An injectable bootstrap: a key-value store shared by all ranks (for example a c10d Store).
  * get() blocks until the key exists or timeout_ms passes; values have the exact length asked.
- * Callbacks return 0 on success, non-zero on failure. The store must outlive the communicator
- * and every communicator split from it. */
+ * del() (optional: NULL, or absent when size is that of the first version) deletes a key no
+ * rank will read again, so the store does not keep growing. Callbacks return 0 on success,
+ * non-zero on failure. The store must outlive the communicator and every communicator split
+ * from it. */
 typedef struct {
   size_t size; /* sizeof(hcStoreOps) */
   void* ctx;
   int (*set)(void* ctx, const char* key, const void* value, size_t len);
   int (*get)(void* ctx, const char* key, void* value, size_t len, int timeout_ms);
+  int (*del)(void* ctx, const char* key);
 } hcStoreOps;
 
 HC_API const char* hcGetErrorString(hcResult_t result);

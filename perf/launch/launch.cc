@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -205,6 +206,15 @@ int superviseChildren(std::vector<Child>& kids, int timeout_s, const char* what)
 
 void setEnv(const char* name, const std::string& value) { ::setenv(name, value.c_str(), 1); }
 
+// 32 random hex digits for HICOLL_COMM_SECRET: the job's rendezvous admits only its own ranks.
+std::string randomSecret() {
+  unsigned char b[16] = {};
+  if (::getrandom(b, sizeof b, 0) != sizeof b) throw std::runtime_error("launch: getrandom failed");
+  std::string s;
+  for (unsigned char c : b) s += "0123456789abcdef"[c >> 4], s += "0123456789abcdef"[c & 15];
+  return s;
+}
+
 }  // namespace
 
 bool underLauncher() {
@@ -250,6 +260,18 @@ int selfLaunch(const Options& opt, const std::function<int()>& rank_main) {
     }
   }
 
+  // A per-node launch (one launcher per node) needs the secret from the environment; a
+  // whole-job launch makes one.
+  std::string secret;
+  if (!hasEnv("HICOLL_COMM_SECRET") && opt.node_rank < 0) {
+    try {
+      secret = randomSecret();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s\n", e.what());
+      return 2;
+    }
+  }
+
   // Local index and size per rank, from the layout.
   std::vector<int> node(opt.np), local(opt.np), local_size(opt.nodes, 0);
   for (int r = 0; r < opt.np; ++r) {
@@ -279,6 +301,7 @@ int selfLaunch(const Options& opt, const std::function<int()>& rank_main) {
       setEnv("MASTER_ADDR", opt.master_addr);
       setEnv("MASTER_PORT", std::to_string(port));
       setEnv("HICOLL_TOPO_NODE", nodeLabel(node[r]));
+      if (!secret.empty()) setEnv("HICOLL_COMM_SECRET", secret);
       if (rendezvous_fd >= 0) {
         setEnv("HICOLL_COMM_ID", opt.master_addr + ":" + std::to_string(rendezvous_port));
         if (r == 0) {

@@ -23,8 +23,8 @@ void hierBroadcast(Run& r, const void* send, void* recv, size_t count, int root)
   char* out = static_cast<char*>(recv);
   const bool holder = me == rl;  // this node's copy arrives here first
   const char* exposed = c.rank == root ? static_cast<const char*>(send) : out;
-  r.post(exposed, count, hcCollBroadcast);
-  if (!holder) r.waitPosted(rl);
+  r.post(exposed, hcCollBroadcast);
+  r.waitAllPosted();  // every rank, the holder too: a different root is found here
 
   Run::Pending sends, recvs;
   size_t have = 0;  // chunks available at the holder

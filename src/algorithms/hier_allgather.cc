@@ -33,9 +33,8 @@ void hierAllGather(Run& r, const void* send, void* recv, size_t count) {
   const size_t slot = early ? (r.seq & 1) * half : 0;
   if (early) std::memcpy(r.shm.scratch(me) + slot, in, b);
 
-  r.post(in, count, hcCollAllGather);
-  for (int l = 0; l < L; ++l)
-    if (l != me) r.waitPosted(l);
+  r.post(in, hcCollAllGather);
+  r.waitAllPosted();
 
   // Inter-node: block of (m, my local index) for every other node m into sort slot m.
   Run::Pending sends, recvs;  // recvs keyed by chunk

@@ -25,9 +25,8 @@ void pushReduceScatter(Run& r, const char* in, char* out, size_t count) {
   hcComm& c = r.comm;
   const size_t b = count * r.esize;
   const int L = r.shm.localSize(), me = r.shm.localIndex(), n = c.node();
-  r.post(in, count, hcCollReduceScatter);
-  for (int l = 0; l < L; ++l)
-    if (l != me) r.waitPosted(l);
+  r.post(in, hcCollReduceScatter);
+  r.waitAllPosted();
   constexpr size_t kDepth = 4;  // chunks of slots per owner
   size_t C = std::min({b, r.chunkBytes(), c.scratch_bytes / (kDepth * L)});
   C = std::max(r.esize, C / r.esize * r.esize);
@@ -92,12 +91,10 @@ void hierReduceScatter(Run& r, const void* send, void* recv, size_t count) {
   const size_t K = (b + C - 1) / C;
   auto chunkLen = [&](size_t k) { return std::min(C, b - k * C); };
 
-  r.post(in, count, hcCollReduceScatter);
+  r.post(in, hcCollReduceScatter);
+  r.waitAllPosted();
   std::vector<const char*> peer_in(L);
-  for (int l = 0; l < L; ++l) {
-    if (l != me) r.waitPosted(l);
-    peer_in[l] = r.postedAddr(l);
-  }
+  for (int l = 0; l < L; ++l) peer_in[l] = r.postedAddr(l);
   // Peers' chunks are copied here (one copy, CMA) and summed from cache.
   std::vector<char> tmp(C * L);
   std::vector<const void*> srcs(L);

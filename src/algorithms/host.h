@@ -19,6 +19,12 @@ struct PathChoice {
 // ranks): HICOLL_FORCE_FALLBACK, HICOLL_ALGO, uneven nodes, scratch/sort rules.
 PathChoice choosePath(const hcComm& comm, const CollArgs& a);
 
+// Runs a (its call number set), agreed with the peers; every error is fatal to the
+// communicator and names the call.
 void runHostCollective(hcComm& comm, const CollArgs& a);
+// a was rejected on this rank for `why` (its call number set): takes part in the call's
+// agreement with an invalid descriptor, so peers fail this same call, and throws
+// hcInvalidArgument: fatal unless every rank rejected the call (then nothing moved).
+[[noreturn]] void rejectCall(hcComm& comm, const CollArgs& a, const std::string& why);
 
 }  // namespace hicoll

@@ -17,6 +17,8 @@ void ringAllGather(Run& r, const void* send, void* recv, size_t count) {
   r.beginPhase();
   const int W = c.nranks, me = c.rank;
   char* out = static_cast<char*>(recv);
+  r.post(nullptr, hcCollAllGather);  // the node agrees on the call before data moves
+  r.waitAllPosted();
   if (static_cast<const char*>(send) != out + static_cast<size_t>(me) * b)
     std::memcpy(out + static_cast<size_t>(me) * b, send, b);
   const int next = (me + 1) % W, prev = (me + W - 1) % W;
@@ -37,6 +39,8 @@ void ringReduceScatter(Run& r, const void* send, void* recv, size_t count) {
   const int W = c.nranks, me = c.rank;
   const char* in = static_cast<const char*>(send);
   char* out = static_cast<char*>(recv);
+  r.post(nullptr, hcCollReduceScatter);
+  r.waitAllPosted();
   if (W == 1) {
     const void* src = in;
     reduceN(r.reduceSpec(1, true), out, &src, 1, count);
@@ -137,6 +141,8 @@ void chainBroadcast(Run& r, const void* send, void* recv, size_t count, int root
   r.beginPhase();
   const int W = c.nranks, me = c.rank;
   char* out = static_cast<char*>(recv);
+  r.post(nullptr, hcCollBroadcast);
+  r.waitAllPosted();
   if (me == root && send != recv) std::memcpy(out, send, bytes);
   if (W == 1) return;
   // A chain from the root in ring order, pipelined in chunks.

@@ -6,8 +6,9 @@
 
 namespace hicoll {
 
-Run::Run(hcComm& c, const CollArgs& args)
-    : comm(c), a(args), deadline(c.timeoutMs()), esize(hcTypeSize(args.dtype)), shm(*c.shm) {}
+Run::Run(hcComm& c, const CollArgs& args, Agreement* ag)
+    : comm(c), a(args), desc(CallDesc::of(args)), agreement(ag), deadline(c.timeoutMs()),
+      esize(hcTypeSize(args.dtype)), shm(*c.shm) {}
 
 ReduceSpec Run::reduceSpec(uint64_t premul_mask, bool final_step) const {
   ReduceSpec s;
@@ -19,28 +20,50 @@ ReduceSpec Run::reduceSpec(uint64_t premul_mask, bool final_step) const {
   return s;
 }
 
-void Run::post(const void* addr0, size_t count, int phase_kind) {
+void Run::post(const void* addr0, int phase_kind, uint64_t flags) {
   Board::Post& b = shm.board(shm.localIndex()).post[seq & 1];
-  info_[0] = static_cast<uint64_t>(phase_kind);
-  info_[1] = static_cast<uint64_t>(a.dtype);
-  info_[2] = count;
-  info_[3] = static_cast<uint64_t>(a.op.kind);
-  for (int i = 0; i < 4; ++i) b.info[i] = info_[i];
+  phase_kind_ = phase_kind;
+  b.desc = CallDesc::of(a, flags).withPhase(phase_kind);
   b.addr[0] = reinterpret_cast<uint64_t>(addr0);
   b.posted.store(seq, std::memory_order_release);
 }
 
-void Run::waitPosted(int local) {
+bool Run::waitPosted(int local, bool collect) {
   Board::Post& b = shm.board(local).post[seq & 1];
-  shm.waitFor([&] { return b.posted.load(std::memory_order_acquire) >= seq; }, deadline,
-              "waiting for a local peer to start the collective");
-  HC_CHECK(b.posted.load() == seq, hcInternalError, "shm: rank {} is ahead of this phase", shm.commRank(local));
-  if (b.info[0] != info_[0] || b.info[1] != info_[1] || b.info[2] != info_[2] || b.info[3] != info_[3])
-    HC_THROW(hcInvalidUsage,
-             "{}: rank {} called a different collective: its phase {} / {} / count {} / op {} vs this rank's "
-             "phase {} / {} / count {} / op {}",
-             describe(a), shm.commRank(local), b.info[0], dtypeName(static_cast<hcDataType_t>(b.info[1])), b.info[2],
-             b.info[3], info_[0], dtypeName(a.dtype), info_[2], info_[3]);
+  const int peer = shm.commRank(local);
+  Backoff backoff;
+  while (b.posted.load(std::memory_order_acquire) < seq) {
+    backoff.pause();
+    shm.checkPeers();
+    if (b.posted.load(std::memory_order_acquire) >= seq) break;
+    // A peer that destroyed its communicator makes no more calls.
+    if (shm.closed(local))
+      HC_THROW(hcRemoteError, "{} destroyed its communicator without calling {}", comm.who(peer), describeCall(desc));
+    if (deadline.expired())
+      HC_THROW(hcTimeout, "timed out after {} ms: {} has not started this call (it is stopped, slow, or called "
+               "fewer collectives)", comm.timeoutMs(), comm.who(peer));
+  }
+  HC_CHECK(b.posted.load() == seq, hcInternalError, "shm: {} is ahead of this phase", comm.who(peer));
+  const CallDesc theirs = b.desc;
+  const CallDesc mine = desc.withPhase(phase_kind_);
+  if (theirs.invalid()) {
+    if (collect || desc.invalid()) return false;
+    const std::string why = shm.reason(local);
+    HC_THROW(hcRemoteError, "{} rejected its arguments of {}{}{}", comm.who(peer), describeCall(theirs),
+             why.empty() ? "" : ": ", why);
+  }
+  if (collect) return true;
+  if (!theirs.sameCall(mine))
+    HC_THROW(hcInvalidUsage, "{} called {} where rank {} called {} ({} differs)", comm.who(peer), describeCall(theirs),
+             comm.rank, describeCall(mine), callDifference(mine, theirs));
+  HC_CHECK(theirs.w[0] == mine.w[0], hcInternalError, "shm: {} is in another phase ({:#x} vs {:#x}) of {}",
+           comm.who(peer), theirs.w[0] >> 28 & 0xf, mine.w[0] >> 28 & 0xf, describeCall(mine));
+  return true;
+}
+
+void Run::waitAllPosted() {
+  for (int l = 0; l < shm.localSize(); ++l)
+    if (l != shm.localIndex()) waitPosted(l);
 }
 
 void Run::publish(int stream, uint64_t chunks) {
@@ -50,11 +73,11 @@ void Run::publish(int stream, uint64_t chunks) {
 size_t Run::chunkBytes() const {
   int64_t c = comm.cfg.num(Knob::ChunkBytes);
   if (comm.topo.nnodes > 1) c = std::min(c, comm.cfg.num(Knob::NetChunkBytes));
-  return static_cast<size_t>(std::max<int64_t>(c, 4096));
+  return static_cast<size_t>(c);
 }
 
 size_t Run::netWindow() const {
-  return static_cast<size_t>(std::max<int64_t>(comm.cfg.num(Knob::NetWindow), 1));
+  return static_cast<size_t>(comm.cfg.num(Knob::NetWindow));
 }
 
 uint64_t Run::readyOf(int local, int stream) {
@@ -78,17 +101,29 @@ void Run::finishNode(bool peers_read_only_segment) {
 
 void Run::send(Pending& p, int peer, const void* buf, size_t len, uint64_t tag, size_t key) {
   Transport& t = comm.transportTo(peer);
-  p.push_back({&t, t.isend(peer, buf, len, tag), key});
+  p.push_back({&t, t.isend(peer, buf, len, tag), key, peer});
+  track(peer, 1);
   comm.countBytes(a.coll, peer, len);
 }
 
 void Run::recv(Pending& p, int peer, void* buf, size_t len, uint64_t tag, size_t key) {
   Transport& t = comm.transportTo(peer);
-  p.push_back({&t, t.irecv(peer, buf, len, tag), key});
+  p.push_back({&t, t.irecv(peer, buf, len, tag), key, peer});
+  track(peer, 1);
+}
+
+void Run::track(int peer, int delta) {
+  if (outstanding_.empty()) outstanding_.assign(static_cast<size_t>(comm.nranks), 0);
+  outstanding_[static_cast<size_t>(peer)] += delta;
 }
 
 void Run::checkDeadline(const char* what) {
-  if (deadline.expired()) HC_THROW(hcTimeout, "{}: timed out after {} ms {}", describe(a), comm.timeoutMs(), what);
+  if (!deadline.expired()) return;
+  std::string waiting;
+  for (size_t p = 0; p < outstanding_.size(); ++p)
+    if (outstanding_[p] > 0) waiting += fmt::format("{}{}", waiting.empty() ? "" : ", ", comm.who(static_cast<int>(p)));
+  HC_THROW(hcTimeout, "timed out after {} ms {}{}", comm.timeoutMs(), what,
+           waiting.empty() ? "" : fmt::format(": messages with {} have not completed (stopped or slow?)", waiting));
 }
 
 void Run::idle(bool moved, Backoff& backoff, const char* what) {
@@ -98,6 +133,7 @@ void Run::idle(bool moved, Backoff& backoff, const char* what) {
   }
   shm.checkPeers();
   if (comm.ofi) comm.ofi->checkFailureNotices();
+  if (agreement) agreement->poll();
   checkDeadline(what);
   backoff.pause();
 }

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "algorithms/agree.h"
 #include "algorithms/reduce.h"
 #include "core/comm.h"
 #include "transport/shm/shm_transport.h"
@@ -13,10 +14,12 @@
 namespace hicoll {
 
 struct Run {
-  Run(hcComm& c, const CollArgs& args);
+  Run(hcComm& c, const CollArgs& args, Agreement* agreement = nullptr);
 
   hcComm& comm;
   const CollArgs& a;
+  const CallDesc desc;     // of a: what the node board carries
+  Agreement* agreement;    // the call's remote agreement, checked while waiting (may be null)
   Deadline deadline;
   size_t esize;
   ShmTransport& shm;
@@ -42,9 +45,14 @@ struct Run {
   // (HICOLL_NET_WINDOW): receiving paces sending, which keeps the links' queues short.
   size_t netWindow() const;
 
-  // Node board protocol.
-  void post(const void* addr0, size_t count, int phase_kind);  // info + addr[0], then posted=seq
-  void waitPosted(int local);  // peer posted this phase with the same info, else an error
+  // Node board protocol. Every phase posts and waits for every local peer's post (which also
+  // keeps any rank from running two phases ahead of a peer).
+  void post(const void* addr0, int phase_kind, uint64_t flags = 0);  // desc + addr[0], then posted=seq
+  // Waits until the peer posted this phase; its call must be this rank's, else an error naming
+  // both (hcInvalidUsage; hcRemoteError when the peer rejected its own arguments). Collecting
+  // (a rejected call's round): returns whether the peer's call was valid instead of throwing.
+  bool waitPosted(int local, bool collect = false);
+  void waitAllPosted();
   const char* postedAddr(int local) const {  // its addr0 of this phase
     return reinterpret_cast<const char*>(shm.board(local).post[seq & 1].addr[0]);
   }
@@ -61,6 +69,7 @@ struct Run {
     Transport* t;
     ReqId id;
     size_t key;
+    int peer;
   };
   using Pending = std::vector<Req>;
   void send(Pending& p, int peer, const void* buf, size_t len, uint64_t tag, size_t key = 0);
@@ -80,7 +89,10 @@ struct Run {
 
  private:
   void waitPeersDone();
-  uint64_t info_[4] = {};
+  // Ranks with requests outstanding, for a timeout's message.
+  void track(int peer, int delta);
+  std::vector<int> outstanding_;
+  int phase_kind_ = 0;
 };
 
 template <class F>
@@ -88,6 +100,7 @@ size_t Run::poll(Pending& p, F&& done) {
   size_t n = 0;
   for (size_t i = 0; i < p.size();) {
     if (p[i].t->test(p[i].id)) {
+      track(p[i].peer, -1);
       done(p[i].key);
       p[i] = p.back();
       p.pop_back();

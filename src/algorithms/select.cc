@@ -76,13 +76,9 @@ PathChoice choosePath(const hcComm& c, const CollArgs& a) {
   return p;
 }
 
-void runHostCollective(hcComm& c, const CollArgs& a) {
-  PathChoice p = choosePath(c, a);
-  if (p.path == hcPathFallback) HC_INFO("fallback: {} takes the flat ring: {}", describe(a), p.reason);
-  HC_TRACE("{}: path {}", describe(a), p.path == hcPathHierarchical ? "hierarchical" : "ring");
-  c.countCall(a.coll, p.path, p.reason);
-  const bool hier = p.path == hcPathHierarchical;
-  Run r(c, a);
+namespace {
+
+void runPath(hcComm& c, const CollArgs& a, bool hier, Run& r) {
   switch (a.coll) {
     case hcCollAllGather:
       hier ? hierAllGather(r, a.send, a.recv, a.count) : ringAllGather(r, a.send, a.recv, a.count);
@@ -98,14 +94,57 @@ void runHostCollective(hcComm& c, const CollArgs& a) {
       // A barrier is a one-byte AllGather: it crosses every node and notices dead peers.
       std::vector<uint8_t> all(c.nranks);
       uint8_t one = 1;
-      CollArgs g = a;
-      g.dtype = hcUint8;
-      Run rg(c, g);
-      hier && c.topo.uniform ? hierAllGather(rg, &one, all.data(), 1) : ringAllGather(rg, &one, all.data(), 1);
+      hier && c.topo.uniform ? hierAllGather(r, &one, all.data(), 1) : ringAllGather(r, &one, all.data(), 1);
       break;
     }
     default: HC_THROW(hcInvalidArgument, "unknown collective {}", static_cast<int>(a.coll));
   }
+}
+
+}  // namespace
+
+void runHostCollective(hcComm& c, const CollArgs& a) {
+  PathChoice p = choosePath(c, a);
+  if (p.path == hcPathFallback) HC_INFO("fallback: {} takes the flat ring: {}", describe(a), p.reason);
+  HC_TRACE("{}: path {}", describe(a), p.path == hcPathHierarchical ? "hierarchical" : "ring");
+  c.countCall(a.coll, p.path, p.reason);
+  try {
+    Agreement ag(c, CallDesc::of(a));
+    Run r(c, a, &ag);
+    try {
+      runPath(c, a, p.path == hcPathHierarchical, r);
+      ag.finish(r);
+    } catch (const Error&) {
+      ag.explain(200);  // a disagreement explains a size mismatch or a timeout better
+      throw;
+    }
+  } catch (const Error& e) {
+    // Midway through a call: the communicator cannot go on, whatever the code.
+    throw Error(e.code(), fmt::format("{}: {}", describe(a), e.what()), /*fatal=*/true);
+  }
+}
+
+void rejectCall(hcComm& c, const CollArgs& a, const std::string& why) {
+  const CallDesc mine = CallDesc::of(a, CallDesc::kInvalid);
+  bool others_valid = false;
+  try {
+    c.shm->setReason(why);
+    Agreement ag(c, mine, why);
+    Run r(c, a, &ag);
+    r.beginPhase();
+    r.post(nullptr, a.coll, CallDesc::kInvalid);
+    for (int l = 0; l < c.shm->localSize(); ++l)
+      if (l != c.shm->localIndex()) others_valid |= r.waitPosted(l, /*collect=*/true);
+    ag.finish(r, /*collect=*/true);
+    others_valid |= ag.anyValid();
+  } catch (const Error& e) {
+    // A peer failed the call (it had valid arguments) or died: the communicator is gone.
+    throw Error(hcInvalidArgument, fmt::format("{} (and the call failed on other ranks too: {})", why, e.what()),
+                /*fatal=*/true);
+  }
+  // Every rank rejected its arguments: nothing moved, the communicator goes on.
+  if (!others_valid) throw Error(hcInvalidArgument, why);
+  throw Error(hcInvalidArgument, fmt::format("{} (its peers were told: their call fails too)", why), /*fatal=*/true);
 }
 
 }  // namespace hicoll

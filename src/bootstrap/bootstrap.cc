@@ -16,10 +16,25 @@ Bootstrap::Bootstrap(std::shared_ptr<Store> store, std::string prefix, int rank,
 
 std::string Bootstrap::nextKey(const char* what) { return fmt::format("{}/{}/{}", prefix_, what, seq_++); }
 
+void Bootstrap::eraseKeysBefore(uint64_t op) {
+  size_t kept = 0;
+  for (auto& k : my_keys_) {
+    if (k.first < op) {
+      store_->erase(k.second);
+    } else {
+      my_keys_[kept++] = std::move(k);
+    }
+  }
+  my_keys_.resize(kept);
+}
+
 void Bootstrap::allgather(const void* mine, void* all, size_t len) {
+  const uint64_t op = seq_;
   std::string base = nextKey("ag");
   const uint8_t* m = static_cast<const uint8_t*>(mine);
-  store_->set(fmt::format("{}/{}", base, rank_), std::vector<uint8_t>(m, m + len));
+  std::string key = fmt::format("{}/{}", base, rank_);
+  store_->set(key, std::vector<uint8_t>(m, m + len));
+  my_keys_.emplace_back(op, std::move(key));
   uint8_t* out = static_cast<uint8_t*>(all);
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) {
@@ -29,6 +44,7 @@ void Bootstrap::allgather(const void* mine, void* all, size_t len) {
     std::vector<uint8_t> v = store_->get(fmt::format("{}/{}", base, r), len, timeout_ms_);
     if (len) std::memcpy(out + r * len, v.data(), len);
   }
+  eraseKeysBefore(op);
 }
 
 void Bootstrap::barrier() {
@@ -40,10 +56,12 @@ void Bootstrap::barrier() {
 void Bootstrap::broadcast(void* data, size_t len, int root) {
   HC_CHECK(root >= 0 && root < size_, hcInvalidArgument, "bootstrap: broadcast root {} is outside [0, {})", root,
            size_);
+  const uint64_t op = seq_;
   std::string key = nextKey("bc");
   if (rank_ == root) {
     const uint8_t* d = static_cast<const uint8_t*>(data);
     store_->set(key, std::vector<uint8_t>(d, d + len));
+    my_keys_.emplace_back(op, key);
   } else {
     std::vector<uint8_t> v = store_->get(key, len, timeout_ms_);
     if (len) std::memcpy(data, v.data(), len);

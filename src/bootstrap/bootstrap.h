@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bootstrap/store.h"
@@ -32,6 +33,10 @@ class Bootstrap {
 
  private:
   std::string nextKey(const char* what);
+  // Keys this rank set, freed once every rank is known to have read them: when an allgather
+  // completes, every rank has set its key of it, so every rank finished the operations before.
+  void eraseKeysBefore(uint64_t op);
+  std::vector<std::pair<uint64_t, std::string>> my_keys_;
   std::shared_ptr<Store> store_;
   std::string prefix_;
   int rank_, size_;

@@ -16,7 +16,7 @@ struct Rendezvous {
 };
 
 // Starts the rendezvous server (on HICOLL_SOCKET_IFNAME, default loopback) in this process.
-hcUniqueId makeUniqueId(const std::string& socket_ifname);
+hcUniqueId makeUniqueId(const std::string& socket_ifname, long timeout_ms);
 Rendezvous joinUniqueId(const hcUniqueId& id, int rank, int nranks, long timeout_ms);
 
 struct LaunchEnv {
@@ -26,6 +26,7 @@ struct LaunchEnv {
   std::string source;  // "torchrun", "mpirun", "srun" (for messages)
   int listen_fd = -1;  // rank 0: an inherited listening socket (HICOLL_RENDEZVOUS_FD)
   std::string secret;  // HICOLL_COMM_SECRET ("" = derived from the launcher's job id)
+  bool all_local = false;  // the launcher says every rank runs on this host
 };
 // Reads torchrun / mpirun / srun variables; throws hcInvalidArgument naming what is missing.
 LaunchEnv readLaunchEnv(const std::string& comm_id);

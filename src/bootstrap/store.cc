@@ -1,6 +1,9 @@
 #include "bootstrap/store.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstddef>
+#include <cstring>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -27,6 +30,14 @@ class InMemoryStore : public Store {
     HC_CHECK(v.size() == len, hcRemoteError, "bootstrap: key '{}' has {} bytes, expected {}", key, v.size(), len);
     return v;
   }
+  void erase(const std::string& key) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    data_.erase(key);
+  }
+  size_t size() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return data_.size();
+  }
 
  private:
   std::mutex mu_;
@@ -36,7 +47,8 @@ class InMemoryStore : public Store {
 
 class CallbackStore : public Store {
  public:
-  explicit CallbackStore(const hcStoreOps& ops) : ops_(ops) {}
+  // ops.size may be that of an older hcStoreOps without del: copy only what the caller has.
+  explicit CallbackStore(const hcStoreOps& ops) { std::memcpy(&ops_, &ops, std::min(ops.size, sizeof ops_)); }
   void set(const std::string& key, const std::vector<uint8_t>& value) override {
     HC_CHECK(ops_.set(ops_.ctx, key.c_str(), value.data(), value.size()) == 0, hcRemoteError,
              "bootstrap: store set('{}') failed", key);
@@ -48,9 +60,12 @@ class CallbackStore : public Store {
              timeout_ms);
     return v;
   }
+  void erase(const std::string& key) override {
+    if (ops_.size >= offsetof(hcStoreOps, del) + sizeof ops_.del && ops_.del) (void)ops_.del(ops_.ctx, key.c_str());
+  }
 
  private:
-  hcStoreOps ops_;
+  hcStoreOps ops_{};
 };
 
 }  // namespace

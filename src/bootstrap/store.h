@@ -17,6 +17,8 @@ class Store {
   virtual void set(const std::string& key, const std::vector<uint8_t>& value) = 0;
   // Waits until key exists; throws hcTimeout naming the key after timeout_ms.
   virtual std::vector<uint8_t> get(const std::string& key, size_t len, long timeout_ms) = 0;
+  // Frees a key nobody will read again (stores that cannot delete keep it).
+  virtual void erase(const std::string& key) { (void)key; }
 };
 
 // All ranks are threads of one process (tests): one shared in-memory store.

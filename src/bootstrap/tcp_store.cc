@@ -20,12 +20,11 @@ namespace hicoll {
 namespace {
 
 constexpr uint64_t kMagic = 0x68636f6c6c763031ULL;  // "hcollv01"
-constexpr uint32_t kOpSet = 1, kOpGet = 2;
+constexpr uint32_t kOpSet = 1, kOpGet = 2, kOpDel = 3;
 constexpr uint32_t kMaxKey = 1024;
-constexpr uint64_t kMaxValue = 64ull << 20;
-constexpr int kHelloTimeoutMs = 10000;
 constexpr size_t kMaxConnections = 4096;
-constexpr int kDrainMs = 60000;
+// Greeting replies.
+constexpr uint32_t kHelloOk = 0, kHelloTaken = 1, kHelloBadSecret = 2;
 
 struct Hello {
   uint64_t magic;
@@ -41,7 +40,8 @@ static_assert(sizeof(ReqHeader) == 16, "wire layout");
 
 class Server : public TcpStoreServer {
  public:
-  Server(Fd listening, const Secret& secret) : secret_(secret), listen_(std::move(listening)) {
+  Server(Fd listening, const Secret& secret, const TcpStoreLimits& limits)
+      : secret_(secret), limits_(limits), listen_(std::move(listening)) {
     addr_.len = sizeof addr_.ss;
     HC_SYSCHECK(getsockname(listen_.get(), reinterpret_cast<sockaddr*>(&addr_.ss), &addr_.len), "getsockname");
     setNonBlocking(listen_.get());
@@ -52,7 +52,7 @@ class Server : public TcpStoreServer {
     thread_ = std::thread([this] { loop(); });
   }
   // Keeps serving until every rank has disconnected (they may still be reading keys this
-  // process set), bounded by kDrainMs.
+  // process set), bounded by limits.drain_ms (the communicator's timeout).
   ~Server() override {
     char c = 1;
     (void)!::write(wake_w_.get(), &c, 1);
@@ -80,7 +80,7 @@ class Server : public TcpStoreServer {
         char buf[16];
         (void)!::read(wake_r_.get(), buf, sizeof buf);
         draining_ = true;
-        drain_end_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(kDrainMs);
+        drain_end_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(limits_.drain_ms);
       }
       if (draining_ && (ranks_.empty() || std::chrono::steady_clock::now() > drain_end_)) return;
       if (fds[0].revents & POLLIN) acceptAll();
@@ -91,7 +91,8 @@ class Server : public TcpStoreServer {
       }
       auto now = std::chrono::steady_clock::now();
       for (auto& c : conns_)
-        if (!c->authed && now - c->since > std::chrono::milliseconds(kHelloTimeoutMs)) drop(*c, "no hello in time");
+        if (!c->dead && !c->authed && now - c->since > std::chrono::milliseconds(limits_.hello_ms))
+          drop(*c, "no hello in time");
       std::erase_if(conns_, [](const std::unique_ptr<Conn>& c) { return c->dead; });
     }
   }
@@ -104,6 +105,12 @@ class Server : public TcpStoreServer {
         ::close(fd);
         continue;
       }
+      // Too many strangers: the oldest goes (a real rank greets at once, so it is never old).
+      size_t unauthed = 0;
+      Conn* oldest = nullptr;
+      for (auto& c : conns_)
+        if (!c->dead && !c->authed && (++unauthed, !oldest || c->since < oldest->since)) oldest = c.get();
+      if (unauthed >= limits_.max_unauthenticated && oldest) drop(*oldest, "too many unauthenticated connections");
       auto c = std::make_unique<Conn>();
       c->fd = Fd(fd);
       conns_.push_back(std::move(c));
@@ -125,16 +132,19 @@ class Server : public TcpStoreServer {
   void readFrom(Conn& c) {
     uint8_t buf[65536];
     while (!c.dead) {
-      ssize_t n = ::recv(c.fd.get(), buf, sizeof buf, 0);
-      if (n == 0) return drop(c, "closed");
+      // Before the greeting is checked, nothing beyond it is read.
+      const size_t want = c.authed ? sizeof buf : sizeof(Hello) - c.in.size();
+      ssize_t n = want == 0 ? 0 : ::recv(c.fd.get(), buf, want, 0);
+      if (n == 0 && want > 0) return drop(c, "closed");
       if (n < 0) {
         if (errno != EAGAIN && errno != EINTR) drop(c, "error");
         break;
       }
       c.in.insert(c.in.end(), buf, buf + n);
-      if (c.in.size() > kMaxValue + kMaxKey + 64) return drop(c, "oversized request");
-    }
-    while (!c.dead && parseOne(c)) {
+      if (c.in.size() > limits_.max_value + kMaxKey + 64) return drop(c, "oversized request");
+      while (!c.dead && parseOne(c)) {
+      }
+      if (!c.authed) break;
     }
   }
 
@@ -145,31 +155,27 @@ class Server : public TcpStoreServer {
       Hello h;
       std::memcpy(&h, c.in.data(), sizeof h);
       c.in.erase(c.in.begin(), c.in.begin() + sizeof h);
-      uint32_t status = 0;
-      if (h.magic != kMagic || std::memcmp(h.secret, secret_.data(), 16) != 0) {
-        drop(c, "bad magic or secret");
+      if (h.magic != kMagic) {
+        drop(c, "bad magic");
         return false;
       }
-      if (h.rank < 0 || h.rank >= h.nranks || ranks_.count(h.rank) || (nranks_ && h.nranks != nranks_)) {
-        status = 1;  // a taken rank or a different world size: refuse, keep the job intact
-        c.out.resize(4);
-        std::memcpy(c.out.data(), &status, 4);
-        writeTo(c);
-        drop(c, "rank taken or world size differs");
-        return false;
-      }
+      if (std::memcmp(h.secret, secret_.data(), 16) != 0) return refuse(c, kHelloBadSecret, "wrong secret");
+      // A taken rank or a different world size: refuse, keep the job intact.
+      if (h.rank < 0 || h.rank >= h.nranks || ranks_.count(h.rank) || (nranks_ && h.nranks != nranks_))
+        return refuse(c, kHelloTaken, "rank taken or world size differs");
       nranks_ = h.nranks;
       c.authed = true;
       c.rank = h.rank;
       ranks_.insert(h.rank);
-      append(c, &status, 4);
+      uint32_t ok = kHelloOk;
+      append(c, &ok, 4);
       return true;
     }
     if (c.in.size() < sizeof(ReqHeader)) return false;
     ReqHeader r;
     std::memcpy(&r, c.in.data(), sizeof r);
-    if ((r.op != kOpSet && r.op != kOpGet) || r.keylen > kMaxKey || r.vallen > kMaxValue) {
-      drop(c, "malformed request");
+    if ((r.op != kOpSet && r.op != kOpGet && r.op != kOpDel) || r.keylen > kMaxKey || r.vallen > limits_.max_value) {
+      drop(c, r.vallen > limits_.max_value ? "value larger than the limit" : "malformed request");
       return false;
     }
     size_t need = sizeof r + r.keylen + (r.op == kOpSet ? r.vallen : 0);
@@ -177,6 +183,13 @@ class Server : public TcpStoreServer {
     std::string key(reinterpret_cast<char*>(c.in.data()) + sizeof r, r.keylen);
     if (r.op == kOpSet) {
       auto* v = c.in.data() + sizeof r + r.keylen;
+      auto old = data_.find(key);
+      const size_t replaced = old == data_.end() ? 0 : old->second.size() + old->first.size();
+      if (total_ + key.size() + r.vallen - replaced > totalLimit()) {
+        drop(c, "the store's size limit was reached");
+        return false;
+      }
+      total_ += key.size() + r.vallen - replaced;
       data_[key].assign(v, v + r.vallen);
       uint32_t ok = 0;
       append(c, &ok, 4);
@@ -185,6 +198,14 @@ class Server : public TcpStoreServer {
         for (Conn* w : it->second) reply(*w, key);
         waiting_.erase(it);
       }
+    } else if (r.op == kOpDel) {
+      auto it = data_.find(key);
+      if (it != data_.end()) {
+        total_ -= it->first.size() + it->second.size();
+        data_.erase(it);
+      }
+      uint32_t ok = 0;
+      append(c, &ok, 4);
     } else if (data_.count(key)) {
       reply(c, key);
     } else {
@@ -193,6 +214,15 @@ class Server : public TcpStoreServer {
     c.in.erase(c.in.begin(), c.in.begin() + need);
     return true;
   }
+
+  bool refuse(Conn& c, uint32_t status, const char* why) {
+    c.out.resize(4);
+    std::memcpy(c.out.data(), &status, 4);
+    writeTo(c);
+    drop(c, why);
+    return false;
+  }
+  size_t totalLimit() const { return limits_.max_total + limits_.per_rank_total * static_cast<size_t>(nranks_); }
 
   void reply(Conn& c, const std::string& key) {
     const auto& v = data_[key];
@@ -216,6 +246,8 @@ class Server : public TcpStoreServer {
   }
 
   Secret secret_;
+  TcpStoreLimits limits_;
+  size_t total_ = 0;  // bytes of keys and values held
   Fd listen_;
   SockAddr addr_;
   Fd wake_r_, wake_w_;
@@ -231,28 +263,31 @@ class Server : public TcpStoreServer {
 
 class Client : public Store {
  public:
-  Client(const SockAddr& addr, const Secret& secret, int rank, int nranks, long timeout_ms) : addr_(addr) {
+  Client(const SockAddr& addr, const Secret& secret, int rank, int nranks, long timeout_ms)
+      : addr_(addr), timeout_ms_(timeout_ms) {
     Deadline d(timeout_ms);
     fd_ = connectTo(addr, d);
     Hello h{kMagic, {}, rank, nranks};
     std::memcpy(h.secret, secret.data(), 16);
     sendAll(fd_.get(), &h, sizeof h, d);
-    uint32_t status = 1;
-    recvAll(fd_.get(), &status, 4, d);
-    HC_CHECK(status == 0, hcInvalidUsage,
-             "bootstrap: the rendezvous at {} refused rank {} of {} (rank already taken or world size differs)",
+    uint32_t status = kHelloTaken;
+    try {
+      recvAll(fd_.get(), &status, 4, d);
+    } catch (const Error& e) {
+      HC_THROW(e.code(), "bootstrap: rank {} of {}: no answer from the rendezvous at {} to its greeting: {}", rank,
+               nranks, addr.str(), e.what());
+    }
+    HC_CHECK(status != kHelloBadSecret, hcInvalidUsage,
+             "bootstrap: the rendezvous at {} refused rank {} of {}: wrong secret (HICOLL_COMM_SECRET, or the "
+             "launcher's job id it is derived from, differs from rank 0's)",
              addr.str(), rank, nranks);
+    HC_CHECK(status == kHelloOk, hcInvalidUsage,
+             "bootstrap: the rendezvous at {} refused rank {} of {}: rank {} is already taken or another rank "
+             "announced a different world size",
+             addr.str(), rank, nranks, rank);
   }
-  void set(const std::string& key, const std::vector<uint8_t>& value) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    Deadline d(60000);
-    ReqHeader r{kOpSet, static_cast<uint32_t>(key.size()), value.size()};
-    sendAll(fd_.get(), &r, sizeof r, d);
-    sendAll(fd_.get(), key.data(), key.size(), d);
-    sendAll(fd_.get(), value.data(), value.size(), d);
-    uint32_t ok;
-    recvAll(fd_.get(), &ok, 4, d);
-  }
+  void set(const std::string& key, const std::vector<uint8_t>& value) override { request(kOpSet, key, &value); }
+  void erase(const std::string& key) override { request(kOpDel, key, nullptr); }
   std::vector<uint8_t> get(const std::string& key, size_t len, long timeout_ms) override {
     std::lock_guard<std::mutex> lock(mu_);
     HC_CHECK(!broken_, hcRemoteError, "bootstrap: connection to {} is unusable after an earlier timeout", addr_.str());
@@ -274,7 +309,27 @@ class Client : public Store {
   }
 
  private:
+  void request(uint32_t op, const std::string& key, const std::vector<uint8_t>* value) {
+    std::lock_guard<std::mutex> lock(mu_);
+    HC_CHECK(!broken_, hcRemoteError, "bootstrap: connection to {} is unusable after an earlier error", addr_.str());
+    Deadline d(timeout_ms_);
+    const size_t vlen = value ? value->size() : 0;
+    ReqHeader r{op, static_cast<uint32_t>(key.size()), vlen};
+    try {
+      sendAll(fd_.get(), &r, sizeof r, d);
+      sendAll(fd_.get(), key.data(), key.size(), d);
+      if (vlen) sendAll(fd_.get(), value->data(), vlen, d);
+      uint32_t ok;
+      recvAll(fd_.get(), &ok, 4, d);
+    } catch (const Error& e) {
+      broken_ = true;
+      HC_THROW(e.code(), "{} ({} of key '{}', {} bytes, at {})", e.what(), op == kOpSet ? "set" : "delete", key, vlen,
+               addr_.str());
+    }
+  }
+
   SockAddr addr_;
+  long timeout_ms_;
   Fd fd_;
   std::mutex mu_;
   bool broken_ = false;
@@ -282,16 +337,16 @@ class Client : public Store {
 
 }  // namespace
 
-std::shared_ptr<TcpStoreServer> startTcpStoreServer(SockAddr addr, const Secret& secret) {
-  return std::make_shared<Server>(listenOn(addr), secret);
+std::shared_ptr<TcpStoreServer> startTcpStoreServer(SockAddr addr, const Secret& secret, const TcpStoreLimits& limits) {
+  return std::make_shared<Server>(listenOn(addr), secret, limits);
 }
 
-std::shared_ptr<TcpStoreServer> startTcpStoreServer(Fd listening, const Secret& secret) {
+std::shared_ptr<TcpStoreServer> startTcpStoreServer(Fd listening, const Secret& secret, const TcpStoreLimits& limits) {
   int accepting = 0;
   socklen_t len = sizeof accepting;
   HC_CHECK(getsockopt(listening.get(), SOL_SOCKET, SO_ACCEPTCONN, &accepting, &len) == 0 && accepting,
            hcInvalidArgument, "HICOLL_RENDEZVOUS_FD={} is not a listening socket", listening.get());
-  return std::make_shared<Server>(std::move(listening), secret);
+  return std::make_shared<Server>(std::move(listening), secret, limits);
 }
 
 std::shared_ptr<Store> connectTcpStore(const SockAddr& addr, const Secret& secret, int rank, int nranks,

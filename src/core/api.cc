@@ -31,11 +31,14 @@ hcResult_t guard(hcComm* comm, const char* fn, F&& f) {
     return hcSuccess;
   } catch (const Error& e) {
     t_last_error = e.what();
-    if (comm && (e.code() == hcRemoteError || e.code() == hcTimeout)) {
+    if (comm && (e.fatal() || e.code() == hcRemoteError || e.code() == hcTimeout)) {
       if (!comm->failed.exchange(true)) comm->failure = e.what();
       try {
         if (comm->ofi) comm->ofi->announceFailure(fmt::format("rank {}: {}", comm->rank, e.what()));
-        if (comm->shm) comm->shm->abort();  // peers stop waiting on this rank
+        if (comm->shm) {
+          comm->shm->setReason(e.what());
+          comm->shm->abort();  // peers stop waiting on this rank
+        }
       } catch (...) {
       }
     }
@@ -74,14 +77,14 @@ bool overlaps(const void* a, size_t alen, const void* b, size_t blen) {
   return alen && blen && x < y + blen && y < x + alen;
 }
 
-void runColl(hcComm& c, CollArgs& a, const char* fn) {
+// Throws hcInvalidArgument for arguments this rank can see are wrong.
+void validate(hcComm& c, const CollArgs& a, const char* fn) {
   HC_CHECK(a.dtype >= 0 && a.dtype < hcNumTypes, hcInvalidArgument, "{}: invalid datatype {}", fn,
            static_cast<int>(a.dtype));
   const size_t e = hcTypeSize(a.dtype), W = static_cast<size_t>(c.nranks), R = static_cast<size_t>(c.rank);
   if (a.coll == hcCollBroadcast)
     HC_CHECK(a.root >= 0 && a.root < c.nranks, hcInvalidArgument, "{}: root {} is outside [0, {})", fn, a.root,
              c.nranks);
-  a.seq = c.seq;
   if (a.count == 0 && a.coll != hcCollBarrier) return;
   HC_CHECK(a.count <= SIZE_MAX / e / W, hcInvalidArgument, "{}: count {} overflows", fn, a.count);
   const size_t b = a.count * e;
@@ -107,24 +110,37 @@ void runColl(hcComm& c, CollArgs& a, const char* fn) {
       break;
     default: break;
   }
+  if (!a.stream)
+    HC_CHECK(!isDevicePointer(a.send) && !isDevicePointer(a.recv), hcInvalidArgument,
+             "{}: device buffers need a stream (NULL means host buffers)", fn);
+}
+
+// A zero count completes at once without communication (every rank must pass zero; one that
+// does not is found at the next call, whose call numbers then differ).
+void runColl(hcComm& c, CollArgs& a, const char* fn, const hcRedOp_t* op) {
+  try {
+    if (op) a.op = resolveOp(c, *op);
+    validate(c, a, fn);
+  } catch (const Error& e) {
+    if (a.stream || c.nranks == 1) throw;
+    a.call = ++c.calls;
+    rejectCall(c, a, fmt::format("rank {}: {}", c.rank, e.what()));
+  }
+  if (a.count == 0 && a.coll != hcCollBarrier) return;
+  a.call = ++c.calls;
   if (a.stream) {
     if (!c.device) c.device = makeDeviceEngine(c);
     HC_CHECK(c.device, hcUnsupported, "{}: a stream was given but this build of hicoll has no CUDA support", fn);
     c.device->enqueue(a);
     return;
   }
-  HC_CHECK(!isDevicePointer(a.send) && !isDevicePointer(a.recv), hcInvalidArgument,
-           "{}: device buffers need a stream (NULL means host buffers)", fn);
   runHostCollective(c, a);
 }
 
 // The body of every collective entry point; op (when given) is resolved inside the guard.
 hcResult_t collective(hcComm_t comm, const char* fn, CollArgs a, const hcRedOp_t* op = nullptr) {
   if (!comm) return hcInvalidArgument;
-  return guard(comm, fn, [&] {
-    if (op) a.op = resolveOp(*comm, *op);
-    runColl(*comm, a, fn);
-  });
+  return guard(comm, fn, [&] { runColl(*comm, a, fn, op); });
 }
 
 hcResult_t initWith(hcComm_t* out, const char* fn, const std::function<std::unique_ptr<hcComm>()>& make) {
@@ -167,7 +183,7 @@ hcResult_t hcGetUniqueId(hcUniqueId* id) {
   if (!id) return hcInvalidArgument;
   return guard(nullptr, "hcGetUniqueId", [&] {
     Config cfg = Config::fromEnv();
-    *id = makeUniqueId(cfg.str(Knob::SocketIfname));
+    *id = makeUniqueId(cfg.str(Knob::SocketIfname), cfg.num(Knob::TimeoutMs));
   });
 }
 
@@ -199,8 +215,9 @@ hcResult_t hcCommInitFromEnv(hcComm_t* comm) {
 hcResult_t hcCommInitRankStore(hcComm_t* comm, int nranks, int rank, const hcStoreOps* store, const char* prefix) {
   return initWith(comm, "hcCommInitRankStore", [&] {
     HC_CHECK(store && store->set && store->get, hcInvalidArgument, "hcCommInitRankStore: store callbacks are NULL");
-    HC_CHECK(store->size >= sizeof(hcStoreOps), hcInvalidArgument, "hcCommInitRankStore: hcStoreOps.size is {}",
-             store->size);
+    // The first version of hcStoreOps ended after get; del came later.
+    HC_CHECK(store->size >= offsetof(hcStoreOps, del), hcInvalidArgument,
+             "hcCommInitRankStore: hcStoreOps.size is {} (set it to sizeof(hcStoreOps))", store->size);
     HC_CHECK(nranks > 0 && rank >= 0 && rank < nranks, hcInvalidArgument,
              "hcCommInitRankStore: rank {} is outside [0, {})", rank, nranks);
     long timeout = Config::fromEnv().num(Knob::TimeoutMs);

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
+
 namespace hicoll {
 
 const char* collName(hcColl_t c) {
@@ -44,10 +46,87 @@ const char* opName(OpKind k) {
 }
 
 std::string describe(const CollArgs& a) {
-  std::string s = fmt::format("{} #{} of {} x {}", collName(a.coll), a.seq, a.count, dtypeName(a.dtype));
+  std::string s = fmt::format("{} #{} of {} x {}", collName(a.coll), a.call, a.count, dtypeName(a.dtype));
   if (a.coll == hcCollReduceScatter || a.coll == hcCollAllReduce) s += fmt::format(" ({})", opName(a.op.kind));
   if (a.coll == hcCollBroadcast) s += fmt::format(" (root {})", a.root);
   return s;
+}
+
+namespace {
+uint64_t bitsOf(double v) {
+  uint64_t b;
+  std::memcpy(&b, &v, sizeof b);
+  return b;
+}
+double doubleOf(uint64_t b) {
+  double v;
+  std::memcpy(&v, &b, sizeof v);
+  return v;
+}
+bool reduces(hcColl_t c) { return c == hcCollReduceScatter || c == hcCollAllReduce; }
+}  // namespace
+
+CallDesc CallDesc::of(const CollArgs& a, uint64_t flags) {
+  CallDesc d;
+  const bool op = reduces(a.coll);
+  d.w[0] = (static_cast<uint64_t>(a.coll) & 0xff) | (static_cast<uint64_t>(a.dtype) & 0xff) << 8 |
+           (op ? static_cast<uint64_t>(a.op.kind) & 0xff : 0) << 16 | (flags & 0xf) << 24 |
+           (a.coll == hcCollBroadcast ? static_cast<uint64_t>(static_cast<uint32_t>(a.root)) : 0) << 32;
+  d.w[1] = a.count;
+  d.w[2] = op && a.op.kind == OpKind::PreMulSum ? bitsOf(a.op.scalar) : 0;
+  d.w[3] = a.call;
+  return d;
+}
+
+CollArgs CallDesc::args() const {
+  CollArgs a;
+  a.coll = static_cast<hcColl_t>(w[0] & 0xff);
+  a.dtype = static_cast<hcDataType_t>((w[0] >> 8) & 0xff);
+  a.op.kind = static_cast<OpKind>((w[0] >> 16) & 0xff);
+  a.op.scalar = a.op.kind == OpKind::PreMulSum ? doubleOf(w[2]) : 1.0;
+  a.root = static_cast<int>(static_cast<uint32_t>(w[0] >> 32));
+  a.count = w[1];
+  a.call = w[3];
+  return a;
+}
+
+// The phase kind sits in the flags byte's upper half (bits 28..31).
+CallDesc CallDesc::withPhase(int phase) const {
+  CallDesc d = *this;
+  d.w[0] = (d.w[0] & ~(0xfull << 28)) | (static_cast<uint64_t>(phase) & 0xf) << 28;
+  return d;
+}
+
+bool CallDesc::sameCall(const CallDesc& o) const {
+  const uint64_t mask = ~(0xfull << 28);
+  return (w[0] & mask) == (o.w[0] & mask) && w[1] == o.w[1] && w[2] == o.w[2] && w[3] == o.w[3];
+}
+
+std::string describeCall(const CallDesc& d) {
+  const CollArgs a = d.args();
+  std::string what = collName(a.coll);
+  if (reduces(a.coll)) {
+    what += fmt::format("({}", a.op.kind <= OpKind::PreMulSum ? opName(a.op.kind) : "?");
+    if (a.op.kind == OpKind::PreMulSum) what += fmt::format(" x {}", a.op.scalar);
+    what += ")";
+  }
+  if (a.coll == hcCollBroadcast) what += fmt::format("(root {})", a.root);
+  return fmt::format("{} #{} of {} x {}", what, a.call, a.count, a.dtype < hcNumTypes ? dtypeName(a.dtype) : "?");
+}
+
+std::string callDifference(const CallDesc& mine, const CallDesc& theirs) {
+  const CollArgs a = mine.args(), b = theirs.args();
+  std::string d;
+  auto add = [&](const char* what) { d += d.empty() ? what : std::string(", ") + what; };
+  if (a.call != b.call) add("the call number");
+  if (a.coll != b.coll) add("the collective");
+  if (a.dtype != b.dtype) add("the datatype");
+  if (a.count != b.count) add("the count");
+  if (a.coll == b.coll && reduces(a.coll) && (a.op.kind != b.op.kind)) add("the reduction op");
+  if (a.coll == b.coll && reduces(a.coll) && a.op.kind == b.op.kind && mine.w[2] != theirs.w[2])
+    add("the pre-multiplied sum's scalar");
+  if (a.coll == b.coll && a.coll == hcCollBroadcast && a.root != b.root) add("the root");
+  return d.empty() ? "the call" : d;
 }
 
 }  // namespace hicoll

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "hicoll/hicoll.h"
@@ -27,12 +28,36 @@ struct CollArgs {
   RedOp op;
   int root = 0;
   void* stream = nullptr;  // cudaStream_t; nullptr for host buffers
-  uint64_t seq = 0;        // collective sequence number on the communicator
+  uint64_t call = 0;       // call number on the communicator (1, 2, ...; counts calls that communicate)
 };
+
+// What every rank of a call must agree on, packed into four words (the node board carries it
+// in each phase's post, the network in one small message per agreement peer). The in-place
+// flag is not in it: in place on some ranks and not on others is a valid call.
+struct CallDesc {
+  static constexpr uint64_t kInvalid = 1;  // flags: the rank rejected its own arguments
+  // w[0]: coll (bits 0-7), dtype (8-15), op (16-23), flags (24-27), phase (28-31), root (32-63);
+  // w[1]: count; w[2]: the pre-multiplied sum's scalar (double bits); w[3]: the call number.
+  uint64_t w[4] = {};
+
+  static CallDesc of(const CollArgs& a, uint64_t flags = 0);
+  CollArgs args() const;  // back to the fields it carries (buffers and stream empty)
+  uint64_t flags() const { return (w[0] >> 24) & 0xf; }
+  bool invalid() const { return flags() & kInvalid; }
+  // The same call, ignoring the phase kind.
+  bool sameCall(const CallDesc& o) const;
+  CallDesc withPhase(int phase) const;
+};
+static_assert(sizeof(CallDesc) == 32, "wire layout");
+
+// "AllReduce(max) #5 of 100 x float32", "Broadcast(root 1) #2 of 8 x uint8".
+std::string describeCall(const CallDesc& d);
+// What differs, for messages: "the reduction op", "the count", ...
+std::string callDifference(const CallDesc& mine, const CallDesc& theirs);
 
 const char* collName(hcColl_t c);
 const char* dtypeName(hcDataType_t t);
 const char* opName(OpKind k);
-std::string describe(const CollArgs& a);  // "AllGather seq 12 of 4096 x float32"
+std::string describe(const CollArgs& a);  // "AllGather #12 of 4096 x float32"
 
 }  // namespace hicoll

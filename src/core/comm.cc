@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstring>
 
@@ -29,14 +30,45 @@ void copyString(char* dst, size_t cap, const std::string& s) {
   std::snprintf(dst, cap, "%s", s.c_str());
 }
 
-void checkConsistency(const Config& cfg, const std::vector<RankInfo>& all, int rank) {
+// Every rank compares every rank's hashes, so all of them find the same first differing knob;
+// a second exchange of that knob's values lets every rank name them.
+void checkConsistency(Bootstrap& bs, const Config& cfg, const std::vector<RankInfo>& all) {
   const auto& table = knobTable();
-  for (size_t k = 0; k < table.size(); ++k)
-    for (size_t r = 0; r < all.size(); ++r)
-      if (all[r].knob_hash[k] != all[rank].knob_hash[k])
-        HC_THROW(hcInvalidUsage,
-                 "{} must be the same on every rank: rank {} has '{}' and rank {} has a different value",
-                 table[k].name, rank, cfg.str(table[k].id), r);
+  for (size_t k = 0; k < table.size(); ++k) {
+    bool same = true;
+    for (const RankInfo& i : all) same = same && i.knob_hash[k] == all[0].knob_hash[k];
+    if (same) continue;
+    char mine[96] = {};
+    copyString(mine, sizeof mine, cfg.str(table[k].id));
+    std::vector<char> values(all.size() * sizeof mine);
+    bs.allgather(mine, values.data(), sizeof mine);
+    std::string list;
+    int shown = 0;
+    for (size_t r = 0; r < all.size() && shown < 8; ++r) {
+      if (r > 0 && all[r].knob_hash[k] == all[r - 1].knob_hash[k]) continue;
+      list += fmt::format("{}rank {} has '{}'", shown ? ", " : "", r, &values[r * sizeof mine]);
+      ++shown;
+    }
+    HC_THROW(hcInvalidUsage, "{} must be the same on every rank: {}", table[k].name, list);
+  }
+}
+
+// The remote ranks each call is agreed with. With the node board agreeing every node, the rails
+// (the same local index on every other node) connect all nodes; on uneven nodes, the ring
+// neighbours do. Symmetric: each rank receives from every rank it sends to.
+std::vector<int> agreementPeers(const Topology& t, int rank) {
+  std::vector<int> peers;
+  if (t.nnodes < 2) return peers;
+  const int n = t.node_of[rank];
+  if (t.uniform) {
+    for (int m = 0; m < t.nnodes; ++m)
+      if (m != n) peers.push_back(t.rankAt(m, t.local_of[rank]));
+    return peers;
+  }
+  const int W = t.nranks;
+  for (int p : {(rank + W - 1) % W, (rank + 1) % W})
+    if (t.node_of[p] != n && std::find(peers.begin(), peers.end(), p) == peers.end()) peers.push_back(p);
+  return peers;
 }
 
 }  // namespace
@@ -63,7 +95,7 @@ std::unique_ptr<hcComm> createComm(std::unique_ptr<Bootstrap> bs, std::shared_pt
   mine.pid = getpid();
   std::vector<RankInfo> all(c->nranks);
   bs->allgather(&mine, all.data(), sizeof mine);
-  checkConsistency(c->cfg, all, c->rank);
+  checkConsistency(*bs, c->cfg, all);
 
   std::vector<std::string> labels, hosts;
   for (const RankInfo& i : all) {
@@ -72,6 +104,8 @@ std::unique_ptr<hcComm> createComm(std::unique_ptr<Bootstrap> bs, std::shared_pt
   }
   c->topo = Topology::build(labels, hosts);
   c->bootstrap = std::move(bs);
+  c->agree_peers = agreementPeers(c->topo, c->rank);
+  c->agree_in.resize(c->agree_peers.size());
 
   c->scratch_bytes = static_cast<size_t>(c->cfg.num(Knob::ScratchBytes));
   c->sort_bytes = static_cast<size_t>(c->cfg.num(Knob::SortBytes));
@@ -94,6 +128,8 @@ std::unique_ptr<hcComm> createComm(std::unique_ptr<Bootstrap> bs, std::shared_pt
     c->ofi = makeOfiTransport(*c->bootstrap, oo);
     c->ofi->registerRegion(c->scratch, c->scratch_bytes);
     c->ofi->registerRegion(c->sort, c->sort_bytes);
+    if (!c->agree_in.empty()) c->ofi->registerRegion(c->agree_in.data(), c->agree_in.size() * sizeof(hcComm::AgreeMsg));
+    c->ofi->registerRegion(&c->agree_out, sizeof c->agree_out);
   }
   c->stats.size = sizeof(hcStats);
   c->stats.rank = c->rank;
@@ -109,6 +145,11 @@ std::unique_ptr<hcComm> createComm(std::unique_ptr<Bootstrap> bs, std::shared_pt
 }
 
 }  // namespace hicoll
+
+std::string hcComm::who(int r) const {
+  if (r < 0 || r >= static_cast<int>(topo.node_of.size())) return fmt::format("rank {}", r);
+  return fmt::format("rank {} (node '{}')", r, topo.labels[topo.node_of[r]]);
+}
 
 hicoll::Transport& hcComm::transportTo(int peer) {
   if (topo.node_of[peer] == node()) return *shm;

@@ -25,6 +25,16 @@ struct hcComm {
   std::shared_ptr<void> keepalive;  // e.g. the rendezvous server: outlives the bootstrap below
   std::unique_ptr<hicoll::Bootstrap> bootstrap;
   hicoll::Topology topo;
+  // Remote ranks every call is agreed with (rail peers; ring neighbours on uneven nodes), and
+  // the descriptor messages exchanged with them. Declared before the transports: a receive
+  // may be posted into agree_in when a call fails, and the endpoint must close first.
+  struct AgreeMsg {
+    hicoll::CallDesc desc;
+    char reason[96];
+  };
+  std::vector<int> agree_peers;
+  std::vector<AgreeMsg> agree_in;
+  AgreeMsg agree_out{};
   std::unique_ptr<hicoll::ShmTransport> shm;  // ranks of this node (always present)
   std::unique_ptr<hicoll::Transport> ofi;     // ranks of other nodes (null on one node)
   std::unique_ptr<hicoll::DeviceEngine> device;
@@ -39,12 +49,15 @@ struct hcComm {
   std::mutex stats_mu;
   hcStats stats{};
   std::vector<hicoll::RedOp> premul_ops;  // handle - hcNumOps -> op; Sum kind when freed
-  uint64_t seq = 0;
+  uint64_t seq = 0;    // phases run (a call runs one or more)
+  uint64_t calls = 0;  // calls that communicated or were rejected (CollArgs::call)
   std::atomic<bool> failed{false};
   std::string failure;  // first error, repeated by later calls
   std::vector<char> heap_workspace;  // private to the host algorithms; see workspace()
 
   int node() const { return topo.node_of[rank]; }
+  // "rank 3 (node 'n1')", for messages.
+  std::string who(int r) const;
   int localRank() const { return topo.local_of[rank]; }
   long timeoutMs() const { return cfg.num(hicoll::Knob::TimeoutMs); }
   // The transport that reaches peer: shm on the same node, ofi otherwise.

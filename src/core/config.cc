@@ -2,7 +2,6 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <sstream>
 
 #include "core/coll.h"
@@ -24,34 +23,24 @@ std::string lower(std::string s) {
   return s;
 }
 
+// FNV-1a: the same value in every process and build (std::hash promises neither).
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
 std::string trim(const std::string& s) {
   size_t b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
   return b == std::string::npos ? "" : s.substr(b, e - b + 1);
-}
-
-// Knobs whose values must agree on every rank: they steer which path a collective takes.
-bool mustAgree(Knob k) {
-  switch (k) {
-    case Knob::Algo:
-    case Knob::ForceFallback:
-    case Knob::ScratchBytes:
-    case Knob::SortBytes:
-    case Knob::ChunkBytes:
-    case Knob::NetChunkBytes:
-    case Knob::DeviceChunkBytes:
-    case Knob::AllReduceSmallBytes:
-    case Knob::ShmCma:
-    case Knob::ShmEagerBytes:
-    case Knob::OfiProvider: return true;
-    default: return false;
-  }
 }
 
 }  // namespace
 
 const std::vector<KnobInfo>& knobTable() {
   static const std::vector<KnobInfo> table = {
-#define HC_KNOB_INFO(id, name, type, def, allowed, doc) {Knob::id, name, KnobType::type, def, allowed, doc},
+#define HC_KNOB_INFO(id, name, type, def, allowed, lo, hi, agree, doc) \
+  {Knob::id, name, KnobType::type, def, allowed, lo, hi, KnobScope::agree, doc},
       HICOLL_KNOBS(HC_KNOB_INFO)
 #undef HC_KNOB_INFO
   };
@@ -107,12 +96,17 @@ void Config::set(const KnobInfo& k, const char* value) {
   num_[i] = 0;
   switch (k.type) {
     case KnobType::String: break;
-    case KnobType::Int: num_[i] = parseInt(k.name, v); break;
-    case KnobType::Size: num_[i] = parseSize(k.name, v); break;
+    case KnobType::Int:
+    case KnobType::Size:
+      num_[i] = k.type == KnobType::Int ? parseInt(k.name, v) : parseSize(k.name, v);
+      if (num_[i] < k.min || num_[i] > k.max)
+        HC_THROW(hcInvalidArgument, "{}='{}' is outside the accepted range {} .. {}", k.name, value, k.min, k.max);
+      break;
     case KnobType::Size8K:
       num_[i] = parseSize(k.name, v);
       if (num_[i] <= 0 || num_[i] % 8192 != 0)
         HC_THROW(hcInvalidArgument, "{}='{}' must be a positive multiple of 8192 bytes", k.name, value);
+      if (num_[i] > k.max) HC_THROW(hcInvalidArgument, "{}='{}' is larger than {} bytes", k.name, value, k.max);
       break;
     case KnobType::Bool: {
       std::string l = lower(trim(v));
@@ -167,7 +161,7 @@ Config Config::fromEnv() {
 std::vector<uint64_t> Config::consistencyHashes() const {
   std::vector<uint64_t> h;
   for (const KnobInfo& k : knobTable())
-    h.push_back(mustAgree(k.id) ? std::hash<std::string>{}(raw_[idx(k.id)]) : 0);
+    h.push_back(k.scope == KnobScope::Agree ? fnv1a(raw_[idx(k.id)]) : 0);
   return h;
 }
 

@@ -11,8 +11,10 @@ namespace hicoll {
 
 enum class KnobType { String, Int, Size, Size8K, Bool, Enum, List };
 
+enum class KnobScope { Local, Agree };
+
 enum class Knob {
-#define HC_KNOB_ENUM(id, name, type, def, allowed, doc) id,
+#define HC_KNOB_ENUM(id, name, type, def, allowed, lo, hi, agree, doc) id,
   HICOLL_KNOBS(HC_KNOB_ENUM)
 #undef HC_KNOB_ENUM
       Count
@@ -24,6 +26,8 @@ struct KnobInfo {
   KnobType type;
   const char* def;
   const char* allowed;
+  int64_t min, max;  // Int and Size knobs: the accepted range
+  KnobScope scope;   // Agree: every rank must have the same value
   const char* doc;
 };
 
@@ -48,8 +52,8 @@ class Config {
   // HICOLL_FORCE_FALLBACK as a bit per hcColl_t, and HICOLL_ALGO=ring: parsed once, read per call.
   uint32_t forceFallbackMask() const { return force_fallback_mask_; }
   bool algoRing() const { return algo_ring_; }
-  // Values that must agree across ranks, hashed (names of differing knobs are found by
-  // comparing per-knob hashes).
+  // Values that must agree across ranks (KnobScope::Agree), hashed; 0 for the others. Ranks
+  // compare them per knob, so a difference names the knob.
   std::vector<uint64_t> consistencyHashes() const;
 
  private:

@@ -1,80 +1,97 @@
 // Every environment knob of hicoll, declared once. env.md is generated from this table
 // (`hicoll_info --markdown`) and a test checks that they agree.
 //
-// X(id, NAME, type, default, allowed, doc)
+// X(id, NAME, type, default, allowed, min, max, agree, doc)
 //   type: String | Int | Size | Size8K (size, a positive multiple of 8192) | Bool | Enum | List
 //   allowed: for Enum and List, the accepted words separated by '|'
+//   min, max: the accepted range of Int and Size knobs (inclusive; ignored for other types)
+//   agree: Agree when every rank must have the same value (checked at communicator creation,
+//          before any transport is set up: a difference would make ranks take different paths
+//          or speak different protocols), Local when ranks may differ
 #pragma once
 
+#include <cstdint>
+
+#define HICOLL_KNOB_INT_MAX INT64_C(2147483647)
+#define HICOLL_KNOB_GIB (INT64_C(1) << 30)
+
 #define HICOLL_KNOBS(X)                                                                          \
-  X(Debug, "HICOLL_DEBUG", Enum, "WARN", "NONE|WARN|INFO|TRACE",                                 \
+  X(Debug, "HICOLL_DEBUG", Enum, "WARN", "NONE|WARN|INFO|TRACE", 0, 0, Local,                    \
     "Log level. INFO announces every fallback with its reason; TRACE logs every collective.")   \
-  X(TimeoutMs, "HICOLL_TIMEOUT_MS", Int, "120000", "",                                           \
+  X(TimeoutMs, "HICOLL_TIMEOUT_MS", Int, "120000", "", 1, HICOLL_KNOB_INT_MAX, Local,           \
     "Upper bound in milliseconds on every wait (bootstrap, peers, network). A dead or silent "   \
     "peer becomes hcTimeout or hcRemoteError after at most this long.")                          \
-  X(TopoNode, "HICOLL_TOPO_NODE", String, "", "",                                                \
+  X(TopoNode, "HICOLL_TOPO_NODE", String, "", "", 0, 0, Local,                                   \
     "Node label of this rank. Ranks with the same label form one node. Default: the host "     \
     "name. Lets tests simulate several nodes on one machine.")                                  \
-  X(Algo, "HICOLL_ALGO", Enum, "auto", "auto|hier|ring",                                         \
+  X(Algo, "HICOLL_ALGO", Enum, "auto", "auto|hier|ring", 0, 0, Agree,                            \
     "Algorithm for host buffers: hier (hierarchical), ring (flat ring), or auto (hier when "    \
     "the configuration supports it).")                                                           \
   X(ForceFallback, "HICOLL_FORCE_FALLBACK", List, "",                                            \
-    "allgather|reducescatter|allreduce|broadcast|all",                                           \
+    "allgather|reducescatter|allreduce|broadcast|all", 0, 0, Agree,                              \
     "Collectives forced onto the fallback path (NCCL for device buffers, flat ring for host "   \
     "buffers), comma separated. The seed's ddp_dist_backend=nccl.")                              \
-  X(ScratchBytes, "SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES", Size8K, "16777216", "",                  \
+  X(ScratchBytes, "SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES", Size8K, "16777216", "", 8192,           \
+    (INT64_C(1) << 40), Agree,                                                                   \
     "Scratch buffer per rank (registered). The hierarchical AllGather (and AllReduce) fall "   \
-    "back when it is smaller than the per-rank block; ReduceScatter stages chunks through it.")                                               \
-  X(SortBytes, "SMDDP_AG_SORT_BUFFER_SIZE_BYTES", Size8K, "134217728", "",                       \
+    "back when it is smaller than the per-rank block; ReduceScatter stages chunks through it.")  \
+  X(SortBytes, "SMDDP_AG_SORT_BUFFER_SIZE_BYTES", Size8K, "134217728", "", 8192,                 \
+    (INT64_C(1) << 40), Agree,                                                                   \
     "Sort buffer per rank (registered, readable by the ranks of the node). The hierarchical "   \
-    "AllGather, ReduceScatter and AllReduce fall back when it is smaller than nodes x per-rank block.")        \
-  X(ChunkBytes, "HICOLL_CHUNK_SIZE", Size, "1048576", "",                                        \
+    "AllGather, ReduceScatter and AllReduce fall back when it is smaller than nodes x per-rank " \
+    "block.")                                                                                    \
+  X(ChunkBytes, "HICOLL_CHUNK_SIZE", Size, "1048576", "", 4096, HICOLL_KNOB_GIB, Agree,          \
     "Pipeline chunk: the inter-node exchange of chunk k+1 overlaps the intra-node sort of "     \
     "chunk k.")                                                                                  \
-  X(NetChunkBytes, "HICOLL_NET_CHUNK_SIZE", Size, "262144", "",                                 \
+  X(NetChunkBytes, "HICOLL_NET_CHUNK_SIZE", Size, "262144", "", 4096, HICOLL_KNOB_GIB, Agree,    \
     "Largest inter-node message of the hierarchical algorithms: on more than one node their "  \
-    "chunk is the smaller of this and HICOLL_CHUNK_SIZE (emulated 1 Gbit/s links: 256 KiB "     \
-    "chunks kept them fuller than 1 MiB, perf/README.md).")                                    \
-  X(NetWindow, "HICOLL_NET_WINDOW", Int, "4", "",                                                 \
+    "chunk is the smaller of this and HICOLL_CHUNK_SIZE (how the default was chosen: "          \
+    "perf/README.md).")                                                                          \
+  X(NetWindow, "HICOLL_NET_WINDOW", Int, "4", "", 1, 1024, Local,                                \
     "Hierarchical AllGather and ReduceScatter: chunks sent to a rail peer beyond those fully "  \
-    "received from the rail peers (at least 1). A few in flight, not all, keep the links' "      \
-    "queues short (perf/README.md).")                                                          \
-  X(DeviceChunkBytes, "HICOLL_DEVICE_CHUNK_SIZE", Size, "67108864", "",                          \
+    "received from the rail peers. A few in flight, not all, keep the links' queues short "     \
+    "(perf/README.md).")                                                                         \
+  X(DeviceChunkBytes, "HICOLL_DEVICE_CHUNK_SIZE", Size, "67108864", "", 4096,                    \
+    4 * HICOLL_KNOB_GIB, Agree,                                                                  \
     "Pipeline chunk of the device-buffer path. Large: each chunk costs a cross-process stream "  \
-    "handshake (measured on an H200: 1 MiB chunks gave 5.7 GB/s AllGather busbw, 64 MiB 159 "   \
-    "GB/s). Inter-node chunks are further capped by the scratch and sort buffers.")            \
-  X(AllReduceSmallBytes, "HICOLL_ALLREDUCE_SMALL_BYTES", Size, "65536", "",                      \
+    "handshake (tests/gpu/results). Inter-node chunks are further capped by the scratch and "    \
+    "sort buffers.")                                                                             \
+  X(AllReduceSmallBytes, "HICOLL_ALLREDUCE_SMALL_BYTES", Size, "65536", "", 0, HICOLL_KNOB_GIB,  \
+    Agree,                                                                                       \
     "AllReduce buffers up to this size use the latency-optimal path (one AllGather, local "    \
     "reduction).")                                                                               \
-  X(ShmCma, "HICOLL_SHM_CMA", Enum, "auto", "auto|0|1",                                          \
+  X(ShmCma, "HICOLL_SHM_CMA", Enum, "auto", "auto|0|1", 0, 0, Agree,                             \
     "Intra-node single copy with process_vm_readv from the peer's buffer. auto: use it when "   \
-    "the kernel allows; 0: stage through shared memory (two copies).")                           \
-  X(ShmEagerBytes, "HICOLL_SHM_EAGER_BYTES", Size, "4096", "",                                  \
+    "the kernel allows it without widening ptrace access; 0: stage through shared memory (two " \
+    "copies).")                                                                                  \
+  X(ShmEagerBytes, "HICOLL_SHM_EAGER_BYTES", Size, "4096", "", 0, (INT64_C(16) << 20), Agree,    \
     "AllGather blocks up to this size are copied into the sender's shared segment and read "   \
-    "from there with memcpy, instead of one process_vm_readv system call per peer (1x2, 8 B: "   \
-    "1.37 -> 0.75 us; the crossover was near 4 KiB per block).")          \
-  X(OfiProvider, "HICOLL_OFI_PROVIDER", String, "tcp;ofi_rxm", "",                               \
+    "from there with memcpy, instead of one process_vm_readv system call per peer.")            \
+  X(OfiProvider, "HICOLL_OFI_PROVIDER", String, "tcp;ofi_rxm", "", 0, 0, Agree,                  \
     "libfabric provider for inter-node traffic (FI_PROVIDER, when set, takes precedence). "     \
     "EFA in production; tcp;ofi_rxm or net on ordinary Linux.")                                  \
-  X(OfiIface, "HICOLL_OFI_IFACE", String, "", "",                                                \
+  X(OfiIface, "HICOLL_OFI_IFACE", String, "", "", 0, 0, Local,                                   \
     "Network interface for libfabric endpoints. Default: lo when all ranks share one host, "    \
     "else the provider's choice.")                                                               \
-  X(OfiRxmEager, "HICOLL_OFI_RXM_EAGER", Enum, "1", "0|1",                                        \
+  X(OfiRxmEager, "HICOLL_OFI_RXM_EAGER", Enum, "1", "0|1", 0, 0, Agree,                          \
     "With ofi_rxm: 1 sets FI_OFI_RXM_EAGER_LIMIT (unless set) to HICOLL_NET_CHUNK_SIZE, so each "  \
     "chunk is one eager message (rxm over tcp places it in the receive buffer) instead of "        \
-    "rendezvous (2x2 netns 64 MiB ReduceScatter 330 -> 283 ms). Applies when this process "       \
-    "initializes libfabric.")                                                                    \
-  X(SocketIfname, "HICOLL_SOCKET_IFNAME", String, "", "",                                        \
+    "rendezvous, which left links idle (perf/README.md). Applies when this process initializes " \
+    "libfabric.")                                                                                \
+  X(SocketIfname, "HICOLL_SOCKET_IFNAME", String, "", "", 0, 0, Local,                           \
     "Interface the hcGetUniqueId rendezvous listener binds to. Default: loopback.")             \
-  X(CommId, "HICOLL_COMM_ID", String, "", "",                                                    \
+  X(CommId, "HICOLL_COMM_ID", String, "", "", 0, 0, Local,                                       \
     "host:port of the rendezvous for hcCommInitFromEnv when MASTER_ADDR/MASTER_PORT are not "  \
     "set (rank 0 listens there).")                                                               \
-  X(CommSecret, "HICOLL_COMM_SECRET", String, "", "",                                            \
-    "Shared secret of a hcCommInitFromEnv job (every rank the same). Without it the secret is "  \
-    "derived from the launcher's job id (TORCHELASTIC_RUN_ID, SLURM_JOB_ID, Open MPI's jobid).") \
-  X(RendezvousFd, "HICOLL_RENDEZVOUS_FD", Int, "-1", "",                                        \
+  X(CommSecret, "HICOLL_COMM_SECRET", String, "", "", 0, 0, Local,                               \
+    "Shared secret of a hcCommInitFromEnv job (every rank the same; at least 16 characters of "  \
+    "randomness, e.g. `openssl rand -hex 16`). Without it the secret is derived from the "       \
+    "launcher's job id (TORCHELASTIC_RUN_ID, SLURM_JOB_ID, Open MPI's jobid), which a local "    \
+    "process may guess: hicoll then warns, and binds the rendezvous to loopback when every "     \
+    "rank is on one host.")                                                                      \
+  X(RendezvousFd, "HICOLL_RENDEZVOUS_FD", Int, "-1", "", -1, HICOLL_KNOB_INT_MAX, Local,         \
     "For rank 0 of hcCommInitFromEnv: a listening socket inherited from the launcher, used "    \
     "instead of binding HICOLL_COMM_ID's port (no other process can take the port between the " \
     "launcher choosing it and rank 0 listening). The self-launcher sets it.")                  \
-  X(NcclLib, "HICOLL_NCCL_LIB", String, "libnccl.so.2", "",                                      \
+  X(NcclLib, "HICOLL_NCCL_LIB", String, "libnccl.so.2", "", 0, 0, Local,                         \
     "Library loaded with dlopen for the NCCL fallback of device buffers.")

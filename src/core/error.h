@@ -12,11 +12,16 @@ namespace hicoll {
 
 class Error : public std::runtime_error {
  public:
-  Error(hcResult_t code, const std::string& msg) : std::runtime_error(msg), code_(code) {}
+  Error(hcResult_t code, const std::string& msg, bool fatal = false)
+      : std::runtime_error(msg), code_(code), fatal_(fatal) {}
   hcResult_t code() const { return code_; }
+  // The communicator cannot go on after it (a collective failed midway): the API marks it
+  // failed and tells the peers, whatever the code.
+  bool fatal() const { return fatal_; }
 
  private:
   hcResult_t code_;
+  bool fatal_;
 };
 
 [[noreturn]] void throwSystemError(const char* what, int err, const char* file, int line);

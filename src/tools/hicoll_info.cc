@@ -14,8 +14,10 @@ static void markdown() {
   std::printf("# hicoll environment variables\n\n");
   std::printf("Generated from `src/core/config_table.h` by `hicoll_info --markdown`; a test checks that\n"
               "this file and the table agree. Every value is parsed strictly: an invalid value fails\n"
-              "communicator creation with a message naming the variable.\n\n");
-  std::printf("| Variable | Type | Default | Description |\n|---|---|---|---|\n");
+              "communicator creation with a message naming the variable. Variables marked \"same on\n"
+              "every rank\" are compared across ranks when a communicator is created: a difference fails\n"
+              "creation on every rank, naming the variable and the ranks' values.\n\n");
+  std::printf("| Variable | Type | Default | Range | Same on every rank | Description |\n|---|---|---|---|---|---|\n");
   for (const KnobInfo& k : knobTable()) {
     std::string type = knobTypeName(k.type);
     if (k.type == KnobType::Enum || k.type == KnobType::List) {
@@ -24,7 +26,11 @@ static void markdown() {
         if (c == '|') c = ',';
       type += std::string(" `") + allowed + "`";
     }
-    std::printf("| `%s` | %s | `%s` | %s |\n", k.name, type.c_str(), *k.def ? k.def : "(empty)", k.doc);
+    std::string range = "";
+    if (k.type == KnobType::Int || k.type == KnobType::Size || k.type == KnobType::Size8K)
+      range = std::to_string(k.min) + " .. " + std::to_string(k.max);
+    std::printf("| `%s` | %s | `%s` | %s | %s | %s |\n", k.name, type.c_str(), *k.def ? k.def : "(empty)",
+                range.c_str(), k.scope == KnobScope::Agree ? "yes" : "", k.doc);
   }
   std::printf("\n## Build-time variables\n\n"
               "Read by `plugins/torch/setup.py` when the torch plugin is built, not by the library:\n\n"

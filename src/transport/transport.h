@@ -29,6 +29,8 @@ class Transport {
   // the peer and the tag.
   virtual bool test(ReqId req) = 0;
   virtual void progress() = 0;
+  // Tag bits the transport carries (tags above them are refused).
+  virtual int tagBits() const { return 64; }
   // Cancels everything outstanding; later calls fail fast.
   virtual void abort() = 0;
   // Failure notices (transports that reach other nodes): a rank whose communicator failed

@@ -2,6 +2,7 @@
 
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -52,7 +53,16 @@ static int listenLoopback(int* port) {
   return fd;
 }
 
+std::string randomSecret() {
+  unsigned char b[16] = {};
+  if (getrandom(b, sizeof b, 0) != sizeof b) std::abort();
+  std::string s;
+  for (unsigned char c : b) s += "0123456789abcdef"[c >> 4], s += "0123456789abcdef"[c & 15];
+  return s;
+}
+
 std::vector<int> runRaw(const Job& job, const std::function<int(int rank)>& body) {
+  const std::string secret = randomSecret();  // as a careful launcher does: strangers stay out
   int port = 0;
   const int listen_fd = job.comm_id.empty() ? listenLoopback(&port) : -1;
   const std::string comm_id = job.comm_id.empty() ? "127.0.0.1:" + std::to_string(port) : job.comm_id;
@@ -65,6 +75,7 @@ std::vector<int> runRaw(const Job& job, const std::function<int(int rank)>& body
       setenv("RANK", std::to_string(r).c_str(), 1);
       setenv("WORLD_SIZE", std::to_string(job.nranks).c_str(), 1);
       setenv("HICOLL_COMM_ID", comm_id.c_str(), 1);
+      if (!job.no_secret) setenv("HICOLL_COMM_SECRET", secret.c_str(), 1);
       if (listen_fd >= 0) {
         if (r == 0) {
           setenv("HICOLL_RENDEZVOUS_FD", std::to_string(listen_fd).c_str(), 1);

@@ -1,5 +1,6 @@
 // Tier 3 of the tests: ranks as forked processes, simulated nodes via HICOLL_TOPO_NODE,
-// bootstrapped through hcCommInitFromEnv (rank 0 hosts the rendezvous), bounded in time.
+// bootstrapped through hcCommInitFromEnv (rank 0 hosts the rendezvous) with a random
+// HICOLL_COMM_SECRET per job, bounded in time.
 #pragma once
 
 #include <functional>
@@ -18,7 +19,11 @@ struct Job {
   std::map<int, std::map<std::string, std::string>> rank_env;  // per-rank overrides
   int timeout_s = 120;
   std::string comm_id;  // host:port of the rendezvous; empty: a free loopback port
+  bool no_secret = false;  // true: no HICOLL_COMM_SECRET (the secret is derived, guessable)
 };
+
+// 32 random hex digits (what the launchers put in HICOLL_COMM_SECRET).
+std::string randomSecret();
 
 // Node labels: contiguous ranks per node ("n0 n0 n1 n1") or interleaved ("n0 n1 n0 n1").
 std::vector<std::string> contiguous(int nodes, int per_node);

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -54,6 +55,10 @@ int deviceCount() {
 int run(const Job& job, const std::function<int(int, int)>& body) {
   const int W = static_cast<int>(job.nodes.size());
   const int port = freePort();
+  unsigned char rnd[16] = {};
+  if (getrandom(rnd, sizeof rnd, 0) != sizeof rnd) return 1;
+  std::string secret;
+  for (unsigned char c : rnd) secret += "0123456789abcdef"[c >> 4], secret += "0123456789abcdef"[c & 15];
   std::fflush(stdout);
   std::fflush(stderr);
   std::vector<pid_t> pids(W, -1);
@@ -66,6 +71,7 @@ int run(const Job& job, const std::function<int(int, int)>& body) {
       setenv("MASTER_ADDR", "127.0.0.1", 1);
       setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
       setenv("HICOLL_TOPO_NODE", job.nodes[r].c_str(), 1);
+      setenv("HICOLL_COMM_SECRET", secret.c_str(), 1);  // strangers stay out of the rendezvous
       for (const auto& [k, v] : job.env) setenv(k.c_str(), v.c_str(), 1);
       int rc = 1;
       try {

@@ -122,7 +122,7 @@ hcResult_t classify(int err) {
   }
 }
 
-int tagBits(uint64_t mem_tag_format) {
+int tagBitsOf(uint64_t mem_tag_format) {
   // aws-ofi-nccl's reading: bits above the highest set bit are not carried.
   return mem_tag_format == 0 ? 64 : 64 - __builtin_clzll(mem_tag_format);
 }
@@ -224,6 +224,7 @@ class OfiTransport final : public Transport {
   }
   bool test(ReqId id) override;
   void progress() override;
+  int tagBits() const override { return tag_bits_; }
   void abort() override;
   void registerRegion(void* base, size_t len) override;
   void announceFailure(const std::string& what) override;
@@ -390,7 +391,7 @@ void OfiTransport::open(const OfiOptions& opt) {
   local_mr_ = (mr_mode & FI_MR_LOCAL) || tuning_.force_local_mr;
   mr_endpoint_ = mr_mode & FI_MR_ENDPOINT;
   prov_key_ = mr_mode & FI_MR_PROV_KEY;
-  tag_bits_ = tagBits(info_->ep_attr->mem_tag_format);
+  tag_bits_ = tagBitsOf(info_->ep_attr->mem_tag_format);
   tag_mask_ = tag_bits_ >= 64 ? ~0ull : (1ull << tag_bits_) - 1;
   max_chunk_ = info_->ep_attr->max_msg_size ? info_->ep_attr->max_msg_size : SIZE_MAX;
   if (tuning_.max_msg_size) max_chunk_ = std::min(max_chunk_, tuning_.max_msg_size);

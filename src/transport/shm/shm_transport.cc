@@ -67,6 +67,7 @@ struct ShmTransport::Header {
   uint64_t base_in_owner;  // where the owner mapped this segment
   std::atomic<uint32_t> aborted;
   std::atomic<uint32_t> closed;  // destroyed cleanly: its exit is not a failure
+  char reason[256];              // why it aborted or rejected a call (set before either is seen)
   Board board;
   QueueShared queue[1];  // [local size], to each receiver
 };
@@ -216,9 +217,23 @@ void ShmTransport::throwPeerError(int local, const char* what) {
     HC_THROW(hcTimeout, "shm: timed out after {} ms in {} (local ranks {})", opt_.timeout_ms, what,
              fmt::join(local_ranks_, ","));
   }
-  if (header(local).aborted.load())
-    HC_THROW(hcRemoteError, "shm: local peer rank {} aborted its communicator (noticed in {})", commRank(local), what);
-  HC_THROW(hcRemoteError, "shm: local peer rank {} (pid {}) died (noticed in {})", commRank(local), pids_[local], what);
+  if (header(local).aborted.load()) {
+    const std::string why = reason(local);
+    HC_THROW(hcRemoteError, "local peer rank {} failed{}{} (noticed in {})", commRank(local), why.empty() ? "" : ": ",
+             why, what);
+  }
+  HC_THROW(hcRemoteError, "local peer rank {} (pid {}) died (noticed in {})", commRank(local), pids_[local], what);
+}
+
+bool ShmTransport::closed(int local) { return header(local).closed.load(std::memory_order_acquire) != 0; }
+
+void ShmTransport::setReason(const std::string& why) {
+  std::snprintf(header(me_).reason, sizeof header(me_).reason, "%s", why.c_str());
+}
+
+std::string ShmTransport::reason(int local) {
+  const char* r = header(local).reason;
+  return std::string(r, strnlen(r, sizeof header(local).reason));
 }
 
 void ShmTransport::abort() {

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/coll.h"
 #include "core/deadline.h"
 #include "transport/shm/segment.h"
 #include "transport/transport.h"
@@ -28,8 +29,8 @@ class Bootstrap;
 struct alignas(64) Board {
   // By phase parity: a peer may post phase s+1 while this rank still checks its phase s.
   struct alignas(64) Post {
-    std::atomic<uint64_t> posted{0};  // seq of the collective the fields below describe
-    uint64_t info[4] = {};            // coll, dtype, count, op: checked against the peers'
+    std::atomic<uint64_t> posted{0};  // seq of the phase the fields below describe
+    CallDesc desc;                    // the call (and phase): checked against the peers'
     uint64_t addr[2] = {};            // regions exposed to the node, in the owner's address space
   };
   Post post[2];
@@ -78,6 +79,12 @@ class ShmTransport : public Transport {
   bool directRead() const { return direct_; }
   // Throws hcRemoteError when a local peer died or aborted.
   void checkPeers();
+  // The peer destroyed its communicator (it has finished every call it will make).
+  bool closed(int local);
+  // Why this rank failed or rejected a call, for local peers' messages (before abort() or a
+  // rejected call's post); reason(local) reads a peer's.
+  void setReason(const std::string& why);
+  std::string reason(int local);
   // Waits until pred() holds, checking peers and the deadline; what names the wait.
   template <class Pred>
   void waitFor(Pred pred, const Deadline& deadline, const char* what);
