@@ -34,7 +34,7 @@ bool Run::waitPosted(int local, bool collect) {
   Backoff backoff;
   while (b.posted.load(std::memory_order_acquire) < seq) {
     backoff.pause();
-    shm.checkPeers();
+    comm.checkPeers();
     if (b.posted.load(std::memory_order_acquire) >= seq) break;
     // A peer that destroyed its communicator makes no more calls.
     if (shm.closed(local))
@@ -131,8 +131,7 @@ void Run::idle(bool moved, Backoff& backoff, const char* what) {
     backoff.reset();
     return;
   }
-  shm.checkPeers();
-  if (comm.ofi) comm.ofi->checkFailureNotices();
+  comm.checkPeers();
   if (agreement) agreement->poll();
   checkDeadline(what);
   backoff.pause();

@@ -114,13 +114,14 @@ void runHostCollective(hcComm& c, const CollArgs& a) {
     try {
       runPath(c, a, p.path == hcPathHierarchical, r);
       ag.finish(r);
-    } catch (const Error&) {
+    } catch (const Error& e) {
       ag.explain(200);  // a disagreement explains a size mismatch or a timeout better
+      if (e.symptom()) c.explainSymptom(250);  // so does the failure notice of the peer behind it
       throw;
     }
   } catch (const Error& e) {
     // Midway through a call: the communicator cannot go on, whatever the code.
-    throw Error(e.code(), fmt::format("{}: {}", describe(a), e.what()), /*fatal=*/true);
+    throw Error(e.code(), fmt::format("{}: {}", describe(a), e.what()), Error::kFatal);
   }
 }
 
@@ -140,11 +141,11 @@ void rejectCall(hcComm& c, const CollArgs& a, const std::string& why) {
   } catch (const Error& e) {
     // A peer failed the call (it had valid arguments) or died: the communicator is gone.
     throw Error(hcInvalidArgument, fmt::format("{} (and the call failed on other ranks too: {})", why, e.what()),
-                /*fatal=*/true);
+                Error::kFatal);
   }
   // Every rank rejected its arguments: nothing moved, the communicator goes on.
   if (!others_valid) throw Error(hcInvalidArgument, why);
-  throw Error(hcInvalidArgument, fmt::format("{} (its peers were told: their call fails too)", why), /*fatal=*/true);
+  throw Error(hcInvalidArgument, fmt::format("{} (its peers were told: their call fails too)", why), Error::kFatal);
 }
 
 }  // namespace hicoll

@@ -31,9 +31,10 @@ hcResult_t guard(hcComm* comm, const char* fn, F&& f) {
     return hcSuccess;
   } catch (const Error& e) {
     t_last_error = e.what();
-    if (comm && (e.fatal() || e.code() == hcRemoteError || e.code() == hcTimeout)) {
-      if (!comm->failed.exchange(true)) comm->failure = e.what();
+    if (comm && (e.fatal() || e.code() == hcRemoteError || e.code() == hcTimeout) && !comm->failed.exchange(true)) {
+      comm->failure = e.what();
       try {
+        if (comm->liveness) comm->liveness->markFailed();
         if (comm->ofi) comm->ofi->announceFailure(fmt::format("rank {}: {}", comm->rank, e.what()));
         if (comm->shm) {
           comm->shm->setReason(e.what());
@@ -124,7 +125,7 @@ void runColl(hcComm& c, CollArgs& a, const char* fn, const hcRedOp_t* op) {
   } catch (const Error& e) {
     if (a.stream || c.nranks == 1) throw;
     a.call = ++c.calls;
-    rejectCall(c, a, fmt::format("rank {}: {}", c.rank, e.what()));
+    rejectCall(c, a, e.what());
   }
   if (a.count == 0 && a.coll != hcCollBarrier) return;
   a.call = ++c.calls;
@@ -260,7 +261,11 @@ hcResult_t hcCommAbort(hcComm_t comm) {
   comm->failed = true;
   try {
     if (comm->ofi) comm->ofi->announceFailure(fmt::format("rank {} called hcCommAbort", comm->rank));
-    if (comm->shm) comm->shm->abort();
+    if (comm->liveness) comm->liveness->markFailed();
+    if (comm->shm) {
+      comm->shm->setReason(fmt::format("rank {} called hcCommAbort", comm->rank));
+      comm->shm->abort();
+    }
     if (comm->ofi) comm->ofi->abort();
   } catch (...) {
   }

@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <thread>
 
 #include "core/error.h"
 #include "core/init.h"
 #include "core/log.h"
+#include "bootstrap/liveness.h"
 #include "transport/ofi/ofi_transport.h"
 #include "transport/shm/shm_transport.h"
 
@@ -71,6 +73,17 @@ std::vector<int> agreementPeers(const Topology& t, int rank) {
   return peers;
 }
 
+// The ranks a rank watches for liveness: its rail peers on the next and the previous node, or
+// on uneven nodes its ring neighbours on other nodes. Symmetric; at most two per rank.
+std::vector<int> livenessPeers(const Topology& t, int rank) {
+  if (!t.uniform) return agreementPeers(t, rank);
+  std::vector<int> peers;
+  const int n = t.node_of[rank], l = t.local_of[rank], N = t.nnodes;
+  for (int m : {(n + 1) % N, (n + N - 1) % N})
+    if (m != n && std::find(peers.begin(), peers.end(), t.rankAt(m, l)) == peers.end()) peers.push_back(t.rankAt(m, l));
+  return peers;
+}
+
 }  // namespace
 
 std::unique_ptr<hcComm> createComm(std::unique_ptr<Bootstrap> bs, std::shared_ptr<void> keepalive) {
@@ -125,11 +138,18 @@ std::unique_ptr<hcComm> createComm(std::unique_ptr<Bootstrap> bs, std::shared_pt
     if (oo.iface.empty() && c->topo.single_host) oo.iface = "lo";  // simulated nodes: stay on loopback
     oo.timeout_ms = c->timeoutMs();
     if (c->cfg.str(Knob::OfiRxmEager) == "1") oo.rxm_eager_bytes = static_cast<size_t>(c->cfg.num(Knob::NetChunkBytes));
+    hcComm* self = c.get();
+    oo.while_blocked = [self] {  // no ofi calls here: the transport holds its lock
+      self->shm->checkPeers();
+      if (self->liveness) self->liveness->check();
+    };
     c->ofi = makeOfiTransport(*c->bootstrap, oo);
     c->ofi->registerRegion(c->scratch, c->scratch_bytes);
     c->ofi->registerRegion(c->sort, c->sort_bytes);
     if (!c->agree_in.empty()) c->ofi->registerRegion(c->agree_in.data(), c->agree_in.size() * sizeof(hcComm::AgreeMsg));
     c->ofi->registerRegion(&c->agree_out, sizeof c->agree_out);
+    c->liveness = std::make_unique<Liveness>(*c->bootstrap, livenessPeers(c->topo, c->rank), c->ofi->ipv4(),
+                                             c->timeoutMs(), [self](int r) { return self->who(r); });
   }
   c->stats.size = sizeof(hcStats);
   c->stats.rank = c->rank;
@@ -145,6 +165,23 @@ std::unique_ptr<hcComm> createComm(std::unique_ptr<Bootstrap> bs, std::shared_pt
 }
 
 }  // namespace hicoll
+
+hcComm::~hcComm() = default;
+
+void hcComm::checkPeers() {
+  shm->checkPeers();
+  if (ofi) ofi->checkFailureNotices();
+  if (liveness) liveness->check();
+}
+
+void hcComm::explainSymptom(long ms) {
+  if (!ofi) return;
+  hicoll::Deadline d(ms);
+  while (!d.expired()) {
+    ofi->checkFailureNotices();
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
 
 std::string hcComm::who(int r) const {
   if (r < 0 || r >= static_cast<int>(topo.node_of.size())) return fmt::format("rank {}", r);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "bootstrap/bootstrap.h"
+#include "bootstrap/liveness.h"
 #include "core/coll.h"
 #include "core/config.h"
 #include "core/device.h"
@@ -37,6 +38,7 @@ struct hcComm {
   AgreeMsg agree_out{};
   std::unique_ptr<hicoll::ShmTransport> shm;  // ranks of this node (always present)
   std::unique_ptr<hicoll::Transport> ofi;     // ranks of other nodes (null on one node)
+  std::unique_ptr<hicoll::Liveness> liveness;  // watches ranks of other nodes (null on one node)
   std::unique_ptr<hicoll::DeviceEngine> device;
 
   // Scratch and sort buffers live in this rank's shared-memory segment (readable by the
@@ -54,6 +56,7 @@ struct hcComm {
   std::atomic<bool> failed{false};
   std::string failure;  // first error, repeated by later calls
   std::vector<char> heap_workspace;  // private to the host algorithms; see workspace()
+  ~hcComm();
 
   int node() const { return topo.node_of[rank]; }
   // "rank 3 (node 'n1')", for messages.
@@ -62,6 +65,13 @@ struct hcComm {
   long timeoutMs() const { return cfg.num(hicoll::Knob::TimeoutMs); }
   // The transport that reaches peer: shm on the same node, ofi otherwise.
   hicoll::Transport& transportTo(int peer);
+  // Throws hcRemoteError when a rank this one depends on is known to be gone: a local peer
+  // died or aborted, a failure notice arrived, a watched rank's liveness connection closed.
+  // Cheap enough for every idle pass of a wait (each source is rate-limited).
+  void checkPeers();
+  // After an error that is a symptom (a broken link): waits up to ms for a failure notice that
+  // names the cause, and throws it if one arrives.
+  void explainSymptom(long ms);
   void countCall(hcColl_t c, hcPath_t path, const std::string& fallback_reason = "");
   void countBytes(hcColl_t c, int peer, size_t bytes);
   // At least `bytes` of private memory, kept for later calls (grows, never shrinks); valid

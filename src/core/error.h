@@ -12,16 +12,20 @@ namespace hicoll {
 
 class Error : public std::runtime_error {
  public:
-  Error(hcResult_t code, const std::string& msg, bool fatal = false)
-      : std::runtime_error(msg), code_(code), fatal_(fatal) {}
+  // kFatal: the communicator cannot go on after it (a collective failed midway): the API
+  // marks it failed and tells the peers, whatever the code.
+  // kSymptom: a peer's link broke; the peer may have failed for a reason its failure notice
+  // (arriving a moment later) tells better.
+  enum Flags : unsigned { kFatal = 1, kSymptom = 2 };
+  Error(hcResult_t code, const std::string& msg, unsigned flags = 0)
+      : std::runtime_error(msg), code_(code), flags_(flags) {}
   hcResult_t code() const { return code_; }
-  // The communicator cannot go on after it (a collective failed midway): the API marks it
-  // failed and tells the peers, whatever the code.
-  bool fatal() const { return fatal_; }
+  bool fatal() const { return flags_ & kFatal; }
+  bool symptom() const { return flags_ & kSymptom; }
 
  private:
   hcResult_t code_;
-  bool fatal_;
+  unsigned flags_;
 };
 
 [[noreturn]] void throwSystemError(const char* what, int err, const char* file, int line);

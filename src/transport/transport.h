@@ -31,6 +31,8 @@ class Transport {
   virtual void progress() = 0;
   // Tag bits the transport carries (tags above them are refused).
   virtual int tagBits() const { return 64; }
+  // This rank's IPv4 address on the transport's network ("" when it is not an IP network).
+  virtual std::string ipv4() const { return ""; }
   // Cancels everything outstanding; later calls fail fast.
   virtual void abort() = 0;
   // Failure notices (transports that reach other nodes): a rank whose communicator failed

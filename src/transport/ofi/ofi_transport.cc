@@ -2,6 +2,7 @@
 // progress by the calling thread. See ofi_transport.h for the matching rules.
 #include "transport/ofi/ofi_transport.h"
 
+#include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
 #include <rdma/fabric.h>
@@ -225,6 +226,7 @@ class OfiTransport final : public Transport {
   bool test(ReqId id) override;
   void progress() override;
   int tagBits() const override { return tag_bits_; }
+  std::string ipv4() const override { return ipv4_; }
   void abort() override;
   void registerRegion(void* base, size_t len) override;
   void announceFailure(const std::string& what) override;
@@ -239,6 +241,7 @@ class OfiTransport final : public Transport {
   void connect(Bootstrap& bs);
   void warmUp();
   void postNotices();
+  void throwIfNoticeArrived();
   ReqId post(bool send, int peer, void* buf, size_t len, uint64_t tag);
   void postOp(bool send, Op* op, void* buf, void* desc, int peer, uint64_t tag);
   size_t drainCq();
@@ -270,7 +273,8 @@ class OfiTransport final : public Transport {
   FidPtr<fid_ep> ep_;
   std::vector<fi_addr_t> addrs_;
   std::vector<std::string> peer_names_;
-  std::string provider_, address_;
+  std::string provider_, address_, ipv4_;
+  std::function<void()> while_blocked_;
   uint64_t tag_mask_ = ~0ull;
   int tag_bits_ = 64;
   size_t max_chunk_ = SIZE_MAX;
@@ -279,7 +283,7 @@ class OfiTransport final : public Transport {
 
   // Failure notices: one receive posted per peer for the whole life of the transport, with a
   // tag no collective uses (collectives use the low 60 bits, the warm-up all ones).
-  static constexpr size_t kNoticeBytes = 128;
+  static constexpr size_t kNoticeBytes = 512;
   std::vector<std::array<char, kNoticeBytes>> notice_in_;
   std::vector<ReqId> notice_req_;  // 0 once consumed
   std::array<char, kNoticeBytes> notice_out_{};
@@ -311,7 +315,7 @@ class OfiTransport final : public Transport {
 
 OfiTransport::OfiTransport(Bootstrap& bs, const OfiOptions& opt, const ofi_detail::OfiTuning& tuning)
     : rank_(bs.rank()), size_(bs.size()), timeout_ms_(opt.timeout_ms > 0 ? opt.timeout_ms : 120000),
-      tuning_(tuning) {
+      tuning_(tuning), while_blocked_(opt.while_blocked) {
   try {
     open(opt);
     connect(bs);
@@ -434,6 +438,11 @@ void OfiTransport::connect(Bootstrap& bs) {
   mine.addr_format = info_->addr_format;
   mine.tag_bits = static_cast<uint32_t>(tag_bits_);
   std::snprintf(mine.provider, sizeof(mine.provider), "%s", provider_.c_str());
+  if (info_->addr_format == FI_SOCKADDR_IN && len >= sizeof(sockaddr_in)) {
+    char ip[INET_ADDRSTRLEN] = {};
+    const auto* sin = reinterpret_cast<const sockaddr_in*>(mine.name);
+    if (inet_ntop(AF_INET, &sin->sin_addr, ip, sizeof ip)) ipv4_ = ip;
+  }
 
   std::vector<WireAddr> all(static_cast<size_t>(size_));
   bs.allgather(&mine, all.data(), sizeof(WireAddr));
@@ -518,6 +527,22 @@ void OfiTransport::postNotices() {
     if (p != rank_) notice_req_[static_cast<size_t>(p)] = irecv(p, notice_in_[static_cast<size_t>(p)].data(), kNoticeBytes, notice_tag_);
 }
 
+// With mu_ held: a failure notice that has arrived (its receive completed) is thrown.
+void OfiTransport::throwIfNoticeArrived() {
+  if (notice_tag_ == 0) return;
+  for (int p = 0; p < size_; ++p) {
+    const ReqId id = notice_req_[static_cast<size_t>(p)];
+    if (id == 0) continue;
+    const uint32_t idx = static_cast<uint32_t>(id & 0xffffffffu), gen = static_cast<uint32_t>(id >> 32);
+    const Request& r = reqs_[idx];
+    if (!r.live || r.gen != gen || r.pending > 0 || r.err != hcSuccess) continue;
+    auto& text = notice_in_[static_cast<size_t>(p)];
+    text.back() = '\0';
+    notice_seen_ = true;
+    HC_THROW(hcRemoteError, "{} reported a failure: {}", peerStr(p), text.data());
+  }
+}
+
 void OfiTransport::checkFailureNotices() {
   if (notice_tag_ == 0 || aborted_.load()) return;
   // Every 10 ms at most: each test drives the provider's progress (system calls), and the
@@ -541,7 +566,7 @@ void OfiTransport::checkFailureNotices() {
     auto& text = notice_in_[static_cast<size_t>(p)];
     text.back() = '\0';
     notice_seen_ = true;
-    HC_THROW(hcRemoteError, "ofi: rank {} ({}) reported a failure: {}", p, peerStr(p), text.data());
+    HC_THROW(hcRemoteError, "{} reported a failure: {}", peerStr(p), text.data());
   }
 }
 
@@ -615,8 +640,8 @@ void OfiTransport::closeAll() noexcept {
 }
 
 std::string OfiTransport::peerStr(int peer) const {
-  if (peer < 0 || peer >= static_cast<int>(peer_names_.size())) return fmt::format("peer {}", peer);
-  return fmt::format("peer {} ({})", peer, peer_names_[static_cast<size_t>(peer)]);
+  if (peer < 0 || peer >= static_cast<int>(peer_names_.size())) return fmt::format("rank {}", peer);
+  return fmt::format("rank {} ({})", peer, peer_names_[static_cast<size_t>(peer)]);
 }
 
 void OfiTransport::throwAborted(const char* what, int peer, uint64_t tag) const {
@@ -775,9 +800,15 @@ void OfiTransport::postOp(bool send, Op* op, void* buf, void* desc, int peer, ui
     HC_CHECK(rc == -FI_EAGAIN, hcSystemError, "rank {} ofi: {} {} tag {:#x} ({} bytes): {}", rank_,
              send ? "fi_tsend to" : "fi_trecv from", peerStr(peer), tag, op->len, fiStr(rc));
     // The queue is full: completions free it (and the provider may need progress to send).
+    // A queue that stays full because its peer is dead is a dead peer: look for the notices
+    // and the liveness news that say so.
     ++post_retries_;
     if (drainCq() > 0) bo.reset(); else bo.pause();
     if (aborted_.load()) throwAborted(send ? "send to" : "receive from", peer, tag);
+    if (limit == 0) {  // not while this rank announces its own failure
+      throwIfNoticeArrived();
+      if (while_blocked_) while_blocked_();
+    }
     HC_CHECK(!dl.expired(), hcTimeout,
              "rank {} ofi: could not post a {} {} tag {:#x} for {} ms: the provider's queue stayed full "
              "(too many outstanding operations, or the peer is not progressing)",
@@ -855,7 +886,7 @@ bool OfiTransport::test(ReqId id) {
   if (r0.pending > 0 && r0.err == hcSuccess && !aborted_.load()) drainCq();
   Request& r = reqs_[idx];
   if (r.err != hcSuccess) {
-    Error e(r.err, r.msg);
+    Error e(r.err, r.msg, r.err == hcRemoteError ? Error::kSymptom : 0u);
     release(idx);
     throw e;
   }

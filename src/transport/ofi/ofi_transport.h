@@ -11,6 +11,7 @@
 // endpoint before the receiver matched it is lost.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -26,6 +27,8 @@ struct OfiOptions {
   // With ofi_rxm: the FI_OFI_RXM_EAGER_LIMIT to set when the environment has none (0: leave
   // rxm's default). libfabric reads it once, when the process first initializes it.
   size_t rxm_eager_bytes = 0;
+  // Called while a post waits for queue space (it may throw: a peer known to be gone).
+  std::function<void()> while_blocked;
 };
 
 // Collective over bs (all ranks of the communicator call it): opens fabric/domain/endpoint/AV/CQ,

@@ -1,0 +1,160 @@
+#include "bootstrap/liveness.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "bootstrap/bootstrap.h"
+#include "core/error.h"
+#include "core/log.h"
+
+namespace hicoll {
+namespace {
+
+constexpr uint64_t kMagic = 0x68636c6976653031ULL;  // "hclive01"
+constexpr char kBye = 'B', kFailed = 'F';
+constexpr auto kCheckEvery = std::chrono::milliseconds(5);
+
+struct Published {
+  uint8_t token[16];  // proves a connection comes from a rank of this communicator
+  uint32_t ip;        // network order
+  uint16_t port;
+  uint16_t pad;
+};
+struct Hello {
+  uint64_t magic;
+  uint8_t token[16];  // the acceptor's token
+  int32_t rank;       // the connector
+  int32_t pad;
+};
+static_assert(sizeof(Published) == 24 && sizeof(Hello) == 32, "wire layout");
+
+uint32_t hostIpv4() {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_family = AF_INET;
+  uint32_t ip = htonl(INADDR_LOOPBACK);
+  if (getaddrinfo(host, nullptr, &hints, &res) == 0 && res) {
+    ip = reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr.s_addr;
+    freeaddrinfo(res);
+  }
+  return ip;
+}
+
+// Keepalive probes after a quarter of the timeout idle, three of them a sixteenth apart: a
+// silent host is found in under half the timeout.
+void keepAlive(int fd, long timeout_ms) {
+  const int idle = static_cast<int>(std::max<long>(1, timeout_ms / 4000));
+  const int intvl = static_cast<int>(std::max<long>(1, timeout_ms / 16000)), cnt = 3, one = 1;
+  const unsigned user_timeout = static_cast<unsigned>(std::min<long>(timeout_ms / 2, 1L << 30));
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof user_timeout);
+}
+
+}  // namespace
+
+Liveness::Liveness(Bootstrap& bs, const std::vector<int>& peers, const std::string& ip, long timeout_ms,
+                   std::function<std::string(int)> who)
+    : who_(std::move(who)) {
+  Published mine{};
+  HC_CHECK(getrandom(mine.token, sizeof mine.token, 0) == sizeof mine.token, hcSystemError, "getrandom failed");
+  SockAddr addr;
+  auto* in = reinterpret_cast<sockaddr_in*>(&addr.ss);
+  in->sin_family = AF_INET;
+  in->sin_addr.s_addr = htonl(INADDR_ANY);
+  if (!ip.empty()) HC_CHECK(inet_pton(AF_INET, ip.c_str(), &in->sin_addr) == 1, hcInternalError, "liveness: bad ip {}", ip);
+  addr.len = sizeof(sockaddr_in);
+  Fd listener = listenOn(addr);
+  mine.ip = ip.empty() ? hostIpv4() : in->sin_addr.s_addr;
+  mine.port = htons(static_cast<uint16_t>(addr.port()));
+  std::vector<Published> all(static_cast<size_t>(bs.size()));
+  bs.allgather(&mine, all.data(), sizeof mine);
+
+  const Deadline d(timeout_ms);
+  // Connect to the higher peers (the kernel's backlog accepts before they call accept), then
+  // accept the lower ones.
+  size_t expected = 0;
+  for (int p : peers) {
+    if (p < bs.rank()) {
+      ++expected;
+      continue;
+    }
+    SockAddr to;
+    auto* t = reinterpret_cast<sockaddr_in*>(&to.ss);
+    t->sin_family = AF_INET;
+    t->sin_addr.s_addr = all[static_cast<size_t>(p)].ip;
+    t->sin_port = all[static_cast<size_t>(p)].port;
+    to.len = sizeof(sockaddr_in);
+    Fd fd = connectTo(to, d);
+    Hello h{kMagic, {}, bs.rank(), 0};
+    std::memcpy(h.token, all[static_cast<size_t>(p)].token, sizeof h.token);
+    sendAll(fd.get(), &h, sizeof h, d);
+    keepAlive(fd.get(), timeout_ms);
+    peers_.push_back({p, std::move(fd)});
+  }
+  while (expected > 0) {
+    pollfd pf{listener.get(), POLLIN, 0};
+    const int rc = ::poll(&pf, 1, static_cast<int>(std::min<long>(d.remainingMs(), 200)));
+    HC_CHECK(!d.expired(), hcTimeout, "liveness: rank {} timed out after {} ms waiting for {} connection(s) from its peers",
+             bs.rank(), timeout_ms, expected);
+    if (rc <= 0) continue;
+    Fd fd(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (!fd.valid()) continue;
+    Hello h{};
+    try {
+      recvAll(fd.get(), &h, sizeof h, Deadline(std::min<long>(d.remainingMs(), 2000)));
+    } catch (const Error&) {
+      continue;  // a stranger or a dead connection: not one of ours
+    }
+    const bool ours = h.magic == kMagic && std::memcmp(h.token, mine.token, sizeof h.token) == 0 &&
+                      std::count(peers.begin(), peers.end(), h.rank) == 1 && h.rank < bs.rank() &&
+                      std::none_of(peers_.begin(), peers_.end(), [&](const Peer& q) { return q.rank == h.rank; });
+    if (!ours) {
+      HC_INFO("liveness: rank {} refused a connection that is not from one of its peers", bs.rank());
+      continue;
+    }
+    keepAlive(fd.get(), timeout_ms);
+    peers_.push_back({h.rank, std::move(fd)});
+    --expected;
+  }
+  HC_INFO("liveness: rank {} watches ranks {}", bs.rank(), fmt::join(peers, ","));
+}
+
+Liveness::~Liveness() {
+  for (Peer& p : peers_) (void)!::send(p.fd.get(), failed_ ? &kFailed : &kBye, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+void Liveness::check() {
+  const auto now = std::chrono::steady_clock::now();
+  if (peers_.empty() || now - last_ < kCheckEvery) return;
+  last_ = now;
+  std::vector<pollfd> fds;
+  for (Peer& p : peers_) fds.push_back({p.fd.get(), POLLIN, 0});
+  if (::poll(fds.data(), fds.size(), 0) <= 0) return;
+  for (size_t i = 0; i < fds.size(); ++i) {
+    if (!fds[i].revents) continue;
+    char buf[16];
+    const ssize_t n = ::recv(fds[i].fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n > 0 && std::memchr(buf, kFailed, static_cast<size_t>(n)))
+      throw Error(hcRemoteError, fmt::format("{} failed and closed its communicator", who_(peers_[i].rank)),
+                  Error::kSymptom);
+    if (n > 0 && std::memchr(buf, kBye, static_cast<size_t>(n)))
+      HC_THROW(hcRemoteError, "{} destroyed its communicator while this rank still waited for it",
+               who_(peers_[i].rank));
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+      HC_THROW(hcRemoteError, "{} is gone: its liveness connection closed{}{} (the process died, or its host or "
+               "network failed)", who_(peers_[i].rank), n < 0 ? ": " : "", n < 0 ? std::strerror(errno) : "");
+  }
+}
+
+}  // namespace hicoll

@@ -1,0 +1,49 @@
+// Liveness across nodes: one TCP connection between each rank and a few ranks of the
+// neighbouring nodes, held open for the communicator's life. A killed process's sockets are
+// closed by its kernel at once, so a rank that dies on another node (or every rank of a node)
+// is seen by the ranks watching it within milliseconds, whether or not a survivor on its node
+// sends a failure notice; a silent host is caught by TCP keepalive well inside the timeout.
+// A rank that destroys its communicator says so first ("bye"), so the others can tell a
+// destroy from a death. Nothing else travels on these connections.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "bootstrap/socket.h"
+
+namespace hicoll {
+
+class Bootstrap;
+
+class Liveness {
+ public:
+  // Collective over bs (every rank calls it, with symmetric peer lists: p in peers of r iff r
+  // in peers of p). ip: the IPv4 address peers reach this rank at ("" = the host name's).
+  // who(rank) names a rank in messages.
+  Liveness(Bootstrap& bs, const std::vector<int>& peers, const std::string& ip, long timeout_ms,
+           std::function<std::string(int)> who);
+  ~Liveness();
+  Liveness(const Liveness&) = delete;
+  Liveness& operator=(const Liveness&) = delete;
+
+  // Throws hcRemoteError naming a watched rank whose connection closed. At most one system
+  // call every few milliseconds (waits call it in their idle loops).
+  void check();
+  // This rank's communicator failed: its destruction says so instead of "bye".
+  void markFailed() { failed_ = true; }
+
+ private:
+  bool failed_ = false;
+  struct Peer {
+    int rank;
+    Fd fd;
+  };
+  std::vector<Peer> peers_;
+  std::function<std::string(int)> who_;
+  std::chrono::steady_clock::time_point last_{};
+};
+
+}  // namespace hicoll

@@ -1,0 +1,214 @@
+// Tier 3: ranks that disagree about a call fail it, every one of them, fast, naming who
+// called what; nothing returns hcSuccess with wrong data, and a rank that rejects its own
+// arguments makes its peers fail that same call instead of pairing with its next one.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "../common/mp.h"
+#include "checks.h"
+
+namespace hctest {
+namespace {
+
+struct Layout {
+  const char* name;
+  int nranks;
+  std::vector<std::string> node;
+};
+
+std::vector<Layout> layouts() {
+  return {{"1x2", 2, contiguous(1, 2)}, {"2x1", 2, contiguous(2, 1)}, {"2x2", 4, contiguous(2, 2)},
+          {"2x2i", 4, interleaved(2, 2)}};
+}
+
+double since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Runs `call` on every rank of every layout; the ranks of the last node (or rank W-1 on one
+// node) pass the "odd" arguments. Every rank must fail within 3 s (HICOLL_TIMEOUT_MS is 20 s)
+// with hcInvalidUsage or hcRemoteError, and the rank that saw it must name both calls.
+void expectEveryRankFails(const char* what, const std::function<hcResult_t(hcComm_t, int rank, bool odd)>& call,
+                          const char* must_mention) {
+  for (const Layout& lay : layouts()) {
+    Job job;
+    job.nranks = lay.nranks;
+    job.node = lay.node;
+    job.env["HICOLL_TIMEOUT_MS"] = "20000";
+    job.timeout_s = 60;
+    auto st = run(job, [&](int rank, hcComm_t comm) {
+      const bool odd = lay.node[rank] == lay.node.back() && (lay.node.front() != lay.node.back() || rank == lay.nranks - 1);
+      auto t0 = std::chrono::steady_clock::now();
+      hcResult_t r = call(comm, rank, odd);
+      const double took = since(t0);
+      const std::string msg = hcGetLastError(comm);
+      std::fprintf(stderr, "[%s %s rank %d] %s in %.2f s: %s\n", what, lay.name, rank, hcGetErrorString(r), took,
+                   msg.c_str());
+      if (r == hcSuccess) return 11;
+      if (r != hcInvalidUsage && r != hcRemoteError) return 12;
+      if (took > 3.0) return 13;
+      if (r == hcInvalidUsage && (msg.find(" called ") == std::string::npos || msg.find(must_mention) == std::string::npos))
+        return 14;
+      // The communicator is unusable afterwards, on every rank, at once.
+      int32_t x = 1;
+      if (hcAllReduce(&x, &x, 1, hcInt32, hcSum, comm, nullptr) == hcSuccess) return 15;
+      return 0;
+    });
+    for (int r = 0; r < job.nranks; ++r) EXPECT_EQ(st[r], 0) << what << " " << lay.name << " rank " << r;
+  }
+}
+
+TEST(Agreement, DifferentReductionOps) {
+  expectEveryRankFails("allreduce sum/max", [](hcComm_t comm, int rank, bool odd) {
+    std::vector<float> x(1000, static_cast<float>(rank + 1));
+    return hcAllReduce(x.data(), x.data(), x.size(), hcFloat32, odd ? hcMax : hcSum, comm, nullptr);
+  }, "reduction op");
+  expectEveryRankFails("reducescatter sum/min", [](hcComm_t comm, int rank, bool odd) {
+    int W = 0;
+    hcCommCount(comm, &W);
+    std::vector<float> in(W * 4096, 1.0f), out(4096);
+    return hcReduceScatter(in.data(), out.data(), out.size(), hcFloat32, odd ? hcMin : hcSum, comm, nullptr);
+  }, "reduction op");
+}
+
+TEST(Agreement, DatatypesOfTheSameSize) {
+  expectEveryRankFails("allreduce float32/int32", [](hcComm_t comm, int, bool odd) {
+    std::vector<float> x(1 << 16, 1.0f);
+    return hcAllReduce(x.data(), x.data(), x.size(), odd ? hcInt32 : hcFloat32, hcSum, comm, nullptr);
+  }, "datatype");
+  expectEveryRankFails("allgather float32/int32", [](hcComm_t comm, int, bool odd) {
+    int W = 0;
+    hcCommCount(comm, &W);
+    std::vector<float> in(100, 1.0f), out(W * 100);
+    return hcAllGather(in.data(), out.data(), in.size(), odd ? hcInt32 : hcFloat32, comm, nullptr);
+  }, "datatype");
+}
+
+TEST(Agreement, CountsThatDiffer) {
+  expectEveryRankFails("allreduce 100000/100001", [](hcComm_t comm, int, bool odd) {
+    std::vector<float> x(100001, 1.0f);
+    return hcAllReduce(x.data(), x.data(), odd ? 100001 : 100000, hcFloat32, hcSum, comm, nullptr);
+  }, "count");
+}
+
+TEST(Agreement, DifferentCollectivesDoNotWaitForTheTimeout) {
+  expectEveryRankFails("allgather/reducescatter", [](hcComm_t comm, int, bool odd) {
+    int W = 0;
+    hcCommCount(comm, &W);
+    std::vector<float> big(W * 1024, 1.0f), small(1024, 1.0f);
+    return odd ? hcReduceScatter(big.data(), small.data(), 1024, hcFloat32, hcSum, comm, nullptr)
+               : hcAllGather(small.data(), big.data(), 1024, hcFloat32, comm, nullptr);
+  }, "collective");
+}
+
+TEST(Agreement, BroadcastRoots) {
+  expectEveryRankFails("broadcast root", [](hcComm_t comm, int rank, bool odd) {
+    int W = 0;
+    hcCommCount(comm, &W);
+    std::vector<int32_t> x(5000, rank);
+    return hcBroadcast(x.data(), x.data(), x.size(), hcInt32, odd ? W - 1 : 0, comm, nullptr);
+  }, "root");
+}
+
+TEST(Agreement, PreMulSumScalars) {
+  expectEveryRankFails("premulsum scalar", [](hcComm_t comm, int, bool odd) {
+    float scalar = odd ? 0.5f : 0.25f;
+    hcRedOp_t op;
+    if (hcRedOpCreatePreMulSum(&op, &scalar, hcFloat32, comm) != hcSuccess) return hcInternalError;
+    std::vector<float> x(2048, 1.0f);
+    return hcAllReduce(x.data(), x.data(), x.size(), hcFloat32, op, comm, nullptr);
+  }, "scalar");
+}
+
+// In place on some ranks and not on others is a valid call (as in NCCL): it must succeed.
+TEST(Agreement, MixedInPlaceIsValid) {
+  for (const Layout& lay : layouts()) {
+    Job job;
+    job.nranks = lay.nranks;
+    job.node = lay.node;
+    auto st = run(job, [&](int rank, hcComm_t comm) {
+      const size_t n = 3000, W = static_cast<size_t>(lay.nranks);
+      std::vector<int32_t> in(n, rank), out(W * n, -1);
+      const int32_t* send = rank % 2 ? in.data() : out.data() + rank * n;
+      if (rank % 2 == 0) std::fill(out.begin() + rank * n, out.begin() + (rank + 1) * n, rank);
+      if (hcAllGather(send, out.data(), n, hcInt32, comm, nullptr) != hcSuccess) return 11;
+      for (size_t i = 0; i < W * n; ++i)
+        if (out[i] != static_cast<int32_t>(i / n)) return 12;
+      return 0;
+    });
+    for (int r = 0; r < job.nranks; ++r) EXPECT_EQ(st[r], 0) << lay.name << " rank " << r;
+  }
+}
+
+// Rank 0 passes a NULL buffer: it gets hcInvalidArgument, every other rank fails that same
+// call with hcRemoteError naming rank 0's reason, and nobody pairs it with the next call.
+TEST(Agreement, OneSidedArgumentErrorFailsThatCallEverywhere) {
+  for (const Layout& lay : layouts()) {
+    Job job;
+    job.nranks = lay.nranks;
+    job.node = lay.node;
+    job.env["HICOLL_TIMEOUT_MS"] = "20000";
+    job.timeout_s = 60;
+    auto st = run(job, [&](int rank, hcComm_t comm) {
+      const size_t n = 1000, W = static_cast<size_t>(lay.nranks);
+      std::vector<float> in(n, 1.0f), out(W * n);
+      auto t0 = std::chrono::steady_clock::now();
+      hcResult_t r = hcAllGather(rank == 0 ? nullptr : in.data(), out.data(), n, hcFloat32, comm, nullptr);
+      const double took = since(t0);
+      std::string msg = hcGetLastError(comm);
+      std::fprintf(stderr, "[null %s rank %d] %s in %.2f s: %s\n", lay.name, rank, hcGetErrorString(r), took, msg.c_str());
+      if (rank == 0 ? r != hcInvalidArgument : r != hcRemoteError) return 11;
+      if (rank != 0 && msg.find("NULL buffer") == std::string::npos) return 12;
+      if (took > 3.0) return 13;
+      // The next call does not pair with anything: it fails at once on every rank.
+      t0 = std::chrono::steady_clock::now();
+      r = hcAllGather(in.data(), out.data(), n, hcFloat32, comm, nullptr);
+      if (r == hcSuccess || since(t0) > 1.0) return 14;
+      return 0;
+    });
+    for (int r = 0; r < job.nranks; ++r) EXPECT_EQ(st[r], 0) << lay.name << " rank " << r;
+  }
+}
+
+// Every rank rejects its arguments alike: each gets hcInvalidArgument, nothing moved, and the
+// communicator goes on.
+TEST(Agreement, SymmetricArgumentErrorsLeaveTheCommunicatorUsable) {
+  for (const Layout& lay : layouts()) {
+    Job job;
+    job.nranks = lay.nranks;
+    job.node = lay.node;
+    job.env["HICOLL_TIMEOUT_MS"] = "20000";
+    auto st = run(job, [&](int rank, hcComm_t comm) {
+      std::vector<float> x(64, 1.0f);
+      if (hcAllReduce(x.data(), x.data(), x.size(), static_cast<hcDataType_t>(42), hcSum, comm, nullptr) !=
+          hcInvalidArgument)
+        return 11;
+      if (hcBroadcast(x.data(), x.data(), x.size(), hcFloat32, -1, comm, nullptr) != hcInvalidArgument) return 12;
+      return checkAllReduce(comm, hcFloat32, hcSum, 1000, false, 2) + checkAllGather(comm, hcInt32, 77, true, 3);
+    });
+    for (int r = 0; r < job.nranks; ++r) EXPECT_EQ(st[r], 0) << lay.name << " rank " << r;
+  }
+}
+
+// With the flat ring too: the descriptor is checked whatever the path.
+TEST(Agreement, RingPathChecksToo) {
+  Job job;
+  job.nranks = 4;
+  job.node = contiguous(2, 2);
+  job.env["HICOLL_ALGO"] = "ring";
+  job.env["HICOLL_TIMEOUT_MS"] = "20000";
+  auto st = run(job, [&](int rank, hcComm_t comm) {
+    std::vector<float> x(5000, 1.0f);
+    hcResult_t r = hcAllReduce(x.data(), x.data(), x.size(), hcFloat32, rank == 3 ? hcMax : hcSum, comm, nullptr);
+    std::fprintf(stderr, "[ring rank %d] %s: %s\n", rank, hcGetErrorString(r), hcGetLastError(comm));
+    return r == hcInvalidUsage || r == hcRemoteError ? 0 : 11;
+  });
+  for (int r = 0; r < job.nranks; ++r) EXPECT_EQ(st[r], 0) << "rank " << r;
+}
+
+}  // namespace
+}  // namespace hctest
