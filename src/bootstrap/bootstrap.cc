@@ -16,16 +16,20 @@ Bootstrap::Bootstrap(std::shared_ptr<Store> store, std::string prefix, int rank,
 
 std::string Bootstrap::nextKey(const char* what) { return fmt::format("{}/{}/{}", prefix_, what, seq_++); }
 
+Bootstrap::~Bootstrap() {
+  if (!parent_orphans_) return;
+  for (auto& k : my_keys_) parent_orphans_->push_back(std::move(k.second));
+  for (auto& k : *orphans_) parent_orphans_->push_back(std::move(k));
+}
+
 void Bootstrap::eraseKeysBefore(uint64_t op) {
-  size_t kept = 0;
-  for (auto& k : my_keys_) {
-    if (k.first < op) {
-      store_->erase(k.second);
-    } else {
-      my_keys_[kept++] = std::move(k);
-    }
-  }
-  my_keys_.resize(kept);
+  for (const std::string& k : *orphans_) store_->erase(k);
+  orphans_->clear();
+  std::erase_if(my_keys_, [&](const std::pair<uint64_t, std::string>& k) {
+    if (k.first >= op) return false;
+    store_->erase(k.second);
+    return true;
+  });
 }
 
 void Bootstrap::allgather(const void* mine, void* all, size_t len) {
@@ -41,7 +45,14 @@ void Bootstrap::allgather(const void* mine, void* all, size_t len) {
       if (len) std::memcpy(out + r * len, mine, len);
       continue;
     }
-    std::vector<uint8_t> v = store_->get(fmt::format("{}/{}", base, r), len, timeout_ms_);
+    std::vector<uint8_t> v;
+    try {
+      v = store_->get(fmt::format("{}/{}", base, r), len, timeout_ms_);
+    } catch (const Error& e) {
+      if (e.code() != hcTimeout) throw;
+      HC_THROW(hcTimeout, "bootstrap: rank {} of {} did not arrive within {} ms (this is rank {}): {}", r, size_, timeout_ms_,
+               rank_, e.what());
+    }
     if (len) std::memcpy(out + r * len, v.data(), len);
   }
   eraseKeysBefore(op);
@@ -88,8 +99,10 @@ std::unique_ptr<Bootstrap> Bootstrap::split(int color, int key, std::vector<int>
     if (std::get<1>(group[i]) == rank_) new_rank = static_cast<int>(i);
   }
   if (members) *members = ranks;
-  return std::make_unique<Bootstrap>(store_, fmt::format("{}/split{}/c{}", prefix_, split_id, color), new_rank,
-                                     static_cast<int>(group.size()), timeout_ms_);
+  auto child = std::make_unique<Bootstrap>(store_, fmt::format("{}/split{}/c{}", prefix_, split_id, color), new_rank,
+                                           static_cast<int>(group.size()), timeout_ms_);
+  child->parent_orphans_ = orphans_;
+  return child;
 }
 
 }  // namespace hicoll

@@ -15,6 +15,9 @@ namespace hicoll {
 class Bootstrap {
  public:
   Bootstrap(std::shared_ptr<Store> store, std::string prefix, int rank, int size, long timeout_ms);
+  // Its last operation's keys may still be read by slower ranks: they go to the parent's
+  // next completed allgather (the ranks have finished with a destroyed child by then).
+  ~Bootstrap();
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -37,6 +40,9 @@ class Bootstrap {
   // completes, every rank has set its key of it, so every rank finished the operations before.
   void eraseKeysBefore(uint64_t op);
   std::vector<std::pair<uint64_t, std::string>> my_keys_;
+  // Keys of destroyed children (splits), shared with them; erased with this bootstrap's own.
+  std::shared_ptr<std::vector<std::string>> orphans_ = std::make_shared<std::vector<std::string>>();
+  std::shared_ptr<std::vector<std::string>> parent_orphans_;
   std::shared_ptr<Store> store_;
   std::string prefix_;
   int rank_, size_;

@@ -183,14 +183,16 @@ class Server : public TcpStoreServer {
     std::string key(reinterpret_cast<char*>(c.in.data()) + sizeof r, r.keylen);
     if (r.op == kOpSet) {
       auto* v = c.in.data() + sizeof r + r.keylen;
-      auto old = data_.find(key);
-      const size_t replaced = old == data_.end() ? 0 : old->second.size() + old->first.size();
-      if (total_ + key.size() + r.vallen - replaced > totalLimit()) {
-        drop(c, "the store's size limit was reached");
+      eraseKey(key);
+      // Each rank's keys count against its own quota: a rank (or a stranger holding a rank)
+      // that exceeds it is dropped and its keys go with it, the others are not affected.
+      if (held_[c.rank] + key.size() + r.vallen > limits_.per_rank_total) {
+        dropKeysOf(c.rank);
+        drop(c, "it stored more than a rank's limit");
         return false;
       }
-      total_ += key.size() + r.vallen - replaced;
-      data_[key].assign(v, v + r.vallen);
+      held_[c.rank] += key.size() + r.vallen;
+      data_[key] = Entry{std::vector<uint8_t>(v, v + r.vallen), c.rank};
       uint32_t ok = 0;
       append(c, &ok, 4);
       auto it = waiting_.find(key);
@@ -199,11 +201,7 @@ class Server : public TcpStoreServer {
         waiting_.erase(it);
       }
     } else if (r.op == kOpDel) {
-      auto it = data_.find(key);
-      if (it != data_.end()) {
-        total_ -= it->first.size() + it->second.size();
-        data_.erase(it);
-      }
+      eraseKey(key);
       uint32_t ok = 0;
       append(c, &ok, 4);
     } else if (data_.count(key)) {
@@ -222,10 +220,19 @@ class Server : public TcpStoreServer {
     drop(c, why);
     return false;
   }
-  size_t totalLimit() const { return limits_.max_total + limits_.per_rank_total * static_cast<size_t>(nranks_); }
+  void eraseKey(const std::string& key) {
+    auto it = data_.find(key);
+    if (it == data_.end()) return;
+    held_[it->second.owner] -= it->first.size() + it->second.v.size();
+    data_.erase(it);
+  }
+  void dropKeysOf(int rank) {
+    std::erase_if(data_, [&](const auto& kv) { return kv.second.owner == rank; });
+    held_.erase(rank);
+  }
 
   void reply(Conn& c, const std::string& key) {
-    const auto& v = data_[key];
+    const auto& v = data_[key].v;
     uint64_t len = v.size();
     append(c, &len, 8);
     append(c, v.data(), v.size());
@@ -247,12 +254,16 @@ class Server : public TcpStoreServer {
 
   Secret secret_;
   TcpStoreLimits limits_;
-  size_t total_ = 0;  // bytes of keys and values held
   Fd listen_;
   SockAddr addr_;
   Fd wake_r_, wake_w_;
   std::vector<std::unique_ptr<Conn>> conns_;
-  std::map<std::string, std::vector<uint8_t>> data_;
+  struct Entry {
+    std::vector<uint8_t> v;
+    int owner = -1;  // the rank that set it
+  };
+  std::map<std::string, Entry> data_;
+  std::map<int, size_t> held_;  // bytes of keys and values per rank
   std::map<std::string, std::vector<Conn*>> waiting_;
   std::set<int> ranks_;
   int nranks_ = 0;

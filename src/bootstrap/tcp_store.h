@@ -3,7 +3,7 @@
 // Clients authenticate with the job's secret and a rank; strangers (wrong magic or secret,
 // a taken rank, garbage, silence) are disconnected without disturbing the job. Before a
 // connection has authenticated the server reads nothing but its greeting; unauthenticated
-// connections are capped in number and lifetime, values in size (each and all together), and
+// connections are capped in number and lifetime, values in size (each, and all of one rank's), and
 // keys a bootstrap no longer needs are deleted, so nobody can grow the server without bound.
 #pragma once
 
@@ -27,8 +27,7 @@ class TcpStoreServer {
 struct TcpStoreLimits {
   long drain_ms = 60000;  // how long destruction waits for connected ranks to leave
   size_t max_value = 1 << 20;             // bytes of one value
-  size_t max_total = 64u << 20;           // bytes of all values, plus per_rank_total per rank
-  size_t per_rank_total = 64u << 10;
+  size_t per_rank_total = 4u << 20;       // bytes of the keys and values one rank holds
   size_t max_unauthenticated = 64;        // the oldest is dropped beyond this
   long hello_ms = 5000;                   // an unauthenticated connection's lifetime
 };

@@ -1,5 +1,7 @@
 // The C ABI: validate, dispatch, and turn every exception into an hcResult_t.
 #include <cstring>
+#include <deque>
+#include <mutex>
 #include <new>
 
 #include "algorithms/host.h"
@@ -17,6 +19,31 @@ using namespace hicoll;
 namespace {
 
 thread_local std::string t_last_error;
+
+// A handle that is NULL, destroyed, or not a communicator at all is refused (destroyed ones
+// are recognised as long as their shell is kept, see retire()).
+bool bad(const hcComm* c, const char* fn) {
+  if (c && c->magic == hcComm::kLive) return false;
+  t_last_error = c == nullptr ? fmt::format("{}: comm is NULL", fn)
+                 : c->magic == hcComm::kDead
+                     ? fmt::format("{}: the communicator was destroyed (hcCommDestroy or hcCommAbort) before this call", fn)
+                     : fmt::format("{}: not a communicator (a corrupted or foreign handle)", fn);
+  return true;
+}
+
+// Frees what a communicator holds and keeps its shell, marked dead, so that a later call with
+// the stale handle is an error instead of a use after free. The oldest shells are freed.
+void retire(hcComm* c) {
+  static std::mutex mu;
+  static std::deque<hcComm*> graveyard;
+  c->release();
+  std::lock_guard<std::mutex> lock(mu);
+  graveyard.push_back(c);
+  if (graveyard.size() > 1024) {
+    delete graveyard.front();
+    graveyard.pop_front();
+  }
+}
 
 // One try/catch for every entry point; a communicator that saw a remote error or a timeout
 // is marked failed so later calls fail fast with the first error.
@@ -140,7 +167,7 @@ void runColl(hcComm& c, CollArgs& a, const char* fn, const hcRedOp_t* op) {
 
 // The body of every collective entry point; op (when given) is resolved inside the guard.
 hcResult_t collective(hcComm_t comm, const char* fn, CollArgs a, const hcRedOp_t* op = nullptr) {
-  if (!comm) return hcInvalidArgument;
+  if (bad(comm, fn)) return hcInvalidArgument;
   return guard(comm, fn, [&] { runColl(*comm, a, fn, op); });
 }
 
@@ -229,7 +256,7 @@ hcResult_t hcCommInitRankStore(hcComm_t* comm, int nranks, int rank, const hcSto
 }
 
 hcResult_t hcCommSplit(hcComm_t comm, int color, int key, hcComm_t* newcomm) {
-  if (!comm || !newcomm) return hcInvalidArgument;
+  if (bad(comm, "hcCommSplit") || !newcomm) return hcInvalidArgument;
   *newcomm = nullptr;
   return guard(comm, "hcCommSplit", [&] {
     std::unique_ptr<Bootstrap> bs = comm->bootstrap->split(color, key);
@@ -238,7 +265,7 @@ hcResult_t hcCommSplit(hcComm_t comm, int color, int key, hcComm_t* newcomm) {
 }
 
 hcResult_t hcCommDestroy(hcComm_t comm) {
-  if (!comm) return hcInvalidArgument;
+  if (bad(comm, "hcCommDestroy")) return hcInvalidArgument;
   hcResult_t r = guard(nullptr, "hcCommDestroy", [&] {
     if (comm->device) comm->device->drain();
     // A send completes locally before its receiver matched it; closing the endpoint then can
@@ -252,12 +279,12 @@ hcResult_t hcCommDestroy(hcComm_t comm) {
       }
     }
   });
-  delete comm;
+  retire(comm);
   return r;
 }
 
 hcResult_t hcCommAbort(hcComm_t comm) {
-  if (!comm) return hcInvalidArgument;
+  if (bad(comm, "hcCommAbort")) return hcInvalidArgument;
   comm->failed = true;
   try {
     if (comm->ofi) comm->ofi->announceFailure(fmt::format("rank {} called hcCommAbort", comm->rank));
@@ -269,24 +296,24 @@ hcResult_t hcCommAbort(hcComm_t comm) {
     if (comm->ofi) comm->ofi->abort();
   } catch (...) {
   }
-  delete comm;
+  retire(comm);
   return hcSuccess;
 }
 
 hcResult_t hcCommCount(const hcComm_t comm, int* count) {
-  if (!comm || !count) return hcInvalidArgument;
+  if (bad(comm, "hcCommCount") || !count) return hcInvalidArgument;
   *count = comm->nranks;
   return hcSuccess;
 }
 
 hcResult_t hcCommUserRank(const hcComm_t comm, int* rank) {
-  if (!comm || !rank) return hcInvalidArgument;
+  if (bad(comm, "hcCommUserRank") || !rank) return hcInvalidArgument;
   *rank = comm->rank;
   return hcSuccess;
 }
 
 hcResult_t hcCommGetStats(const hcComm_t comm, hcStats* stats) {
-  if (!comm || !stats || stats->size < sizeof(size_t)) return hcInvalidArgument;
+  if (bad(comm, "hcCommGetStats") || !stats || stats->size < sizeof(size_t)) return hcInvalidArgument;
   std::lock_guard<std::mutex> lock(comm->stats_mu);
   size_t n = std::min(stats->size, sizeof(hcStats));
   std::memcpy(reinterpret_cast<char*>(stats) + sizeof(size_t), reinterpret_cast<const char*>(&comm->stats) + sizeof(size_t),
@@ -295,7 +322,7 @@ hcResult_t hcCommGetStats(const hcComm_t comm, hcStats* stats) {
 }
 
 hcResult_t hcRedOpCreatePreMulSum(hcRedOp_t* op, const void* scalar, hcDataType_t dtype, hcComm_t comm) {
-  if (!op || !scalar || !comm) return hcInvalidArgument;
+  if (bad(comm, "hcRedOpCreatePreMulSum") || !op || !scalar) return hcInvalidArgument;
   return guard(comm, "hcRedOpCreatePreMulSum", [&] {
     double v = 0;
     switch (dtype) {
@@ -320,7 +347,7 @@ hcResult_t hcRedOpCreatePreMulSum(hcRedOp_t* op, const void* scalar, hcDataType_
 }
 
 hcResult_t hcRedOpDestroy(hcRedOp_t op, hcComm_t comm) {
-  if (!comm) return hcInvalidArgument;
+  if (bad(comm, "hcRedOpDestroy")) return hcInvalidArgument;
   long i = static_cast<long>(op) - hcNumOps;
   if (i < 0 || i >= static_cast<long>(comm->premul_ops.size()) || comm->premul_ops[i].kind != OpKind::PreMulSum) {
     t_last_error = fmt::format("hcRedOpDestroy: {} is not a pre-multiplied sum of this communicator", static_cast<int>(op));

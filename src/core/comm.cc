@@ -168,6 +168,23 @@ std::unique_ptr<hcComm> createComm(std::unique_ptr<Bootstrap> bs, std::shared_pt
 
 hcComm::~hcComm() = default;
 
+void hcComm::release() {
+  magic = kDead;
+  device.reset();
+  liveness.reset();
+  ofi.reset();
+  shm.reset();
+  std::vector<AgreeMsg>().swap(agree_in);
+  std::vector<int>().swap(agree_peers);
+  bootstrap.reset();
+  keepalive.reset();
+  std::vector<char>().swap(heap_workspace);
+  std::vector<hicoll::RedOp>().swap(premul_ops);
+  cfg = hicoll::Config();
+  std::string().swap(failure);
+  topo = hicoll::Topology();
+}
+
 void hcComm::checkPeers() {
   shm->checkPeers();
   if (ofi) ofi->checkFailureNotices();

@@ -20,6 +20,8 @@ class ShmTransport;
 }
 
 struct hcComm {
+  static constexpr uint64_t kLive = 0x68636f6d6d4c4956ull, kDead = 0x68636f6d6d444541ull;
+  uint64_t magic = kLive;  // kDead once destroyed (the API refuses the handle)
   hicoll::Config cfg;
   int rank = 0;
   int nranks = 0;
@@ -57,6 +59,8 @@ struct hcComm {
   std::string failure;  // first error, repeated by later calls
   std::vector<char> heap_workspace;  // private to the host algorithms; see workspace()
   ~hcComm();
+  // Frees everything it holds (transports first, as the destructor would) and marks it dead.
+  void release();
 
   int node() const { return topo.node_of[rank]; }
   // "rank 3 (node 'n1')", for messages.

@@ -37,7 +37,17 @@ struct MapStore {
     std::memcpy(v, x.data(), len);
     return 0;
   }
-  hcStoreOps ops() { return hcStoreOps{sizeof(hcStoreOps), this, &MapStore::set, &MapStore::get}; }
+  static int del(void* ctx, const char* key) {
+    auto* s = static_cast<MapStore*>(ctx);
+    std::lock_guard<std::mutex> l(s->mu);
+    s->kv.erase(key);
+    return 0;
+  }
+  size_t size() {
+    std::lock_guard<std::mutex> l(mu);
+    return kv.size();
+  }
+  hcStoreOps ops() { return hcStoreOps{sizeof(hcStoreOps), this, &MapStore::set, &MapStore::get, &MapStore::del}; }
 };
 
 void onThreads(int n, const std::function<void(int, hcComm_t)>& body) {
@@ -52,6 +62,52 @@ void onThreads(int n, const std::function<void(int, hcComm_t)>& body) {
       EXPECT_EQ(hcCommDestroy(c), hcSuccess);
     });
   for (auto& t : ts) t.join();
+}
+
+// A stale handle is refused, not used: after destroy, every call (destroy and abort included)
+// returns hcInvalidArgument and says why.
+TEST(Api, DestroyedHandlesAreRefused) {
+  MapStore store;
+  hcStoreOps ops = store.ops();
+  hcComm_t c = nullptr;
+  ASSERT_EQ(hcCommInitRankStore(&c, 1, 0, &ops, "stale"), hcSuccess);
+  ASSERT_EQ(hcCommDestroy(c), hcSuccess);
+  int n = 0;
+  float x = 1;
+  EXPECT_EQ(hcCommCount(c, &n), hcInvalidArgument);
+  EXPECT_EQ(hcAllReduce(&x, &x, 1, hcFloat32, hcSum, c, nullptr), hcInvalidArgument);
+  EXPECT_NE(std::string(hcGetLastError(nullptr)).find("destroyed"), std::string::npos) << hcGetLastError(nullptr);
+  EXPECT_EQ(hcCommDestroy(c), hcInvalidArgument);
+  EXPECT_EQ(hcCommAbort(c), hcInvalidArgument);
+  hcComm_t sub = nullptr;
+  EXPECT_EQ(hcCommSplit(c, 0, 0, &sub), hcInvalidArgument);
+  EXPECT_EQ(hcBarrier(nullptr), hcInvalidArgument);
+}
+
+// The bootstrap deletes the keys nobody reads any more: the store does not grow with the
+// number of bootstrap operations (creation, splits).
+TEST(Api, BootstrapKeysAreFreed) {
+  MapStore store;
+  hcStoreOps ops = store.ops();
+  std::vector<size_t> sizes(3);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < 3; ++r)
+    ts.emplace_back([&, r] {
+      hcComm_t c = nullptr;
+      ASSERT_EQ(hcCommInitRankStore(&c, 3, r, &ops, "gc"), hcSuccess) << hcGetLastError(nullptr);
+      for (int i = 0; i < 20; ++i) {
+        hcComm_t sub = nullptr;
+        ASSERT_EQ(hcCommSplit(c, r % 2, r, &sub), hcSuccess);
+        hcCommDestroy(sub);
+      }
+      hcBarrier(c);
+      sizes[r] = store.size();
+      hcCommDestroy(c);
+    });
+  for (auto& t : ts) t.join();
+  // Each split's group creation runs several bootstrap exchanges; without deletion the
+  // store held hundreds of keys by now.
+  for (size_t s : sizes) EXPECT_LE(s, 12u) << "keys left in the store";
 }
 
 TEST(Api, MatrixOnThreeThreads) {
