@@ -269,13 +269,20 @@ hcResult_t hcCommDestroy(hcComm_t comm) {
   hcResult_t r = guard(nullptr, "hcCommDestroy", [&] {
     if (comm->device) comm->device->drain();
     // A send completes locally before its receiver matched it; closing the endpoint then can
-    // lose it (libfabric's net provider does). Meet the other ranks first, bounded.
+    // lose it (libfabric's net provider does). Meet the other ranks first, bounded: a barrier
+    // over the transports (a dead rank is an error at once), then one over the bootstrap (its
+    // messages cannot be lost by the endpoints closing).
     if (comm->ofi && !comm->failed.load()) {
       ScopedLogRank lr(comm->rank);
       try {
+        CollArgs b{.coll = hcCollBarrier, .dtype = hcUint8};
+        b.call = ++comm->calls;
+        runHostCollective(*comm, b);
         comm->bootstrap->barrier();
       } catch (const Error& e) {
         HC_WARN("hcCommDestroy: ranks did not all reach destroy: {}", e.what());
+        if (comm->liveness) comm->liveness->markFailed();
+        if (comm->ofi) comm->ofi->announceFailure(fmt::format("rank {} could not meet the others in hcCommDestroy: {}", comm->rank, e.what()));
       }
     }
   });

@@ -11,13 +11,15 @@
 
 #include <fmt/format.h>
 
+#include "transport/ofi/fabric_lib.h"
+
 namespace hicoll::dev {
 namespace {
 
 constexpr uint32_t kFiApiVersion = FI_VERSION(1, 14);
 
 struct InfoDeleter {
-  void operator()(fi_info* i) const { fi_freeinfo(i); }
+  void operator()(fi_info* i) const { ofi::fabricLib().freeinfo(i); }
 };
 using InfoPtr = std::unique_ptr<fi_info, InfoDeleter>;
 struct FidDeleter {
@@ -26,7 +28,7 @@ struct FidDeleter {
 using FidPtr = std::unique_ptr<fid, FidDeleter>;
 
 std::string libVersion() {
-  const uint32_t v = fi_version();
+  const uint32_t v = ofi::fabricLib().version();
   return fmt::format("{}.{}", FI_MAJOR(v), FI_MINOR(v));
 }
 
@@ -36,7 +38,7 @@ HmemProbe probeFiHmem(const std::string& provider_knob, int cuda_device, void* d
   HmemProbe out;
   const char* env = std::getenv("FI_PROVIDER");
   const std::string provider = env && *env ? env : provider_knob;
-  InfoPtr hints(fi_allocinfo());
+  InfoPtr hints(ofi::fabricLib().dupinfo(nullptr));
   if (!hints) {
     out.detail = "fi_allocinfo failed";
     return out;
@@ -46,24 +48,24 @@ HmemProbe probeFiHmem(const std::string& provider_knob, int cuda_device, void* d
   hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_HMEM | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
   hints->fabric_attr->prov_name = strdup(provider.c_str());  // freed by fi_freeinfo
   fi_info* raw = nullptr;
-  int rc = fi_getinfo(kFiApiVersion, nullptr, nullptr, 0, hints.get(), &raw);
+  int rc = ofi::fabricLib().getinfo(kFiApiVersion, nullptr, nullptr, 0, hints.get(), &raw);
   InfoPtr info(raw);
   if (rc != 0 || !info) {
     out.detail = fmt::format("provider '{}' of libfabric {} offers no FI_HMEM endpoint ({})", provider, libVersion(),
-                             fi_strerror(-rc));
+                             ofi::fabricLib().strerror(-rc));
     return out;
   }
   fid_fabric* fabric = nullptr;
-  rc = fi_fabric(info->fabric_attr, &fabric, nullptr);
+  rc = ofi::fabricLib().fabric(info->fabric_attr, &fabric, nullptr);
   if (rc != 0) {
-    out.detail = fmt::format("provider '{}' advertises FI_HMEM but fi_fabric failed: {}", provider, fi_strerror(-rc));
+    out.detail = fmt::format("provider '{}' advertises FI_HMEM but fi_fabric failed: {}", provider, ofi::fabricLib().strerror(-rc));
     return out;
   }
   FidPtr fabric_guard(&fabric->fid);
   fid_domain* domain = nullptr;
   rc = fi_domain(fabric, info.get(), &domain, nullptr);
   if (rc != 0) {
-    out.detail = fmt::format("provider '{}' advertises FI_HMEM but fi_domain failed: {}", provider, fi_strerror(-rc));
+    out.detail = fmt::format("provider '{}' advertises FI_HMEM but fi_domain failed: {}", provider, ofi::fabricLib().strerror(-rc));
     return out;
   }
   FidPtr domain_guard(&domain->fid);
@@ -79,7 +81,7 @@ HmemProbe probeFiHmem(const std::string& provider_knob, int cuda_device, void* d
   if (rc != 0) {
     out.detail = fmt::format("provider '{}' of libfabric {} advertises FI_HMEM but cannot register CUDA memory ({}); "
                              "libfabric was built without CUDA support",
-                             provider, libVersion(), fi_strerror(-rc));
+                             provider, libVersion(), ofi::fabricLib().strerror(-rc));
     return out;
   }
   fi_close(&mr->fid);

@@ -1,5 +1,6 @@
 // Tier 3: a rank that dies, a whole node that dies, or a rank that stops, becomes an error on
 // every survivor fast (well inside HICOLL_TIMEOUT_MS), and the message names the culprit.
+#include <dirent.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -7,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 #include <chrono>
 #include <string>
@@ -153,6 +155,33 @@ TEST(Death, StoppedRankIsATimeoutNamingIt) {
     EXPECT_EQ(st[1], 128 + SIGKILL);
     EXPECT_EQ(st[0], 0) << layout.back();
   }
+}
+
+// Using the network must not change how a rank dies: libfabric's PSM libraries, loaded with it,
+// would install handlers that turn SIGTERM into exit status 1 and write *.btr files here.
+TEST(Death, SignalsStaySignalsAfterTheNetworkIsUp) {
+  auto btrFiles = [] {
+    int n = 0;
+    if (DIR* d = opendir(".")) {
+      while (dirent* e = readdir(d)) n += std::strstr(e->d_name, ".btr") != nullptr;
+      closedir(d);
+    }
+    return n;
+  };
+  const int before = btrFiles();
+  Job job;
+  job.nranks = 2;
+  job.node = contiguous(2, 1);
+  auto st = run(job, [&](int rank, hcComm_t comm) {
+    if (allGather(comm) != hcSuccess) return 10;
+    if (rank == 1) raise(SIGTERM);
+    return 0;
+  });
+  EXPECT_EQ(st[1], 128 + SIGTERM);
+  EXPECT_EQ(btrFiles(), before);
+  struct sigaction sa {};
+  sigaction(SIGINT, nullptr, &sa);
+  EXPECT_EQ(sa.sa_handler, SIG_DFL) << "loading hicoll changed this process's SIGINT handler";
 }
 
 }  // namespace

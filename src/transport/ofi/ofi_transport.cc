@@ -31,6 +31,7 @@
 #include "core/deadline.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "transport/ofi/fabric_lib.h"
 #include "transport/ofi/ofi_detail.h"
 
 namespace hicoll {
@@ -40,7 +41,7 @@ constexpr uint32_t kFiApiVersion = FI_VERSION(1, 14);
 constexpr const char* kDefaultProvider = "tcp;ofi_rxm";
 constexpr size_t kPage = 4096;
 
-std::string fiStr(long rc) { return fmt::format("{} ({})", fi_strerror(static_cast<int>(rc < 0 ? -rc : rc)), rc); }
+std::string fiStr(long rc) { return fmt::format("{} ({})", ofi::fabricLib().strerror(static_cast<int>(rc < 0 ? -rc : rc)), rc); }
 
 const char* fidClassName(size_t fclass) {
   switch (fclass) {
@@ -94,7 +95,7 @@ class FidPtr {
 };
 
 struct InfoDeleter {
-  void operator()(fi_info* i) const { fi_freeinfo(i); }
+  void operator()(fi_info* i) const { ofi::fabricLib().freeinfo(i); }
 };
 using InfoPtr = std::unique_ptr<fi_info, InfoDeleter>;
 
@@ -330,7 +331,7 @@ OfiTransport::OfiTransport(Bootstrap& bs, const OfiOptions& opt, const ofi_detai
 // One fi_getinfo attempt; nullptr when nothing fits. libfabric 1.17's tcp and net list every
 // interface whatever domain_attr->name says, so the interface is also filtered here.
 InfoPtr OfiTransport::getInfo(const std::string& iface, const sockaddr_in* src, bool local_mr) {
-  InfoPtr hints(fi_allocinfo());
+  InfoPtr hints(ofi::fabricLib().dupinfo(nullptr));
   HC_CHECK(hints, hcSystemError, "rank {} ofi: fi_allocinfo failed", rank_);
   hints->caps = FI_TAGGED | FI_SEND | FI_RECV | FI_DIRECTED_RECV;
   hints->mode = FI_CONTEXT | FI_CONTEXT2;
@@ -352,7 +353,7 @@ InfoPtr OfiTransport::getInfo(const std::string& iface, const sockaddr_in* src, 
   }
 
   fi_info* list = nullptr;
-  int rc = fi_getinfo(kFiApiVersion, nullptr, nullptr, 0, hints.get(), &list);
+  int rc = ofi::fabricLib().getinfo(kFiApiVersion, nullptr, nullptr, 0, hints.get(), &list);
   InfoPtr all(list);
   if (rc == -FI_ENODATA) return nullptr;
   HC_CHECK(rc == 0, hcSystemError, "rank {} ofi: fi_getinfo(provider '{}'): {}", rank_, provider_, fiStr(rc));
@@ -367,7 +368,7 @@ InfoPtr OfiTransport::getInfo(const std::string& iface, const sockaddr_in* src, 
     if (score > best) best = score, chosen = i;
   }
   if (!chosen) return nullptr;
-  InfoPtr info(fi_dupinfo(chosen));
+  InfoPtr info(ofi::fabricLib().dupinfo(chosen));
   HC_CHECK(info, hcSystemError, "rank {} ofi: fi_dupinfo failed", rank_);
   return info;
 }
@@ -400,7 +401,7 @@ void OfiTransport::open(const OfiOptions& opt) {
   max_chunk_ = info_->ep_attr->max_msg_size ? info_->ep_attr->max_msg_size : SIZE_MAX;
   if (tuning_.max_msg_size) max_chunk_ = std::min(max_chunk_, tuning_.max_msg_size);
 
-  int rc = fi_fabric(info_->fabric_attr, fabric_.out(), nullptr);
+  int rc = ofi::fabricLib().fabric(info_->fabric_attr, fabric_.out(), nullptr);
   HC_CHECK(rc == 0, hcSystemError, "rank {} ofi: fi_fabric({}): {}", rank_, provider_, fiStr(rc));
   rc = fi_domain(fabric_.get(), info_.get(), domain_.out(), nullptr);
   HC_CHECK(rc == 0, hcSystemError, "rank {} ofi: fi_domain({}): {}", rank_, info_->domain_attr->name, fiStr(rc));
@@ -837,7 +838,7 @@ size_t OfiTransport::drainCq() {
     HC_CHECK(m >= 0, hcSystemError, "rank {} ofi: fi_cq_readerr: {}", rank_, fiStr(m));
     char pbuf[256] = {};
     const char* pstr = fi_cq_strerror(cq_.get(), err.prov_errno, err.err_data, pbuf, sizeof(pbuf));
-    std::string why = fmt::format("{} (provider errno {}: {})", fi_strerror(err.err), err.prov_errno,
+    std::string why = fmt::format("{} (provider errno {}: {})", ofi::fabricLib().strerror(err.err), err.prov_errno,
                                   pstr ? pstr : "?");
     HC_CHECK(err.op_context != nullptr, classify(err.err), "rank {} ofi: completion error without an operation: {}",
              rank_, why);

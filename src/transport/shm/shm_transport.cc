@@ -25,6 +25,16 @@ constexpr size_t kPage = 4096;
 
 size_t roundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
+// Yama's ptrace_scope, -1 without Yama.
+int yamaScope() {
+  FILE* f = std::fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
+  if (!f) return -1;
+  int v = -1;
+  if (std::fscanf(f, "%d", &v) != 1) v = -1;
+  std::fclose(f);
+  return v;
+}
+
 struct Desc {
   uint64_t tag, addr, len;
 };
@@ -71,6 +81,27 @@ struct ShmTransport::Header {
   Board board;
   QueueShared queue[1];  // [local size], to each receiver
 };
+
+// process_vm_readv needs ptrace access to the peer. Without Yama (or scope 0) a process of the
+// same user has it; under scope 1 only a declared tracer does, and a process may declare one
+// pid only: with one local peer hicoll declares it, with more it does not declare "any"
+// (PR_SET_PTRACER_ANY would let every process of the user read this rank's memory and switch
+// Yama off for it) and the node stages through shared memory instead. Returns a note for the
+// log ("" when nothing was needed).
+std::string ShmTransport::allowPeerReads(const std::string& mode, const std::vector<int>& pids, int me) {
+  if (mode == "0") return "";
+  const int scope = yamaScope();
+  std::vector<int> others;
+  for (size_t i = 0; i < pids.size(); ++i)
+    if (static_cast<int>(i) != me && pids[i] != getpid()) others.push_back(pids[i]);
+  if (scope <= 0 || others.empty()) return "";
+  if (scope == 1 && others.size() == 1) {
+    prctl(PR_SET_PTRACER, others[0], 0, 0, 0);
+    return fmt::format("Yama ptrace_scope=1: pid {} declared as this rank's tracer", others[0]);
+  }
+  return fmt::format("Yama ptrace_scope={}: single-copy reads between {} processes would need wider ptrace access "
+                     "than hicoll grants; shared-memory staging instead", scope, others.size() + 1);
+}
 
 ShmTransport::ShmTransport(Bootstrap& bs, const std::vector<int>& local_ranks, const ShmOptions& opt)
     : local_ranks_(local_ranks), opt_(opt) {
@@ -119,15 +150,14 @@ ShmTransport::ShmTransport(Bootstrap& bs, const std::vector<int>& local_ranks, c
       if (in.pid != getpid()) pidfds_[i] = static_cast<int>(syscall(SYS_pidfd_open, in.pid, 0));
     }
     segs_[me_] = std::move(mine);
-    bs.barrier();  // every local rank mapped every segment: the names can go
+    cma_note_ = allowPeerReads(opt_.cma, pids_, me_);
+    bs.barrier();  // every local rank mapped every segment (and allowed its reads): the names can go
   } catch (...) {
     mine.unlink();
     throw;
   }
   segs_[me_].unlink();
 
-  // Let local peers read this process's memory (matters under Yama ptrace_scope=1).
-  prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
   same_process_ = std::all_of(pids_.begin(), pids_.end(), [](int p) { return p == getpid(); });
   bool cma_ok = true;
   if (!same_process_ && opt_.cma != "0") {
@@ -147,8 +177,9 @@ ShmTransport::ShmTransport(Bootstrap& bs, const std::vector<int>& local_ranks, c
   for (int r : local_ranks_) direct_ = direct_ && oks[r];
   if (opt_.cma == "1" && !direct_)
     HC_THROW(hcUnsupported, "HICOLL_SHM_CMA=1 but process_vm_readv between the ranks of this node is not permitted");
-  HC_INFO("shm: {} local ranks, intra-node copies: {}", L,
-          same_process_ ? "memcpy (ranks are threads)" : direct_ ? "single copy (process_vm_readv)" : "bounce buffers (two copies)");
+  HC_INFO("shm: {} local ranks, intra-node copies: {}{}", L,
+          same_process_ ? "memcpy (ranks are threads)" : direct_ ? "single copy (process_vm_readv)" : "bounce buffers (two copies)",
+          cma_note_.empty() ? "" : " (" + cma_note_ + ")");
   pairs_.resize(L);
   for (auto& p : pairs_) p = std::make_unique<Pair>();
 }

@@ -97,6 +97,8 @@ class ShmTransport : public Transport {
   void throwPeerError(int local, const char* what);
   bool progressSend(int local);
   bool progressRecv(int local);
+  static std::string allowPeerReads(const std::string& mode, const std::vector<int>& pids, int me);
+  std::string cma_note_;
 
   std::vector<int> local_ranks_;
   std::map<int, int> local_of_;  // comm rank -> local index

@@ -290,7 +290,7 @@ TEST_P(OfiProviderTest, SizeMismatchIsAnErrorNamingThePeer) {
       } else {
         std::vector<uint8_t> in(expected);
         std::string msg = expectError([&] { wait1(r.t, r.t.irecv(0, in.data(), expected, 9)); }, hcInvalidUsage);
-        EXPECT_NE(msg.find(fmt::format("size mismatch from peer 0")), std::string::npos) << msg;
+        EXPECT_NE(msg.find(fmt::format("size mismatch from rank 0")), std::string::npos) << msg;
         // Providers do not always say by how much a message overflowed (see ofi_transport.cc).
         bool exact = msg.find(fmt::format("expected {} got {} bytes", expected, sent)) != std::string::npos;
         bool more = sent > expected &&
@@ -470,7 +470,7 @@ TEST_P(OfiProviderTest, SplitMessagesAboveMaxMsgSize) {
       wait1(r.t, r.t.isend(1, c.data(), c.size(), 9));
     } else {
       std::string msg = expectError([&] { wait1(r.t, r.t.irecv(0, b.data(), b.size(), 9)); }, hcInvalidUsage);
-      EXPECT_NE(msg.find("size mismatch from peer 0"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("size mismatch from rank 0"), std::string::npos) << msg;
       r.bs.barrier();
       std::vector<uint8_t> got(16, 7);
       wait1(r.t, r.t.irecv(0, got.data(), got.size(), 9));
