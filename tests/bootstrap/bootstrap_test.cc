@@ -44,7 +44,12 @@ TEST(Bootstrap, TcpStoreServesRanksAndRejectsStrangers) {
   auto server = startTcpStoreServer(addr, secret);
   Secret wrong = secret;
   wrong[0] ^= 1;
-  EXPECT_THROW(connectTcpStore(server->address(), wrong, 0, 2, 2000), Error);
+  try {
+    connectTcpStore(server->address(), wrong, 0, 2, 2000);
+    ADD_FAILURE() << "a wrong secret was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("HICOLL_COMM_SECRET"), std::string::npos) << e.what();
+  }
   auto a = connectTcpStore(server->address(), secret, 0, 2, 2000);
   EXPECT_THROW(connectTcpStore(server->address(), secret, 0, 2, 2000), Error);  // rank 0 is taken
   auto b = connectTcpStore(server->address(), secret, 1, 2, 2000);
@@ -118,6 +123,30 @@ TEST(LaunchEnv, TorchrunMpirunAndSrun) {
     g.set("RANK", "5");
     g.set("WORLD_SIZE", "4");
     EXPECT_THROW(readLaunchEnv("127.0.0.1:1"), Error);  // rank outside the world
+  }
+  for (const char* bad : {"127.0.0.1:99999", "127.0.0.1:0", ":5000", "127.0.0.1:x"}) {
+    EnvGuard g;
+    g.set("RANK", "0");
+    g.set("WORLD_SIZE", "4");
+    try {
+      readLaunchEnv(bad);
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("HICOLL_COMM_ID"), std::string::npos) << e.what();
+    }
+  }
+  {
+    EnvGuard g;
+    g.set("RANK", "0");
+    g.set("WORLD_SIZE", "4");
+    g.set("MASTER_ADDR", "127.0.0.1");
+    g.set("MASTER_PORT", "65535");
+    try {
+      readLaunchEnv("");
+      ADD_FAILURE() << "MASTER_PORT=65535 accepted (hicoll listens on the next port)";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("MASTER_PORT"), std::string::npos) << e.what();
+    }
   }
   {
     EnvGuard g;

@@ -52,6 +52,35 @@ TEST(Config, InvalidValuesNameTheVariableAndTheValue) {
   EXPECT_NE(errorOf({{"HICOLL_FORCE_FALLBACK", "allgather,gossip"}}).find("gossip"), std::string::npos);
 }
 
+// Values that parse but make no sense are refused, not clamped or left to overflow later.
+TEST(Config, RangesAreEnforced) {
+  for (const char* bad : {"-1", "0", "9223372036854775807", "2147483648"}) {
+    std::string msg = errorOf({{"HICOLL_TIMEOUT_MS", bad}});
+    EXPECT_NE(msg.find("HICOLL_TIMEOUT_MS"), std::string::npos) << bad;
+    EXPECT_NE(msg.find("range"), std::string::npos) << msg;
+  }
+  EXPECT_EQ(with({{"HICOLL_TIMEOUT_MS", "1"}}).num(Knob::TimeoutMs), 1);
+  for (const char* bad : {"0", "-1", "1025"}) EXPECT_NE(errorOf({{"HICOLL_NET_WINDOW", bad}}), "") << bad;
+  for (const char* knob : {"HICOLL_CHUNK_SIZE", "HICOLL_NET_CHUNK_SIZE", "HICOLL_DEVICE_CHUNK_SIZE"}) {
+    EXPECT_NE(errorOf({{knob, "0"}}).find(knob), std::string::npos) << knob;
+    EXPECT_NE(errorOf({{knob, "4095"}}).find(knob), std::string::npos) << knob;
+    EXPECT_NE(errorOf({{knob, "8G"}}), "") << knob;
+  }
+}
+
+// Which knobs must agree is part of the table, and the table says so for the ones that
+// change a protocol.
+TEST(Config, KnobsThatChangeTheProtocolMustAgree) {
+  for (const KnobInfo& k : knobTable()) {
+    const std::string n = k.name;
+    if (n == "HICOLL_OFI_RXM_EAGER" || n == "HICOLL_ALGO" || n == "SMDDP_AG_SORT_BUFFER_SIZE_BYTES" ||
+        n == "HICOLL_NET_CHUNK_SIZE" || n == "HICOLL_OFI_PROVIDER")
+      EXPECT_EQ(k.scope, KnobScope::Agree) << n;
+    if (n == "HICOLL_DEBUG" || n == "HICOLL_TOPO_NODE" || n == "HICOLL_TIMEOUT_MS") EXPECT_EQ(k.scope, KnobScope::Local) << n;
+  }
+  EXPECT_NE(with({}).consistencyHashes(), with({{"HICOLL_OFI_RXM_EAGER", "0"}}).consistencyHashes());
+}
+
 TEST(Config, EnumsAndListsAreNormalised) {
   Config c = with({{"HICOLL_ALGO", "RING"}, {"HICOLL_FORCE_FALLBACK", " AllGather , reducescatter"}});
   EXPECT_EQ(c.str(Knob::Algo), "ring");

@@ -175,6 +175,30 @@ TEST(Failure, ConfigurationThatMustAgreeIsChecked) {
   EXPECT_EQ(st[1], 0);
 }
 
+// A knob that must agree and differs across nodes fails creation at once on every rank, naming
+// the variable and both values (HICOLL_OFI_RXM_EAGER used to hang creation for the timeout).
+TEST(Failure, DisagreeingRxmEagerFailsCreationNamingBothValues) {
+  Job job;
+  job.nranks = 2;
+  job.node = contiguous(2, 1);
+  job.rank_env[1]["HICOLL_OFI_RXM_EAGER"] = "0";
+  job.env["HICOLL_TIMEOUT_MS"] = "20000";
+  auto st = runRaw(job, [&](int rank) {
+    auto t0 = std::chrono::steady_clock::now();
+    hcComm_t comm = nullptr;
+    hcResult_t r = hcCommInitFromEnv(&comm);
+    std::string msg = hcGetLastError(nullptr);
+    std::fprintf(stderr, "[rank %d] %s in %.2f s: %s\n", rank, hcGetErrorString(r), seconds(t0), msg.c_str());
+    if (r != hcInvalidUsage) return 11;
+    if (msg.find("HICOLL_OFI_RXM_EAGER") == std::string::npos || msg.find("rank 0 has '1'") == std::string::npos ||
+        msg.find("rank 1 has '0'") == std::string::npos)
+      return 12;
+    return seconds(t0) < 3.0 ? 0 : 13;
+  });
+  EXPECT_EQ(st[0], 0);
+  EXPECT_EQ(st[1], 0);
+}
+
 // The seed's rule, at its boundary: hierarchical when the buffer is exactly big enough, the
 // announced fallback when it is 8192 bytes short, exact results either way.
 TEST(Fallback, ScratchAndSortBoundaries) {
