@@ -239,6 +239,7 @@ void writeJson(const Args& a, const World& w, const std::vector<RankInfo>& ranks
     std::string kv = *e;
     size_t eq = kv.find('=');
     std::string k = kv.substr(0, eq);
+    if (k == "HICOLL_COMM_SECRET") continue;  // a result file is no place for it
     if (k.rfind("HICOLL_", 0) == 0 || k.rfind("SMDDP_", 0) == 0 || k.rfind("FI_", 0) == 0)
       env[k] = kv.substr(eq + 1);
   }

@@ -1,5 +1,6 @@
 #include "algorithms/agree.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -8,18 +9,78 @@
 #include "core/error.h"
 
 namespace hicoll {
+namespace {
+constexpr size_t kHeader = sizeof(CallDesc);
+constexpr size_t kStandaloneBytes = kHeader + hcComm::AgreeMsg::kReason;
+}  // namespace
 
-Agreement::Agreement(hcComm& c, const CallDesc& mine, const std::string& reason) : c_(c), mine_(mine) {
+bool Agreement::canPiggyback(size_t first_message_bytes) { return first_message_bytes <= hcComm::AgreeMsg::kBody; }
+
+Agreement::Agreement(hcComm& c, const CallDesc& mine, const std::string& reason, bool piggyback)
+    : c_(c), mine_(mine) {
   if (c.agree_peers.empty() || !c.ofi || c.ofi->tagBits() < 61) return;
-  c.agree_out.desc = mine;
-  std::snprintf(c.agree_out.reason, sizeof c.agree_out.reason, "%s", reason.c_str());
-  const uint64_t tag = agreementTag(mine.w[3]);
-  recvs_.assign(c.agree_peers.size(), 0);
-  for (size_t i = 0; i < c.agree_peers.size(); ++i) {
-    recvs_[i] = c.ofi->irecv(c.agree_peers[i], &c.agree_in[i], sizeof(hcComm::AgreeMsg), tag);
-    sends_.push_back(c.ofi->isend(c.agree_peers[i], &c.agree_out, sizeof(hcComm::AgreeMsg), tag));
+  const size_t P = c.agree_peers.size();
+  left_ = P;
+  if (piggyback) {
+    piggyback_ = true;
+    sent_.assign(P, 0);
+    received_.assign(P, 0);
+    return;
   }
-  left_ = recvs_.size() + sends_.size();
+  const uint64_t tag = agreementTag(mine.w[3]);
+  recvs_.assign(P, 0);
+  for (size_t i = 0; i < P; ++i) {
+    hcComm::AgreeMsg& out = c.agree_out[i];
+    out.desc = mine;
+    std::snprintf(out.body, hcComm::AgreeMsg::kReason, "%s", reason.c_str());
+    c.agree_in[i].desc = CallDesc{};  // a size mismatch must not show the last call's
+    recvs_[i] = c.ofi->irecv(c.agree_peers[i], &c.agree_in[i], kStandaloneBytes, tag);
+    sends_.push_back(c.ofi->isend(c.agree_peers[i], &out, kStandaloneBytes, tag));
+  }
+  left_ += sends_.size();
+}
+
+int Agreement::indexOf(int peer) const {
+  auto it = std::find(c_.agree_peers.begin(), c_.agree_peers.end(), peer);
+  return it == c_.agree_peers.end() ? -1 : static_cast<int>(it - c_.agree_peers.begin());
+}
+
+int Agreement::stageSend(int peer, const void*& buf, size_t& len, uint64_t& tag) {
+  const int i = piggyback_ ? indexOf(peer) : -1;
+  if (i < 0 || sent_[i]) return -1;
+  HC_CHECK(canPiggyback(len), hcInternalError, "agreement: a first message of {} bytes cannot carry the descriptor", len);
+  sent_[i] = 1;
+  hcComm::AgreeMsg& out = c_.agree_out[i];
+  out.desc = mine_;
+  if (len) std::memcpy(out.body, buf, len);
+  buf = &out;
+  len += kHeader;
+  tag = agreementTag(mine_.w[3]);
+  return i;
+}
+
+int Agreement::stageRecv(int peer, void*& buf, size_t& len, uint64_t& tag) {
+  const int i = piggyback_ ? indexOf(peer) : -1;
+  if (i < 0 || received_[i]) return -1;
+  HC_CHECK(canPiggyback(len), hcInternalError, "agreement: a first message of {} bytes cannot carry the descriptor", len);
+  received_[i] = 1;
+  c_.agree_in[i].desc = CallDesc{};
+  buf = &c_.agree_in[i];
+  len += kHeader;
+  tag = agreementTag(mine_.w[3]);
+  return i;
+}
+
+void Agreement::landed(int index, void* dst, size_t len) {
+  --left_;
+  check(static_cast<size_t>(index));
+  if (len) std::memcpy(dst, c_.agree_in[index].body, len);
+}
+
+void Agreement::failed(int index) {
+  // The message arrived with another length: its first bytes are the peer's descriptor.
+  const CallDesc& theirs = c_.agree_in[index].desc;
+  if (theirs.w[3] != 0 && !theirs.sameCall(mine_)) check(static_cast<size_t>(index));
 }
 
 void Agreement::check(size_t i) {
@@ -27,7 +88,7 @@ void Agreement::check(size_t i) {
   const int peer = c_.agree_peers[i];
   if (m.desc.invalid()) {
     if (mine_.invalid()) return;
-    const std::string why(m.reason, strnlen(m.reason, sizeof m.reason));
+    const std::string why(m.body, strnlen(m.body, hcComm::AgreeMsg::kReason));
     HC_THROW(hcRemoteError, "{} rejected its arguments of {}{}{}", c_.who(peer), describeCall(m.desc),
              why.empty() ? "" : ": ", why);
   }
@@ -38,9 +99,19 @@ void Agreement::check(size_t i) {
 }
 
 bool Agreement::poll(bool collect) {
-  if (left_ == 0) return true;
+  if (left_ == 0 || piggyback_) return left_ == 0;
   for (size_t i = 0; i < recvs_.size(); ++i) {
-    if (recvs_[i] == 0 || !c_.ofi->test(recvs_[i])) continue;
+    if (recvs_[i] == 0) continue;
+    bool done = false;
+    try {
+      done = c_.ofi->test(recvs_[i]);
+    } catch (const Error& e) {
+      // Another length: a peer whose call differs sent its first message with the descriptor.
+      recvs_[i] = 0;
+      if (e.code() == hcInvalidUsage) failed(static_cast<int>(i));
+      throw;
+    }
+    if (!done) continue;
     recvs_[i] = 0;
     --left_;
     if (collect) {
@@ -59,12 +130,17 @@ bool Agreement::poll(bool collect) {
 }
 
 void Agreement::finish(Run& r, bool collect) {
+  if (piggyback_) {
+    HC_CHECK(left_ == 0, hcInternalError, "agreement: {} agreement peer(s) exchanged no message in {}", left_,
+             describeCall(mine_));
+    return;
+  }
   Backoff backoff;
   while (!poll(collect)) r.idle(false, backoff, "waiting for the agreement peers' call descriptors");
 }
 
 void Agreement::explain(long ms) {
-  if (left_ == 0) return;
+  if (left_ == 0 || piggyback_) return;
   Deadline d(ms);
   Backoff backoff;
   try {

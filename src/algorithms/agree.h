@@ -1,10 +1,15 @@
 // Every call is agreed before it returns success: each rank checks the call descriptor
 // (collective, datatype, op and its scalar, count, root, call number) of every peer it depends
-// on. Within a node the descriptor rides on each phase's board post (Run::waitPosted); across
-// nodes each rank sends it to its agreement peers (hcComm::agree_peers) in one small message
-// when the call starts, and the message is checked while the call runs and before it returns.
-// A rank that rejects its own arguments still takes part, with an invalid descriptor and its
-// reason, so that its peers fail the same call instead of pairing with its next one.
+// on. Within a node the descriptor rides on each phase's board post (Run::waitPosted). Across
+// nodes each rank exchanges it with its agreement peers (hcComm::agree_peers), either
+//   standalone: one small message each way when the call starts, or
+//   piggybacked: on the call's first message each way, when the path sends one to every
+//     agreement peer and it is small (hierarchical AllGather, ReduceScatter, AllReduce and
+//     Barrier of small blocks) -- no extra message where latency matters most.
+// Both forms go under the call's agreement tag and begin with the descriptor, so ranks that
+// disagree (and so may have chosen different forms) still meet and see the difference. A rank
+// that rejects its own arguments takes part with an invalid descriptor and its reason, so its
+// peers fail the same call instead of pairing with its next one.
 #pragma once
 
 #include <string>
@@ -21,14 +26,18 @@ struct Run;
 
 class Agreement {
  public:
-  // Posts the exchange with the remote agreement peers (nothing waits here).
-  Agreement(hcComm& c, const CallDesc& mine, const std::string& reason = "");
+  // Standalone: posts the exchange (nothing waits here). Piggybacked: Run's first message to
+  // and from each agreement peer carries it (stageSend / stageRecv / landed).
+  Agreement(hcComm& c, const CallDesc& mine, const std::string& reason = "", bool piggyback = false);
   Agreement(const Agreement&) = delete;
   Agreement& operator=(const Agreement&) = delete;
 
+  // Whether a call with this first-message payload (bytes) to every agreement peer can carry it.
+  static bool canPiggyback(size_t first_message_bytes);
+
   // Tests what has not completed, once. A descriptor that differs throws hcInvalidUsage (an
   // invalid one hcRemoteError, naming the peer and its reason) unless collecting (see
-  // anyValid). True once every message has arrived and every send completed.
+  // anyValid). True once every descriptor arrived and every standalone send completed.
   bool poll(bool collect = false);
   // Waits for the rest, with the checks of r's idle loop (peers, notices, deadline).
   void finish(Run& r, bool collect = false);
@@ -38,17 +47,31 @@ class Agreement {
   // Collecting: whether some peer's descriptor was valid.
   bool anyValid() const { return any_valid_; }
 
+  // Piggyback, for Run: the first send to an agreement peer goes from its staging message
+  // (buf/len/tag are replaced); the first receive lands in one (buf/len/tag replaced, the index
+  // returned for landed). -1 when the message is not the first or the peer not one of them.
+  int stageSend(int peer, const void*& buf, size_t& len, uint64_t& tag);
+  int stageRecv(int peer, void*& buf, size_t& len, uint64_t& tag);
+  // A staged receive completed: check the descriptor, copy the payload to dst.
+  void landed(int index, void* dst, size_t len);
+  // A staged receive failed (a size mismatch when the peer's call differs): throws the
+  // disagreement if its descriptor shows one.
+  void failed(int index);
+
  private:
+  int indexOf(int peer) const;
   void check(size_t i);
   hcComm& c_;
   CallDesc mine_;
-  std::vector<ReqId> recvs_;  // by agreement peer, 0 once arrived
+  bool piggyback_ = false;
+  std::vector<ReqId> recvs_;  // standalone, by agreement peer, 0 once arrived
   std::vector<ReqId> sends_;
-  size_t left_ = 0;
+  std::vector<uint8_t> sent_, received_;  // piggyback, by agreement peer
+  size_t left_ = 0;  // descriptors not yet checked + standalone sends not completed
   bool any_valid_ = false;
 };
 
-// Tag of a call's descriptor messages: bit 60 set, below the transports' own reserved tags
+// Tag of a call's agreement messages: bit 60 set, below the transports' own reserved tags
 // (all ones, all ones - 1) and above the collectives' tags (60 bits).
 inline uint64_t agreementTag(uint64_t call) { return (1ull << 60) | (call & ((1ull << 60) - 1)); }
 

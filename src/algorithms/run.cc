@@ -101,15 +101,32 @@ void Run::finishNode(bool peers_read_only_segment) {
 
 void Run::send(Pending& p, int peer, const void* buf, size_t len, uint64_t tag, size_t key) {
   Transport& t = comm.transportTo(peer);
+  comm.countBytes(a.coll, peer, len);
+  if (agreement) agreement->stageSend(peer, buf, len, tag);
   p.push_back({&t, t.isend(peer, buf, len, tag), key, peer});
   track(peer, 1);
-  comm.countBytes(a.coll, peer, len);
 }
 
 void Run::recv(Pending& p, int peer, void* buf, size_t len, uint64_t tag, size_t key) {
   Transport& t = comm.transportTo(peer);
-  p.push_back({&t, t.irecv(peer, buf, len, tag), key, peer});
+  void* dst = buf;
+  const size_t payload = len;
+  const int staged = agreement ? agreement->stageRecv(peer, buf, len, tag) : -1;
+  p.push_back({&t, t.irecv(peer, buf, len, tag), key, peer, staged, dst, payload});
   track(peer, 1);
+}
+
+bool Run::test(Req& r) {
+  if (r.staged < 0) return r.t->test(r.id);
+  bool done = false;
+  try {
+    done = r.t->test(r.id);
+  } catch (const Error& e) {
+    if (e.code() == hcInvalidUsage) agreement->failed(r.staged);  // throws the disagreement, if that is it
+    throw;
+  }
+  if (done) agreement->landed(r.staged, r.dst, r.len);
+  return done;
 }
 
 void Run::track(int peer, int delta) {

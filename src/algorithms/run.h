@@ -70,6 +70,9 @@ struct Run {
     ReqId id;
     size_t key;
     int peer;
+    int staged = -1;  // a first receive carrying the agreement descriptor: its index
+    void* dst = nullptr;
+    size_t len = 0;
   };
   using Pending = std::vector<Req>;
   void send(Pending& p, int peer, const void* buf, size_t len, uint64_t tag, size_t key = 0);
@@ -91,6 +94,7 @@ struct Run {
   void waitPeersDone();
   // Ranks with requests outstanding, for a timeout's message.
   void track(int peer, int delta);
+  bool test(Req& r);
   std::vector<int> outstanding_;
   int phase_kind_ = 0;
 };
@@ -99,7 +103,7 @@ template <class F>
 size_t Run::poll(Pending& p, F&& done) {
   size_t n = 0;
   for (size_t i = 0; i < p.size();) {
-    if (p[i].t->test(p[i].id)) {
+    if (test(p[i])) {
       track(p[i].peer, -1);
       done(p[i].key);
       p[i] = p.back();

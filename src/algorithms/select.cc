@@ -78,6 +78,20 @@ PathChoice choosePath(const hcComm& c, const CollArgs& a) {
 
 namespace {
 
+// Whether the call's first message to every agreement peer can carry the descriptor: the
+// hierarchical paths on uniform nodes exchange with every rail peer at once, and the block
+// (which bounds that message) is small.
+bool piggybacks(const hcComm& c, const CollArgs& a, hcPath_t path) {
+  if (path != hcPathHierarchical || !c.topo.uniform || c.topo.nnodes < 2) return false;
+  switch (a.coll) {
+    case hcCollAllGather:
+    case hcCollReduceScatter:
+    case hcCollAllReduce: return Agreement::canPiggyback(blockBytes(c, a));
+    case hcCollBarrier: return true;
+    default: return false;
+  }
+}
+
 void runPath(hcComm& c, const CollArgs& a, bool hier, Run& r) {
   switch (a.coll) {
     case hcCollAllGather:
@@ -109,7 +123,7 @@ void runHostCollective(hcComm& c, const CollArgs& a) {
   HC_TRACE("{}: path {}", describe(a), p.path == hcPathHierarchical ? "hierarchical" : "ring");
   c.countCall(a.coll, p.path, p.reason);
   try {
-    Agreement ag(c, CallDesc::of(a));
+    Agreement ag(c, CallDesc::of(a), "", piggybacks(c, a, p.path));
     Run r(c, a, &ag);
     try {
       runPath(c, a, p.path == hcPathHierarchical, r);

@@ -119,6 +119,7 @@ std::unique_ptr<hcComm> createComm(std::unique_ptr<Bootstrap> bs, std::shared_pt
   c->bootstrap = std::move(bs);
   c->agree_peers = agreementPeers(c->topo, c->rank);
   c->agree_in.resize(c->agree_peers.size());
+  c->agree_out.resize(c->agree_peers.size());
 
   c->scratch_bytes = static_cast<size_t>(c->cfg.num(Knob::ScratchBytes));
   c->sort_bytes = static_cast<size_t>(c->cfg.num(Knob::SortBytes));
@@ -146,8 +147,8 @@ std::unique_ptr<hcComm> createComm(std::unique_ptr<Bootstrap> bs, std::shared_pt
     c->ofi = makeOfiTransport(*c->bootstrap, oo);
     c->ofi->registerRegion(c->scratch, c->scratch_bytes);
     c->ofi->registerRegion(c->sort, c->sort_bytes);
-    if (!c->agree_in.empty()) c->ofi->registerRegion(c->agree_in.data(), c->agree_in.size() * sizeof(hcComm::AgreeMsg));
-    c->ofi->registerRegion(&c->agree_out, sizeof c->agree_out);
+    for (auto* v : {&c->agree_in, &c->agree_out})
+      if (!v->empty()) c->ofi->registerRegion(v->data(), v->size() * sizeof(hcComm::AgreeMsg));
     c->liveness = std::make_unique<Liveness>(*c->bootstrap, livenessPeers(c->topo, c->rank), c->ofi->ipv4(),
                                              c->timeoutMs(), [self](int r) { return self->who(r); });
   }
@@ -175,6 +176,7 @@ void hcComm::release() {
   ofi.reset();
   shm.reset();
   std::vector<AgreeMsg>().swap(agree_in);
+  std::vector<AgreeMsg>().swap(agree_out);
   std::vector<int>().swap(agree_peers);
   bootstrap.reset();
   keepalive.reset();

@@ -29,15 +29,18 @@ struct hcComm {
   std::unique_ptr<hicoll::Bootstrap> bootstrap;
   hicoll::Topology topo;
   // Remote ranks every call is agreed with (rail peers; ring neighbours on uneven nodes), and
-  // the descriptor messages exchanged with them. Declared before the transports: a receive
-  // may be posted into agree_in when a call fails, and the endpoint must close first.
+  // the messages that carry the descriptors, one in and one out per peer: a descriptor and a
+  // reason, or a descriptor and the payload of the call's first message to that peer
+  // (hicoll::Agreement). Declared before the transports: a receive may be posted into
+  // agree_in when a call fails, and the endpoint must close first.
   struct AgreeMsg {
+    static constexpr size_t kBody = 16384;  // payloads up to this ride with the descriptor
+    static constexpr size_t kReason = 96;   // a standalone message: the descriptor and a reason
     hicoll::CallDesc desc;
-    char reason[96];
+    char body[kBody];
   };
   std::vector<int> agree_peers;
-  std::vector<AgreeMsg> agree_in;
-  AgreeMsg agree_out{};
+  std::vector<AgreeMsg> agree_in, agree_out;
   std::unique_ptr<hicoll::ShmTransport> shm;  // ranks of this node (always present)
   std::unique_ptr<hicoll::Transport> ofi;     // ranks of other nodes (null on one node)
   std::unique_ptr<hicoll::Liveness> liveness;  // watches ranks of other nodes (null on one node)
