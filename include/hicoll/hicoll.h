@@ -88,6 +88,7 @@ typedef enum {
   hcFloat64 = 8,
   hcBfloat16 = 9,
   hcNumTypes = 10,
+  hcMaxDataType = 0x7fffffff, /* so that any value a caller passes is one the type can hold */
   /* aliases, as in nccl.h */
   hcChar = hcInt8,
   hcInt = hcInt32,

@@ -34,14 +34,20 @@ bool bad(const hcComm* c, const char* fn) {
 // Frees what a communicator holds and keeps its shell, marked dead, so that a later call with
 // the stale handle is an error instead of a use after free. The oldest shells are freed.
 void retire(hcComm* c) {
-  static std::mutex mu;
-  static std::deque<hcComm*> graveyard;
+  struct Graveyard {
+    std::mutex mu;
+    std::deque<hcComm*> shells;
+    ~Graveyard() {
+      for (hcComm* s : shells) delete s;
+    }
+  };
+  static Graveyard g;
   c->release();
-  std::lock_guard<std::mutex> lock(mu);
-  graveyard.push_back(c);
-  if (graveyard.size() > 1024) {
-    delete graveyard.front();
-    graveyard.pop_front();
+  std::lock_guard<std::mutex> lock(g.mu);
+  g.shells.push_back(c);
+  if (g.shells.size() > 1024) {
+    delete g.shells.front();
+    g.shells.pop_front();
   }
 }
 

@@ -1,9 +1,12 @@
 // A POSIX shared-memory segment: created 0600 under an unguessable name, unlinked as soon as
 // every rank of the node has mapped it, so nothing is left in /dev/shm even when a rank is
-// killed later.
+// killed later. Ranks that are threads of one process share one mapping of a segment (the
+// last to let go unmaps it): the same memory at the same address, so its atomics are the same
+// objects to the compiler and to ThreadSanitizer.
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <string>
 
 namespace hicoll {
@@ -20,14 +23,18 @@ class ShmSegment {
   ~ShmSegment();
 
   void unlink();  // removes the name; the mapping stays valid
-  void* base() const { return base_; }
-  size_t size() const { return size_; }
+  void* base() const { return map_ ? map_->base : nullptr; }
+  size_t size() const { return map_ ? map_->size : 0; }
   const std::string& name() const { return name_; }
 
  private:
+  struct Mapping {
+    void* base = nullptr;
+    size_t size = 0;
+    ~Mapping();
+  };
   void release();
-  void* base_ = nullptr;
-  size_t size_ = 0;
+  std::shared_ptr<Mapping> map_;
   std::string name_;
   bool owner_ = false;
   bool linked_ = false;
