@@ -39,4 +39,6 @@ ninja -C build -j "$jobs"
 log "hicoll into .venv (pip install --no-build-isolation .)"
 CMAKE_BUILD_PARALLEL_LEVEL=$jobs .venv/bin/pip install -q --disable-pip-version-check \
   --no-build-isolation --no-deps -C build-dir=build/python .
+log "hicoll-smddp into .venv (smdistributed.dataparallel.torch.torch_smddp for SMDDP scripts)"
+.venv/bin/pip install -q --disable-pip-version-check --no-build-isolation --no-deps plugins/torch/smddp
 .venv/bin/python -c "import hicoll.torch" && log "import hicoll.torch: ok"

@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+import warnings
 
 import torch
 from torch.utils import cpp_extension
@@ -57,6 +58,19 @@ def want_cuda():
     return ok, why, home if ok else None
 
 
+def pybind11_abi_defs():
+    """The pybind11 ABI macros torch was built with, as cpp_extension passes them (torch < 2.10;
+    later torch leaves them to pybind11). Without them the extension's pybind11 cannot see
+    torch's types ("referenced unknown base type c10d::Backend")."""
+    fn = getattr(cpp_extension, "_get_pybind11_abi_build_flags", None)
+    if fn is None:
+        return []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        flags = fn()
+    return [f[2:].replace('\\"', '"') for f in flags if f.startswith("-D")]
+
+
 def main():
     with_cuda, why, home = want_cuda()
     major, minor = (int(x) for x in torch.__version__.split(".")[:2])
@@ -77,6 +91,7 @@ def main():
     }
     for k, v in lines.items():
         print(f'set({k} "{v}")')
+    print(f"set(HICOLL_TORCH_PYBIND11_DEFS [=[{';'.join(pybind11_abi_defs())}]=])")
 
 
 main()
