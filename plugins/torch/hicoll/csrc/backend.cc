@@ -171,7 +171,14 @@ void HicollBackend::shutdown() {
   }
   std::lock_guard<std::mutex> call(call_mu_);  // no device call in progress
   if (comm_) {
-    hcCommDestroy(comm_);  // drains the device calls in flight
+    bool broken;
+    {
+      std::lock_guard<std::mutex> lock(q_mu_);
+      broken = !broken_.empty();
+    }
+    // After a remote error or a timeout (for example the parent of a shrink) the peers may be
+    // gone: abort rather than wait for them.
+    broken ? hcCommAbort(comm_) : hcCommDestroy(comm_);  // destroy drains device calls in flight
     comm_ = nullptr;
   }
 }
