@@ -48,21 +48,25 @@ def env_port() -> int:
     return port
 
 
-def fallbacks() -> dict:
-    """fallback_counts summed over every live group (world, subgroups, device meshes)."""
+def _summed(counter) -> dict:
+    """A hicoll.torch counter summed over every live group (world, subgroups, meshes)."""
     out: dict = {}
     for pg in list(dist.distributed_c10d._world.pg_map):
-        for op, n in ht.fallback_counts(pg).items():
+        try:
+            counts = counter(pg)
+        except ValueError:  # a group without a hicoll backend (plugins before 0.1.0's fix)
+            continue
+        for op, n in counts.items():
             out[op] = out.get(op, 0) + n
     return out
+
+
+def fallbacks() -> dict:
+    return _summed(ht.fallback_counts)
 
 
 def hicoll_calls() -> dict:
-    out: dict = {}
-    for pg in list(dist.distributed_c10d._world.pg_map):
-        for op, n in ht.hicoll_counts(pg).items():
-            out[op] = out.get(op, 0) + n
-    return out
+    return _summed(ht.hicoll_counts)
 
 
 def finish(losses: list[float], **extra) -> dict:

@@ -37,9 +37,10 @@
    (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 // Backend::split / getBackendOptions / setTimeout / getError (torch >= 2.8).
 #define HICOLL_TORCH_HAS_SPLIT HICOLL_TORCH_AT_LEAST(2, 8)
-// Backend::shrink / supportsShrinking (torch >= 2.10), and hcCommShrink in libhicoll (the
+// Backend::shrink / supportsShrinking (seen in torch 2.11 headers; absent in 2.7), and
+// hcCommShrink in libhicoll (the
 // build defines HICOLL_HAVE_COMM_SHRINK when hicoll.h declares it).
-#if HICOLL_TORCH_AT_LEAST(2, 10) && defined(HICOLL_HAVE_COMM_SHRINK)
+#if HICOLL_TORCH_AT_LEAST(2, 11) && defined(HICOLL_HAVE_COMM_SHRINK)
 #define HICOLL_TORCH_HAS_SHRINK 1
 #else
 #define HICOLL_TORCH_HAS_SHRINK 0
