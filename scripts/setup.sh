@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what hicoll needs on a fresh Debian 12 machine, creates .venv (torch pinned in
-# plugins/torch/requirements.txt; pip's cache keeps the wheels for the next run), builds
-# everything into build/ and installs the torch plugin into .venv.
+# plugins/torch/requirements.txt, the clients of tests/torch/requirements-clients.txt; pip's
+# cache keeps the wheels for the next run), builds everything into build/ (ctest) and installs
+# hicoll into .venv the way a user does: pip install of the repository root (libhicoll built
+# by scikit-build-core and bundled with the plugin; build tree kept in build/python).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,8 +26,9 @@ if [ ! -x .venv/bin/python ]; then
   log "creating .venv"
   python3 -m venv .venv
 fi
-log "pip install -r plugins/torch/requirements.txt"
-.venv/bin/pip install -q --disable-pip-version-check -r plugins/torch/requirements.txt matplotlib
+log "pip install -r plugins/torch/requirements.txt -r tests/torch/requirements-clients.txt"
+.venv/bin/pip install -q --disable-pip-version-check -r plugins/torch/requirements.txt \
+  -r tests/torch/requirements-clients.txt matplotlib
 
 torch_dir=$(.venv/bin/python -c 'import torch, os; print(os.path.join(torch.utils.cmake_prefix_path, "Torch"))')
 jobs=${HICOLL_BUILD_JOBS:-$(nproc)}
@@ -33,7 +36,9 @@ log "cmake build (jobs $jobs)"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTorch_DIR="$torch_dir" >/dev/null
 ninja -C build -j "$jobs"
 
-log "torch plugin into .venv"
-MAX_JOBS=$jobs HICOLL_BUILD_DIR="$PWD/build" .venv/bin/pip install -q --disable-pip-version-check \
-  --no-build-isolation --no-deps plugins/torch
+log "hicoll into .venv (pip install --no-build-isolation .)"
+CMAKE_BUILD_PARALLEL_LEVEL=$jobs .venv/bin/pip install -q --disable-pip-version-check \
+  --no-build-isolation --no-deps -C build-dir=build/python .
+log "hicoll-smddp into .venv (smdistributed.dataparallel.torch.torch_smddp for SMDDP scripts)"
+.venv/bin/pip install -q --disable-pip-version-check --no-build-isolation --no-deps plugins/torch/smddp
 .venv/bin/python -c "import hicoll.torch" && log "import hicoll.torch: ok"

@@ -93,9 +93,14 @@ RESULTS+=("libhicoll: built with CUDA ($(($(date +%s) - START)) s): $LIB")
 say "plugin: build against $PY's torch -> $PLUG ($OUT/plugin_build.log)"
 rm -rf "$PLUG"
 mkdir -p "$PLUG/lib"
-(cd "$ROOT/plugins/torch" && MAX_JOBS=$NPROC HICOLL_PLUGIN_CUDA=1 HICOLL_BUILD_DIR=$(dirname "$LIB") \
-  timeout "$(step_timeout 150)" "$PY" setup.py -q build --build-base "$PLUG/build" --build-lib "$PLUG/lib") \
-  > "$OUT/plugin_build.log" 2>&1
+# plugins/torch's CMake project directly (what pip's scikit-build-core runs), on that libhicoll.
+(export HICOLL_PLUGIN_CUDA=1 PATH=$SHIM/bin:$PATH
+ timeout "$(step_timeout 30)" "$CMAKE" -S "$ROOT/plugins/torch" -B "$PLUG/build" \
+   -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE="$PY" -DHICOLL_BUILD_DIR="$(dirname "$LIB")" \
+   -DHICOLL_INCLUDE_DIR="$ROOT/include" &&
+ timeout "$(step_timeout 150)" "$CMAKE" --build "$PLUG/build" -j "$NPROC" &&
+ "$CMAKE" --install "$PLUG/build" --component hicoll_python --prefix "$PLUG/lib" &&
+ cp "$ROOT"/plugins/torch/hicoll/*.py "$PLUG/lib/hicoll/") > "$OUT/plugin_build.log" 2>&1
 rc=$?
 grep -m1 "hicoll plugin:" "$OUT/plugin_build.log"
 if [ $rc -ne 0 ] || ! ls "$PLUG"/lib/hicoll/_C*.so >/dev/null 2>&1; then

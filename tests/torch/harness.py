@@ -30,8 +30,11 @@ def node_labels(world: int, nodes: int, layout: str = "block") -> list[str]:
 
 
 def launch(scenario: str, world: int, nodes: int = 1, layout: str = "block",
-           env: dict | None = None, timeout: float = 300.0, **args) -> list[dict]:
-    """Runs the scenario on every rank; returns each rank's RESULT dict or raises with logs."""
+           env: dict | None = None, timeout: float = 300.0, script: str | None = None,
+           unset: tuple = (), env_per_rank=None, **args) -> list[dict]:
+    """Runs the scenario on every rank; returns each rank's RESULT dict or raises with logs.
+    `script` replaces ranks.py (it gets the scenario and the JSON arguments too); `unset`
+    names variables of the torchrun environment to leave out."""
     port = free_port()
     labels = node_labels(world, nodes, layout)
     procs = []
@@ -46,7 +49,10 @@ def launch(scenario: str, world: int, nodes: int = 1, layout: str = "block",
             "PYTHONUNBUFFERED": "1",
         })
         e.update(env or {})
-        cmd = [sys.executable, os.path.join(HERE, "ranks.py"), scenario, json.dumps(args)]
+        e.update(env_per_rank(rank) if env_per_rank else {})
+        for k in unset:
+            e.pop(k, None)
+        cmd = [sys.executable, os.path.join(HERE, script or "ranks.py"), scenario, json.dumps(args)]
         procs.append(subprocess.Popen(cmd, env=e, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))
     deadline = time.monotonic() + timeout

@@ -269,19 +269,40 @@ def scenario_fallback() -> dict:
     for q in reqs:
         q.wait()
     check(r, torch.full((4,), float((RANK - 1) % n)), "isend/irecv")
-    # gather / scatter / reduce
-    g = [torch.empty(3) for _ in range(n)] if RANK == 0 else None
-    dist.gather(torch.full((3,), float(RANK)), g, dst=0)
+    # gather / scatter / reduce / all_gather_coalesced: composed by hicoll from its calls.
+    last = n - 1
+    for dst in (0, last):
+        g = [torch.empty(3) for _ in range(n)] if RANK == dst else None
+        dist.gather(torch.full((3,), float(RANK)), g, dst=dst)
+        if RANK == dst:
+            check(torch.stack(g), torch.arange(n, dtype=torch.float32)[:, None].expand(n, 3),
+                  f"gather dst={dst}")
+        s = torch.empty(3)
+        dist.scatter(s, [torch.full((3,), float(i * 10 + dst)) for i in range(n)]
+                     if RANK == dst else None, src=dst)
+        check(s, torch.full((3,), float(RANK * 10 + dst)), f"scatter src={dst}")
+        for op, want in (("SUM", float(sum(range(1, n + 1)))),
+                         ("AVG", sum(range(1, n + 1)) / n), ("MAX", float(n))):
+            t = torch.full((5,), float(RANK + 1))
+            dist.reduce(t, dst=dst, op=redop(op))
+            check(t, torch.full((5,), want) if RANK == dst else torch.full((5,), float(RANK + 1)),
+                  f"reduce {op} dst={dst}")
+    ins = [torch.full((2,), float(RANK)), torch.arange(3.0).view(3, 1) + RANK,
+           torch.full((1,), RANK + 0.5)]
+    outs = [[torch.empty_like(t) for t in ins] for _ in range(n)]
+    dist.all_gather_coalesced(outs, ins)
+    for r in range(n):
+        check(outs[r][0], torch.full((2,), float(r)), "all_gather_coalesced [0]")
+        check(outs[r][1], torch.arange(3.0).view(3, 1) + r, "all_gather_coalesced [1]")
+        check(outs[r][2], torch.full((1,), r + 0.5), "all_gather_coalesced [2]")
+    # gather_object / scatter_object_list (DCP's metadata exchange) ride on gather/scatter.
+    got = [None] * n if RANK == 0 else None
+    dist.gather_object({"r": RANK}, got, dst=0)
     if RANK == 0:
-        check(torch.stack(g), torch.arange(n, dtype=torch.float32)[:, None].expand(n, 3), "gather")
-    s = torch.empty(3)
-    dist.scatter(s, [torch.full((3,), float(i * 10)) for i in range(n)] if RANK == 0 else None,
-                 src=0)
-    check(s, torch.full((3,), float(RANK * 10)), "scatter")
-    t = torch.full((5,), float(RANK + 1))
-    dist.reduce(t, dst=0)
-    if RANK == 0:
-        check(t, torch.full((5,), float(sum(range(1, n + 1)))), "reduce")
+        assert got == [{"r": r} for r in range(n)], got
+    obj = [None]
+    dist.scatter_object_list(obj, [f"to{r}" for r in range(n)] if RANK == 0 else None, src=0)
+    assert obj == [f"to{RANK}"], obj
     # A reduction hicoll declines (BAND) and a dtype it has no reduction for (int16).
     t = torch.tensor([0b1111 ^ (1 << RANK)], dtype=torch.int32)
     dist.all_reduce(t, op=dist.ReduceOp.BAND)
@@ -294,8 +315,10 @@ def scenario_fallback() -> dict:
     dist.all_gather_object(objs, {"rank": RANK})
     assert objs == [{"rank": r} for r in range(n)], objs
     counts, reasons = ht.fallback_counts(), ht.fallback_reasons()
-    for op in ("alltoall_base", "alltoall", "send", "recv", "gather", "scatter", "reduce"):
+    for op in ("alltoall_base", "alltoall", "send", "recv"):
         assert counts.get(op, 0) >= 1, (op, counts)
+    for op in ("gather", "scatter", "reduce", "allgather_coalesced"):
+        assert op not in counts and ht.hicoll_counts().get(op, 0) >= 1, (op, counts)
     assert counts["allreduce"] == 2, counts
     assert "BOR" in reasons["allreduce"], reasons
     dist.barrier()
@@ -587,9 +610,13 @@ SCENARIOS = {k[len("scenario_"):]: v for k, v in globals().items() if k.startswi
 
 def main() -> None:
     name, args = sys.argv[1], json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     if name == "fsdp":
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         from fsdp_parity import run as fn
+    elif ":" in name:  # MODULE:FUNCTION of a scenario file beside this one
+        import importlib
+        mod, func = name.split(":", 1)
+        fn = getattr(importlib.import_module(mod), func)
     else:
         fn = SCENARIOS[name]
     try:

@@ -13,6 +13,7 @@ HICOLL_DEBUG=INFO.
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import logging
 
@@ -90,6 +91,9 @@ def _create_backend(dist_opts, backend_options=None):
 
 
 def _register() -> None:
+    """Registers "hicoll" and "smddp" (idempotent). Also the registrar of the
+    torch.distributed.backends entry points: torch >= 2.14 calls it on
+    init_process_group("hicoll") without any import of hicoll."""
     for name in BACKEND_NAMES:
         if name.upper() in dist.Backend._plugins:
             continue
@@ -103,29 +107,41 @@ def cuda_build() -> bool:
     return bool(_C.cuda_build)
 
 
+def _backend_or_none(group, device: str):
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    try:
+        backend = pg._get_backend(torch.device(device))
+    except RuntimeError:  # no backend for that device type
+        return pg, None
+    return pg, backend if isinstance(backend, ProcessGroupHicoll) else None
+
+
 def backend_of(group=None, device: str = "cpu") -> ProcessGroupHicoll:
     """The hicoll backend of a process group (default: the world) for a device type."""
-    pg = group if group is not None else dist.distributed_c10d._get_default_group()
-    backend = pg._get_backend(torch.device(device))
-    if not isinstance(backend, ProcessGroupHicoll):
+    pg, backend = _backend_or_none(group, device)
+    if backend is None:
         raise ValueError(f"group {pg.group_name!r} has no hicoll backend for {device} "
-                         f"(it has {backend.name()})")
+                         f"(its backend is {dist.get_backend(pg)!r})")
     return backend
 
 
 def fallback_counts(group=None, device: str = "cpu") -> dict[str, int]:
-    """Calls of this group forwarded to gloo/NCCL, by c10d op name."""
-    return dict(backend_of(group, device).fallback_counts())
+    """Calls of this group forwarded to gloo/NCCL, by c10d op name ({} for a group without a
+    hicoll backend: nothing of it goes through hicoll's fallback)."""
+    _, backend = _backend_or_none(group, device)
+    return dict(backend.fallback_counts()) if backend is not None else {}
 
 
 def fallback_reasons(group=None, device: str = "cpu") -> dict[str, str]:
-    """The last reason each op fell back, by c10d op name."""
-    return dict(backend_of(group, device).fallback_reasons())
+    """The last reason each op fell back, by c10d op name ({} without a hicoll backend)."""
+    _, backend = _backend_or_none(group, device)
+    return dict(backend.fallback_reasons()) if backend is not None else {}
 
 
 def hicoll_counts(group=None, device: str = "cpu") -> dict[str, int]:
-    """Calls of this group run by hicoll, by c10d op name."""
-    return dict(backend_of(group, device).hicoll_counts())
+    """Calls of this group run by hicoll, by c10d op name ({} without a hicoll backend)."""
+    _, backend = _backend_or_none(group, device)
+    return dict(backend.hicoll_counts()) if backend is not None else {}
 
 
 def stats(group=None, device: str = "cpu") -> dict:
@@ -134,3 +150,6 @@ def stats(group=None, device: str = "cpu") -> dict:
 
 
 _register()
+# Before the interpreter finalizes: finish and join every group's worker, so none of them
+# runs (or drops a Python-owned tensor) after Python stopped accepting threads.
+atexit.register(_C._shutdown_all)

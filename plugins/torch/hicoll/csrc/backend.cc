@@ -1,3 +1,5 @@
+// HicollBackend's lifecycle (bootstrap, shutdown, abort, split, shrink), the worker queue that
+// runs host calls in issue order, and the routing of each call to hicoll or the fallback.
 #include "backend.hpp"
 
 #include <ATen/ATen.h>
@@ -15,14 +17,11 @@
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <numeric>
+
+#include "tensor_ops.hpp"
 
 namespace hicoll_torch {
 namespace {
-
-using c10d::OpType;
-using c10d::ReduceOp;
 
 int parseLogLevel() {
   const char* v = std::getenv("HICOLL_DEBUG");
@@ -57,162 +56,64 @@ std::set<std::string> parseForced() {
   return out;
 }
 
-// Element type for reductions. Bool reduces as uint8 (SUM as MAX, PRODUCT as MIN, like NCCL).
-std::optional<hcDataType_t> reduceType(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat: return hcFloat32;
-    case at::kDouble: return hcFloat64;
-    case at::kHalf: return hcFloat16;
-    case at::kBFloat16: return hcBfloat16;
-    case at::kChar: return hcInt8;
-    case at::kByte: return hcUint8;
-    case at::kBool: return hcUint8;
-    case at::kInt: return hcInt32;
-    case at::kLong: return hcInt64;
-    case at::kUInt32: return hcUint32;
-    case at::kUInt64: return hcUint64;
-    default: return std::nullopt;
-  }
+// Every member adds 1 to one counter of the group's store per construction, so the values
+// of one incarnation are incarnation * size + 1 .. (incarnation + 1) * size: no member can
+// start the next one before all have joined this one (the bootstrap needs every member).
+uint64_t agreeIncarnation(const c10::intrusive_ptr<c10d::Store>& store, int size) {
+  const int64_t v = store->add("hicoll/incarnations", 1);
+  return static_cast<uint64_t>(v - 1) / static_cast<uint64_t>(size);
 }
 
-const char* redOpName(ReduceOp::RedOpType op) {
-  switch (op) {
-    case ReduceOp::SUM: return "SUM";
-    case ReduceOp::AVG: return "AVG";
-    case ReduceOp::PRODUCT: return "PRODUCT";
-    case ReduceOp::MIN: return "MIN";
-    case ReduceOp::MAX: return "MAX";
-    case ReduceOp::BAND: return "BAND";
-    case ReduceOp::BOR: return "BOR";
-    case ReduceOp::BXOR: return "BXOR";
-    case ReduceOp::PREMUL_SUM: return "PREMUL_SUM";
-    default: return "UNUSED";
-  }
+// The backends alive in this process, for shutdownAll (atexit). Weak: the registry does not
+// keep a group alive.
+std::mutex& liveMutex() {
+  static std::mutex mu;
+  return mu;
 }
-
-double premulFactor(const ReduceOp& op) {
-  // PREMUL_SUM always carries this supplement (torch.distributed._make_nccl_premul_sum).
-  auto* sup = static_cast<c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
-  TORCH_CHECK(sup, "hicoll: PREMUL_SUM without a factor");
-  return sup->tensor_factor.defined() ? sup->tensor_factor.item<double>() : sup->double_factor;
+std::vector<c10::weak_intrusive_ptr<HicollBackend>>& liveBackends() {
+  static std::vector<c10::weak_intrusive_ptr<HicollBackend>> live;
+  return live;
 }
-
-// Complex tensors reduce as their real and imaginary parts (only for SUM/AVG/PREMUL_SUM).
-at::Tensor realView(const at::Tensor& t) {
-  return t.is_complex() ? at::view_as_real(t) : t;
-}
-
-std::vector<at::Tensor> concat(std::vector<at::Tensor> a, const std::vector<at::Tensor>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
-std::string deviceName(c10::DeviceType d) { return c10::DeviceTypeName(d, /*lower_case=*/true); }
 
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
-StoreBridge::StoreBridge(c10::intrusive_ptr<c10d::Store> store) : store_(std::move(store)) {
-  ops_.size = sizeof(hcStoreOps);
-  ops_.ctx = this;
-  ops_.set = &StoreBridge::set;
-  ops_.get = &StoreBridge::get;
-}
-
-int StoreBridge::set(void* ctx, const char* key, const void* value, size_t len) {
-  try {
-    auto* p = static_cast<const uint8_t*>(value);
-    static_cast<StoreBridge*>(ctx)->store_->set(key, std::vector<uint8_t>(p, p + len));
-    return 0;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "hicoll torch: store set '%s' failed: %s\n", key, e.what());
-    return 1;
-  }
-}
-
-int StoreBridge::get(void* ctx, const char* key, void* value, size_t len, int timeout_ms) {
-  try {
-    auto& store = static_cast<StoreBridge*>(ctx)->store_;
-    store->wait({key}, std::chrono::milliseconds(std::max(timeout_ms, 1)));
-    auto v = store->get(key);
-    if (v.size() != len) {
-      std::fprintf(stderr, "hicoll torch: store key '%s' has %zu bytes, expected %zu\n", key,
-                   v.size(), len);
-      return 2;
-    }
-    if (len) std::memcpy(value, v.data(), len);
-    return 0;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "hicoll torch: store get '%s' failed: %s\n", key, e.what());
-    return 1;
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-HicollWork::HicollWork(int rank, c10d::OpType type, const char* title,
-                       std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout,
-                       uint64_t seq, std::function<void()> run, std::function<void()> fallback)
-    : Work(rank, type, title),
-      outputs_(std::move(outputs)),
-      timeout_(timeout),
-      seq_(seq),
-      run_(std::move(run)),
-      fallback_(std::move(fallback)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(
-          c10::ListType::create(c10::TensorType::get()))) {}
-
-bool HicollWork::wait(std::chrono::milliseconds timeout) {
-  const auto limit = timeout == kNoTimeout ? timeout_ : timeout;
-  std::unique_lock<std::mutex> lock(mutex_);
-  if (!cv_.wait_for(lock, limit, [&] { return completed_; })) {
-    C10_THROW_ERROR(DistBackendError,
-                    c10::str("hicoll: rank ", rank_, " timed out after ", limit.count(),
-                             " ms waiting for ", c10d::opTypeToString(opType_), " (seq ", seq_,
-                             ")"));
-  }
-  if (exception_) std::rethrow_exception(exception_);
-  return true;
-}
-
-void HicollWork::execute(bool declined_before_run) {
-  std::exception_ptr err;
-  try {
-    if (declined_before_run || !run_) {
-      fallback_();
-    } else {
-      run_();
-    }
-  } catch (...) {
-    err = std::current_exception();
-  }
-  complete(err);
-}
-
-void HicollWork::complete(std::exception_ptr err) {
-  finish(err);
-  if (err) {
-    future_->setError(err);
-  } else {
-    future_->markCompleted(c10::IValue(outputs_));
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
 HicollBackend::HicollBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                              Config cfg)
-    : Backend(rank, size), store_(store), cfg_(std::move(cfg)) {
+    : Backend(rank, size), cfg_(std::move(cfg)) {
   log_level_ = parseLogLevel();
   forced_ = parseForced();
-  bridge_ = std::make_unique<StoreBridge>(c10::make_intrusive<c10d::PrefixStore>("hicoll", store_));
+  incarnation_ = agreeIncarnation(store, size);
+  store_ = c10::make_intrusive<c10d::PrefixStore>(c10::str("hicoll/", incarnation_), store);
+  bridge_ = std::make_unique<StoreBridge>(store_);
   const hcResult_t res = hcCommInitRankStore(&comm_, size, rank, bridge_->ops(), "comm");
   if (res != hcSuccess) {
     comm_ = nullptr;
     C10_THROW_ERROR(DistBackendError,
                     c10::str("hicoll: communicator creation failed on rank ", rank, " of ", size,
-                             " (group '", cfg_.group_name, "'): ", hcGetErrorString(res), ": ",
-                             hcGetLastError(nullptr)));
+                             " (group '", cfg_.group_name, "', incarnation ", incarnation_,
+                             "): ", hcGetErrorString(res), ": ", hcGetLastError(nullptr)));
   }
-  worker_ = std::thread([this] { workerLoop(); });
+  start();
+}
+
+HicollBackend::HicollBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                             Config cfg, hcComm_t comm)
+    : Backend(rank, size), store_(store), cfg_(std::move(cfg)), comm_(comm) {
+  log_level_ = parseLogLevel();
+  forced_ = parseForced();
+  start();
+}
+
+void HicollBackend::start() { worker_ = std::thread([this] { workerLoop(); }); }
+
+c10::intrusive_ptr<HicollBackend> HicollBackend::track(c10::intrusive_ptr<HicollBackend> b) {
+  std::lock_guard<std::mutex> lock(liveMutex());
+  auto& live = liveBackends();
+  live.erase(std::remove_if(live.begin(), live.end(), [](const auto& w) { return w.expired(); }),
+             live.end());
+  live.emplace_back(b);
+  return b;
 }
 
 HicollBackend::~HicollBackend() {
@@ -220,6 +121,25 @@ HicollBackend::~HicollBackend() {
     shutdown();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "hicoll torch: shutdown failed: %s\n", e.what());
+  }
+}
+
+void HicollBackend::shutdownAll() {
+  std::vector<c10::intrusive_ptr<HicollBackend>> live;
+  {
+    std::lock_guard<std::mutex> lock(liveMutex());
+    for (auto& w : liveBackends()) {
+      if (auto b = w.lock()) live.push_back(std::move(b));
+    }
+    liveBackends().clear();
+  }
+  for (auto& b : live) {
+    try {
+      b->shutdown();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "hicoll torch: shutdown of group '%s' at exit failed: %s\n",
+                   b->groupName().c_str(), e.what());
+    }
   }
 }
 
@@ -236,7 +156,10 @@ void HicollBackend::stopWorker(bool drain) {
     w->complete(std::make_exception_ptr(c10::DistBackendError(
         {__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, "hicoll: process group aborted")));
   }
-  if (worker_.joinable()) worker_.join();  // an in-flight call ends within HICOLL_TIMEOUT_MS
+  if (worker_.joinable() && worker_.get_id() != std::this_thread::get_id()) {
+    worker_.join();  // an in-flight call ends within HICOLL_TIMEOUT_MS
+  }
+  releaseRetired();
 }
 
 void HicollBackend::shutdown() {
@@ -248,7 +171,14 @@ void HicollBackend::shutdown() {
   }
   std::lock_guard<std::mutex> call(call_mu_);  // no device call in progress
   if (comm_) {
-    hcCommDestroy(comm_);  // drains the device calls in flight
+    bool broken;
+    {
+      std::lock_guard<std::mutex> lock(q_mu_);
+      broken = !broken_.empty();
+    }
+    // After a remote error or a timeout (for example the parent of a shrink) the peers may be
+    // gone: abort rather than wait for them.
+    broken ? hcCommAbort(comm_) : hcCommDestroy(comm_);  // destroy drains device calls in flight
     comm_ = nullptr;
   }
 }
@@ -311,62 +241,55 @@ c10::intrusive_ptr<c10d::Backend> HicollBackend::split(const c10::intrusive_ptr<
     key += c10::str("#", split_count_++);
   }
   auto split_store = c10::make_intrusive<c10d::PrefixStore>("hicoll_split/" + key, store);
-  c10::intrusive_ptr<c10d::Backend> child = c10::make_intrusive<HicollBackend>(
-      split_store, static_cast<int>(it - ranks.begin()), static_cast<int>(ranks.size()), std::move(cfg));
+  c10::intrusive_ptr<c10d::Backend> child = track(c10::make_intrusive<HicollBackend>(
+      split_store, static_cast<int>(it - ranks.begin()), static_cast<int>(ranks.size()),
+      std::move(cfg)));
   split_children_.insert_or_assign(key, c10::weak_intrusive_ptr<c10d::Backend>(child));
   return child;
 }
 #endif
 
-std::chrono::milliseconds HicollBackend::opTimeout(std::chrono::milliseconds requested) const {
-  return requested == c10d::kUnsetTimeout ? cfg_.timeout : requested;
-}
-
-std::optional<std::string> HicollBackend::declineReason(const char* coll,
-                                                        const std::vector<at::Tensor>& ts,
-                                                        const ReduceOp* op) const {
-  if (forced_.count("all") || forced_.count(coll)) {
-    return c10::str("HICOLL_FORCE_FALLBACK names ", forced_.count("all") ? "all" : coll);
+#if HICOLL_TORCH_HAS_SHRINK
+c10::intrusive_ptr<c10d::Backend> HicollBackend::shrink(
+    const std::vector<int64_t>& ranks_to_exclude, int shrink_flags,
+    const c10::intrusive_ptr<Options>& opts) {
+  std::vector<int> excluded(ranks_to_exclude.begin(), ranks_to_exclude.end());
+  std::sort(excluded.begin(), excluded.end());
+  TORCH_CHECK(!std::binary_search(excluded.begin(), excluded.end(), getRank()), "hicoll: rank ",
+              getRank(), " called shrink but is among the excluded ranks");
+  // The worker may be blocked in a failed call: stop it first (queued calls fail).
+  stopWorker(/*drain=*/false);
+  hcComm_t newcomm = nullptr;
+  hcResult_t res;
+  {
+    std::lock_guard<std::mutex> call(call_mu_);
+    res = hcCommShrink(comm_, excluded.data(), static_cast<int>(excluded.size()), shrink_flags,
+                       &newcomm);
   }
-  for (const auto& t : ts) {
-    if (t.layout() != at::kStrided) return c10::str("tensor layout ", t.layout(), " (not strided)");
-#ifdef HICOLL_PLUGIN_CUDA
-    if (t.device().type() != c10::kCPU && t.device().type() != c10::kCUDA) {
-      return c10::str("tensor on ", t.device(), ": hicoll drives host and CUDA buffers only");
-    }
-#else
-    if (t.device().type() != c10::kCPU) {
-      return c10::str("tensor on ", t.device(),
-                      ": this build of the hicoll plugin has no CUDA support (host buffers only)");
-    }
+  TORCH_CHECK(res == hcSuccess, "hicoll: shrink of group '", cfg_.group_name, "' on rank ",
+              getRank(), " excluding ", c10::Join(",", excluded), " failed: ",
+              hcGetErrorString(res), ": ", hcGetLastError(comm_));
+  Config cfg = cfg_;
+  if (opts) cfg.timeout = opts->timeout;
+  cfg.global_ranks.clear();
+  int new_rank = 0;
+  for (int r = 0; r < getSize(); ++r) {
+    if (std::binary_search(excluded.begin(), excluded.end(), r)) continue;
+    if (r == getRank()) new_rank = static_cast<int>(cfg.global_ranks.size());
+    cfg.global_ranks.push_back(static_cast<size_t>(r) < cfg_.global_ranks.size()
+                                   ? cfg_.global_ranks[r]
+                                   : static_cast<uint64_t>(r));
+  }
+  // The survivors' fallback rendezvous on keys of their own (no dead rank takes part).
+  auto store = c10::make_intrusive<c10d::PrefixStore>(
+      c10::str("shrink/", c10::Join(",", excluded), "/"), store_);
+  const int new_size = static_cast<int>(cfg.global_ranks.size());
+  return track(c10::make_intrusive<HicollBackend>(store, new_rank, new_size, std::move(cfg), newcomm));
+}
 #endif
-    if (t.device() != ts.front().device()) {
-      return c10::str("tensors on ", ts.front().device(), " and ", t.device());
-    }
-    if (t.scalar_type() != ts.front().scalar_type()) return std::string("mixed dtypes");
-  }
-  if (!op || ts.empty()) return std::nullopt;
-  const auto st = ts.front().scalar_type();
-  const auto rt = at::isComplexType(st) ? c10::toRealValueType(st) : st;
-  if (!reduceType(rt)) return c10::str("no hicoll reduction for dtype ", st);
-  switch (op->op_) {
-    case ReduceOp::SUM:
-      return std::nullopt;
-    case ReduceOp::AVG:
-      if (st == at::kBool) return std::string("AVG of bool tensors");
-      return std::nullopt;
-    case ReduceOp::PREMUL_SUM:
-      if (!at::isFloatingType(rt)) return c10::str("PREMUL_SUM on dtype ", st);
-      return std::nullopt;
-    case ReduceOp::PRODUCT:
-    case ReduceOp::MIN:
-    case ReduceOp::MAX:
-      if (at::isComplexType(st)) return c10::str(redOpName(op->op_), " of complex tensors");
-      return std::nullopt;
-    default:
-      return c10::str("ReduceOp ", redOpName(op->op_), " is not a hicoll reduction");
-  }
-}
+
+// ---------------------------------------------------------------------------------------------
+// Observability.
 
 void HicollBackend::countHicoll(const char* op) {
   std::lock_guard<std::mutex> lock(stats_mu_);
@@ -390,6 +313,32 @@ void HicollBackend::countFallback(const char* op, c10::DeviceType device,
   }
 }
 
+std::map<std::string, int64_t> HicollBackend::hicollCounts() const {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  return hicoll_calls_;
+}
+
+std::map<std::string, int64_t> HicollBackend::fallbackCounts() const {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  return fallback_calls_;
+}
+
+std::map<std::string, std::string> HicollBackend::fallbackReasons() const {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  return fallback_reasons_;
+}
+
+hcStats HicollBackend::stats() const {
+  hcStats s = HC_STATS_INITIALIZER;
+  TORCH_CHECK(comm_, "hicoll: the process group is shut down");
+  const hcResult_t res = hcCommGetStats(comm_, &s);
+  TORCH_CHECK(res == hcSuccess, "hicoll: hcCommGetStats: ", hcGetErrorString(res));
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The queue.
+
 c10::intrusive_ptr<c10d::Backend> HicollBackend::fallbackBackend(c10::DeviceType device) {
   std::lock_guard<std::mutex> lock(fb_mu_);
   auto it = fallbacks_.find(device);
@@ -402,6 +351,7 @@ c10::intrusive_ptr<c10d::Backend> HicollBackend::fallbackBackend(c10::DeviceType
 }
 
 void HicollBackend::enqueue(const c10::intrusive_ptr<HicollWork>& work) {
+  releaseRetired();
   {
     std::lock_guard<std::mutex> lock(q_mu_);
     TORCH_CHECK(!stopping_, "hicoll: process group '", cfg_.group_name, "' was shut down");
@@ -410,7 +360,20 @@ void HicollBackend::enqueue(const c10::intrusive_ptr<HicollWork>& work) {
   q_cv_.notify_one();
 }
 
+void HicollBackend::releaseRetired() {
+  std::vector<c10::intrusive_ptr<HicollWork>> done;
+  {
+    std::lock_guard<std::mutex> lock(q_mu_);
+    done.swap(retired_);
+  }
+  // Dropped here, outside the lock: a tensor's last reference may take the GIL.
+}
+
 void HicollBackend::workerLoop() {
+  // The worker never drops a Work: a Work holds the caller's tensors, and dropping the last
+  // reference to a tensor that has a Python object takes the GIL -- which, on a thread other
+  // than the main one during interpreter shutdown, ends the thread (pthread_exit) and so the
+  // process (std::terminate). Finished Works go to retired_, dropped by callers' threads.
   for (;;) {
     c10::intrusive_ptr<HicollWork> work;
     std::string broken;
@@ -418,7 +381,7 @@ void HicollBackend::workerLoop() {
       std::unique_lock<std::mutex> lock(q_mu_);
       q_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) return;
-      work = queue_.front();
+      work = std::move(queue_.front());
       queue_.pop_front();
       broken = broken_;
       busy_ = true;
@@ -429,10 +392,11 @@ void HicollBackend::workerLoop() {
           "hicoll: communicator failed earlier: " + broken)));
     } else {
       std::lock_guard<std::mutex> call(call_mu_);
-      work->execute(false);
+      work->execute();
     }
     {
       std::lock_guard<std::mutex> lock(q_mu_);
+      retired_.push_back(std::move(work));
       busy_ = false;
     }
     idle_cv_.notify_all();
@@ -444,18 +408,8 @@ void HicollBackend::drainQueue() {
   idle_cv_.wait(lock, [&] { return (queue_.empty() && !busy_) || stopping_; });
 }
 
-void HicollBackend::check(hcResult_t res, const char* what, hcStream_t stream) {
-  if (res == hcSuccess) return;
-  std::string msg = c10::str("hicoll: ", what, " failed on rank ", getRank(), " of ", getSize(),
-                             " (group '", cfg_.group_name, "'): ", hcGetErrorString(res), ": ",
-                             hcGetLastError(comm_));
-  if (res == hcUnsupported || (stream && res == hcInvalidUsage)) throw Declined{msg};
-  if (res == hcRemoteError || res == hcTimeout) {
-    std::lock_guard<std::mutex> lock(q_mu_);
-    broken_ = msg;
-    error_ = res == hcTimeout ? c10d::ErrorType::TIMEOUT : c10d::ErrorType::REMOTE_ERROR;
-  }
-  C10_THROW_ERROR(DistBackendError, msg);
+std::chrono::milliseconds HicollBackend::opTimeout(std::chrono::milliseconds requested) const {
+  return requested == c10d::kUnsetTimeout ? cfg_.timeout : requested;
 }
 
 HicollBackend::WorkPtr HicollBackend::submit(c10d::OpType type, const char* op,
@@ -496,22 +450,24 @@ HicollBackend::WorkPtr HicollBackend::submit(c10d::OpType type, const char* op,
     }
     auto work = fb(*fallbackBackend(device));
     if (work) work->wait(timeout);
+    return work;
   };
-  std::function<void()> hicoll_run;
+  HicollWork::Step hicoll_run;
   if (!reason) {
-    hicoll_run = [run = std::move(run), fallback, tls] {
+    hicoll_run = [run = std::move(run), fallback, tls]() -> WorkPtr {
       at::ThreadLocalStateGuard guard(tls);
       at::NoGradGuard no_grad;  // outputs may be leaves that require grad (as in gloo)
       try {
         run(nullptr);
       } catch (const Declined& d) {
-        fallback(&d.reason);  // hicoll returned hcUnsupported before touching the buffers
+        return fallback(&d.reason);  // hicoll returned hcUnsupported before touching the buffers
       }
+      return WorkPtr();
     };
   }
-  auto work = c10::make_intrusive<HicollWork>(getRank(), type, nullptr, std::move(outputs),
-                                              timeout, seq_.load(), std::move(hicoll_run),
-                                              [fallback] { fallback(nullptr); });
+  auto work = c10::make_intrusive<HicollWork>(getRank(), type, std::move(outputs), timeout,
+                                              seq_.load(), std::move(hicoll_run),
+                                              [fallback] { return fallback(nullptr); });
   enqueue(work);
   return work;
 }
@@ -533,6 +489,7 @@ HicollBackend::WorkPtr HicollBackend::runOnStream(c10d::OpType type, const char*
   // Host calls issued before this one run first: every rank calls the communicator in the
   // same order.
   drainQueue();
+  releaseRetired();
   std::unique_lock<std::mutex> call(call_mu_);
   {
     std::lock_guard<std::mutex> lock(q_mu_);
@@ -571,50 +528,6 @@ HicollBackend::WorkPtr HicollBackend::runOnStream(c10d::OpType type, const char*
   work->recordOn(stream);
   return work;
 }
-
-// ---------------------------------------------------------------------------------------------
-HicollCudaWork::HicollCudaWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
-                               c10::Device device, uint64_t seq)
-    : Work(rank, type, nullptr),
-      outputs_(std::move(outputs)),
-      device_(device),
-      seq_(seq),
-      event_(cudaEventDisableTiming),
-      future_(c10::make_intrusive<c10::ivalue::Future>(
-          c10::ListType::create(c10::TensorType::get()), std::vector<c10::Device>{device})) {}
-
-void HicollCudaWork::recordOn(const c10::cuda::CUDAStream& stream) {
-  c10::cuda::CUDAStreamGuard guard(stream);
-  event_.record(stream);
-  // A CUDA-aware future: it records its own event on the current stream (this one) and makes
-  // the streams of whoever waits on it, or runs its callbacks, wait for that event.
-  future_->markCompleted(c10::IValue(outputs_));
-}
-
-bool HicollCudaWork::isCompleted() { return event_.query(); }
-
-void HicollCudaWork::synchronize() {
-  c10::cuda::CUDAGuard guard(device_);
-  event_.block(c10::cuda::getCurrentCUDAStream(device_.index()));
-}
-
-bool HicollCudaWork::wait(std::chrono::milliseconds timeout) {
-  synchronize();  // the caller's current stream waits for the call
-  if (timeout != kNoTimeout) {
-    // An explicit timeout also bounds a host wait, as ProcessGroupNCCL's blocking wait.
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (!event_.query()) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        C10_THROW_ERROR(DistBackendError,
-                        c10::str("hicoll: rank ", rank_, " timed out after ", timeout.count(),
-                                 " ms waiting for ", c10d::opTypeToString(opType_), " (seq ",
-                                 seq_, ") on ", device_));
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
-  }
-  return true;
-}
 #endif
 
 HicollBackend::WorkPtr HicollBackend::forward(c10d::OpType type, const char* op,
@@ -630,503 +543,6 @@ HicollBackend::WorkPtr HicollBackend::forward(c10d::OpType type, const char* op,
     return fb(*fallbackBackend(device));
   }
   return submit(type, op, std::move(outputs), timeout, probe, reason, nullptr, std::move(fb));
-}
-
-// ---------------------------------------------------------------------------------------------
-// Engine calls (worker thread).
-
-void HicollBackend::withRedOp(const ReduceOp& op, at::ScalarType st,
-                              const std::function<void(hcRedOp_t, hcDataType_t)>& fn) {
-  const auto rt = at::isComplexType(st) ? c10::toRealValueType(st) : st;
-  const hcDataType_t dt = *reduceType(rt);
-  const bool is_bool = st == at::kBool;
-  switch (op.op_) {
-    case ReduceOp::SUM: return fn(is_bool ? hcMax : hcSum, dt);
-    case ReduceOp::AVG: return fn(hcAvg, dt);
-    case ReduceOp::PRODUCT: return fn(is_bool ? hcMin : hcProd, dt);
-    case ReduceOp::MIN: return fn(hcMin, dt);
-    case ReduceOp::MAX: return fn(hcMax, dt);
-    case ReduceOp::PREMUL_SUM: {
-      // The scalar is passed in the element type (fp16/bf16 factors are rounded like the data).
-      const at::Tensor scalar = at::scalar_tensor(premulFactor(op), at::TensorOptions().dtype(rt));
-      hcRedOp_t r{};
-      check(hcRedOpCreatePreMulSum(&r, scalar.data_ptr(), dt, comm_), "hcRedOpCreatePreMulSum");
-      try {
-        fn(r, dt);
-      } catch (...) {
-        hcRedOpDestroy(r, comm_);
-        throw;
-      }
-      hcRedOpDestroy(r, comm_);
-      return;
-    }
-    default:
-      throw Declined{c10::str("ReduceOp ", redOpName(op.op_))};
-  }
-}
-
-void HicollBackend::doAllGather(const at::Tensor& in, const at::Tensor& out, hcStream_t s) {
-  // Bytes are bytes: any dtype (float8, complex, bool...) gathers as uint8.
-  check(hcAllGather(in.data_ptr(), out.data_ptr(), in.nbytes(), hcUint8, comm_, s), "allgather",
-        s);
-}
-
-void HicollBackend::doReduceScatter(const at::Tensor& in, const at::Tensor& out,
-                                    const ReduceOp& op, hcStream_t s) {
-  const at::Tensor rin = realView(in), rout = realView(out);
-  withRedOp(op, in.scalar_type(), [&](hcRedOp_t r, hcDataType_t dt) {
-    check(hcReduceScatter(rin.data_ptr(), rout.data_ptr(), static_cast<size_t>(rout.numel()), dt, r,
-                          comm_, s),
-          "reducescatter", s);
-  });
-}
-
-void HicollBackend::doAllReduce(const at::Tensor& t, const ReduceOp& op, hcStream_t s) {
-  const at::Tensor rt = realView(t);
-  withRedOp(op, t.scalar_type(), [&](hcRedOp_t r, hcDataType_t dt) {
-    check(hcAllReduce(rt.data_ptr(), rt.data_ptr(), static_cast<size_t>(rt.numel()), dt, r, comm_, s),
-          "allreduce", s);
-  });
-}
-
-// ---------------------------------------------------------------------------------------------
-// Collectives run by hicoll. Non-contiguous tensors go through a contiguous copy.
-
-namespace {
-
-// Gloo has neither AVG nor PREMUL_SUM: run SUM on it and scale here (CPU fallback only).
-bool needsSumEmulation(const c10d::Backend& b, const ReduceOp& op) {
-  return b.getBackendName() == "gloo" &&
-         (op.op_ == ReduceOp::AVG || op.op_ == ReduceOp::PREMUL_SUM);
-}
-
-void scaleAfterSum(const at::Tensor& t, const ReduceOp& op, int size) {
-  at::NoGradGuard no_grad;
-  if (op.op_ == ReduceOp::AVG) {
-    if (at::isFloatingType(t.scalar_type()) || t.is_complex()) {
-      t.div_(size);
-    } else {
-      t.div_(size, "trunc");
-    }
-  } else {
-    t.mul_(premulFactor(op));  // sum(f * x) == f * sum(x) up to rounding
-  }
-}
-
-// Reduce-scatter on gloo as SUM allreduce of a copy, then this rank's block, scaled. (Gloo's
-// own reduce-scatter writes its output after its Work completes, so it cannot be scaled.)
-c10::intrusive_ptr<c10d::Work> emulatedReduceScatter(c10d::Backend& b, const at::Tensor& output,
-                                                     const at::Tensor& flat_input,
-                                                     const ReduceOp& op,
-                                                     std::chrono::milliseconds timeout) {
-  std::vector<at::Tensor> tmp{flat_input.reshape({-1}).clone()};
-  c10d::AllreduceOptions ao;
-  ao.reduceOp = ReduceOp(ReduceOp::SUM);
-  ao.timeout = timeout;
-  auto w = b.allreduce(tmp, ao);
-  w->wait(timeout.count() > 0 ? timeout : kNoTimeout);
-  const at::Tensor block = tmp[0].narrow(0, b.getRank() * output.numel(), output.numel());
-  scaleAfterSum(block, op, b.getSize());
-  at::NoGradGuard no_grad;
-  output.copy_(block.view(output.sizes()));
-  return w;
-}
-
-}  // namespace
-
-c10::intrusive_ptr<c10d::Work> HicollBackend::_allgather_base(at::Tensor& output,
-                                                               at::Tensor& input,
-                                                               const c10d::AllgatherOptions& opts) {
-  TORCH_CHECK(output.scalar_type() == input.scalar_type(),
-              "hicoll: all_gather_into_tensor: output and input dtypes differ");
-  TORCH_CHECK(output.numel() == input.numel() * getSize(),
-              "hicoll: all_gather_into_tensor: output has ", output.numel(),
-              " elements, expected world size x input = ", input.numel() * getSize());
-  auto reason = declineReason("allgather", {input, output}, nullptr);
-  auto run = [this, output, input](hcStream_t s) {
-    const at::Tensor in = input.contiguous();
-    const at::Tensor out = output.is_contiguous() ? output : at::empty_like(output, at::MemoryFormat::Contiguous);
-    doAllGather(in, out, s);
-    if (!out.is_same(output)) output.copy_(out);
-  };
-  auto fb = [output, input, opts](c10d::Backend& b) mutable {
-    return b._allgather_base(output, input, opts);
-  };
-  return submit(OpType::_ALLGATHER_BASE, "_allgather_base", {output}, opTimeout(opts.timeout),
-                {input}, reason, run, fb);
-}
-
-c10::intrusive_ptr<c10d::Work> HicollBackend::allgather_into_tensor_coalesced(
-    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions& opts) {
-  TORCH_CHECK(outputs.size() == inputs.size(),
-              "hicoll: allgather_into_tensor_coalesced: ", outputs.size(), " outputs for ",
-              inputs.size(), " inputs");
-  std::optional<std::string> reason;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    TORCH_CHECK(outputs[i].numel() == inputs[i].numel() * getSize() &&
-                    outputs[i].scalar_type() == inputs[i].scalar_type(),
-                "hicoll: allgather_into_tensor_coalesced: output ", i, " does not match input ", i);
-    if (!reason) reason = declineReason("allgather", {inputs[i], outputs[i]}, nullptr);
-  }
-  auto run = [this, outputs, inputs](hcStream_t s) {
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      const at::Tensor in = inputs[i].contiguous();
-      const at::Tensor out = outputs[i].is_contiguous()
-                                 ? outputs[i]
-                                 : at::empty_like(outputs[i], at::MemoryFormat::Contiguous);
-      doAllGather(in, out, s);
-      if (!out.is_same(outputs[i])) outputs[i].copy_(out);
-    }
-  };
-  auto fb = [outputs, inputs, opts](c10d::Backend& b) mutable {
-    return b.allgather_into_tensor_coalesced(outputs, inputs, opts);
-  };
-  return submit(OpType::COALESCED, "allgather_into_tensor_coalesced", outputs,
-                opTimeout(opts.timeout), inputs, reason, run, fb);
-}
-
-c10::intrusive_ptr<c10d::Work> HicollBackend::allgather(
-    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions& opts) {
-  TORCH_CHECK(inputs.size() == 1 && outputs.size() == 1,
-              "hicoll: allgather takes one input tensor and one output list per process");
-  TORCH_CHECK(static_cast<int>(outputs[0].size()) == getSize(), "hicoll: allgather: ",
-              outputs[0].size(), " output tensors for a group of ", getSize());
-  const at::Tensor input = inputs[0];
-  std::optional<std::string> reason;
-  for (const auto& o : outputs[0]) {
-    if (o.numel() != input.numel() || o.scalar_type() != input.scalar_type()) {
-      reason = "output tensors of different sizes or dtypes";  // uneven all_gather: gloo/NCCL
-    }
-  }
-  if (!reason) reason = declineReason("allgather", concat({input}, outputs[0]), nullptr);
-  auto outs = outputs[0];
-  auto run = [this, input, outs](hcStream_t s) {
-    const at::Tensor in = input.contiguous();
-    at::Tensor flat = at::empty({static_cast<int64_t>(outs.size()) * in.numel()}, in.options());
-    doAllGather(in, flat, s);
-    for (size_t r = 0; r < outs.size(); ++r) {
-      outs[r].copy_(flat.narrow(0, r * in.numel(), in.numel()).view(outs[r].sizes()));
-    }
-  };
-  auto fb = [outputs, inputs, opts](c10d::Backend& b) mutable {
-    return b.allgather(outputs, inputs, opts);
-  };
-  return submit(OpType::ALLGATHER, "allgather", outs, opTimeout(opts.timeout), {input}, reason,
-                run, fb);
-}
-
-c10::intrusive_ptr<c10d::Work> HicollBackend::_reduce_scatter_base(
-    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
-  TORCH_CHECK(output.scalar_type() == input.scalar_type(),
-              "hicoll: reduce_scatter_tensor: output and input dtypes differ");
-  TORCH_CHECK(input.numel() == output.numel() * getSize(),
-              "hicoll: reduce_scatter_tensor: input has ", input.numel(),
-              " elements, expected world size x output = ", output.numel() * getSize());
-  auto reason = declineReason("reducescatter", {input, output}, &opts.reduceOp);
-  const int size = getSize();
-  auto run = [this, output, input, op = opts.reduceOp](hcStream_t s) {
-    const at::Tensor in = input.contiguous();
-    const at::Tensor out = output.is_contiguous() ? output : at::empty_like(output, at::MemoryFormat::Contiguous);
-    doReduceScatter(in, out, op, s);
-    if (!out.is_same(output)) output.copy_(out);
-  };
-  auto fb = [output, input, opts, size](c10d::Backend& b) mutable -> WorkPtr {
-    if (!needsSumEmulation(b, opts.reduceOp)) return b._reduce_scatter_base(output, input, opts);
-    return emulatedReduceScatter(b, output, input, opts.reduceOp, opts.timeout);
-  };
-  return submit(OpType::_REDUCE_SCATTER_BASE, "_reduce_scatter_base", {output},
-                opTimeout(opts.timeout), {input}, reason, run, fb);
-}
-
-c10::intrusive_ptr<c10d::Work> HicollBackend::reduce_scatter_tensor_coalesced(
-    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::ReduceScatterOptions& opts) {
-  TORCH_CHECK(outputs.size() == inputs.size(), "hicoll: reduce_scatter_tensor_coalesced: ",
-              outputs.size(), " outputs for ", inputs.size(), " inputs");
-  std::optional<std::string> reason;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    TORCH_CHECK(inputs[i].numel() == outputs[i].numel() * getSize() &&
-                    outputs[i].scalar_type() == inputs[i].scalar_type(),
-                "hicoll: reduce_scatter_tensor_coalesced: output ", i, " does not match input ", i);
-    if (!reason) reason = declineReason("reducescatter", {inputs[i], outputs[i]}, &opts.reduceOp);
-  }
-  const int size = getSize();
-  auto run = [this, outputs, inputs, op = opts.reduceOp](hcStream_t s) {
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      const at::Tensor in = inputs[i].contiguous();
-      const at::Tensor out = outputs[i].is_contiguous()
-                                 ? outputs[i]
-                                 : at::empty_like(outputs[i], at::MemoryFormat::Contiguous);
-      doReduceScatter(in, out, op, s);
-      if (!out.is_same(outputs[i])) outputs[i].copy_(out);
-    }
-  };
-  auto fb = [outputs, inputs, opts, size](c10d::Backend& b) mutable -> WorkPtr {
-    if (!needsSumEmulation(b, opts.reduceOp)) {
-      return b.reduce_scatter_tensor_coalesced(outputs, inputs, opts);
-    }
-    WorkPtr w;
-    for (size_t i = 0; i < outputs.size(); ++i) {
-      w = emulatedReduceScatter(b, outputs[i], inputs[i], opts.reduceOp, opts.timeout);
-    }
-    return w;
-  };
-  return submit(OpType::COALESCED, "reduce_scatter_tensor_coalesced", outputs,
-                opTimeout(opts.timeout), inputs, reason, run, fb);
-}
-
-c10::intrusive_ptr<c10d::Work> HicollBackend::reduce_scatter(
-    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
-    const c10d::ReduceScatterOptions& opts) {
-  TORCH_CHECK(outputs.size() == 1 && inputs.size() == 1,
-              "hicoll: reduce_scatter takes one output tensor and one input list per process");
-  TORCH_CHECK(static_cast<int>(inputs[0].size()) == getSize(), "hicoll: reduce_scatter: ",
-              inputs[0].size(), " input tensors for a group of ", getSize());
-  const at::Tensor output = outputs[0];
-  std::optional<std::string> reason;
-  for (const auto& t : inputs[0]) {
-    if (t.numel() != output.numel() || t.scalar_type() != output.scalar_type()) {
-      reason = "input tensors of different sizes or dtypes";
-    }
-  }
-  if (!reason) reason = declineReason("reducescatter", concat({output}, inputs[0]), &opts.reduceOp);
-  const int size = getSize();
-  auto ins = inputs[0];
-  auto run = [this, output, ins, op = opts.reduceOp](hcStream_t s) {
-    std::vector<at::Tensor> flat_parts;
-    for (const auto& t : ins) flat_parts.push_back(t.reshape({-1}));
-    const at::Tensor in = at::cat(flat_parts);
-    const at::Tensor out = output.is_contiguous() ? output : at::empty_like(output, at::MemoryFormat::Contiguous);
-    doReduceScatter(in, out, op, s);
-    if (!out.is_same(output)) output.copy_(out);
-  };
-  auto fb = [outputs, inputs, opts, size](c10d::Backend& b) mutable -> WorkPtr {
-    if (!needsSumEmulation(b, opts.reduceOp)) return b.reduce_scatter(outputs, inputs, opts);
-    std::vector<at::Tensor> parts;
-    for (const auto& t : inputs[0]) parts.push_back(t.reshape({-1}));
-    return emulatedReduceScatter(b, outputs[0], at::cat(parts), opts.reduceOp, opts.timeout);
-  };
-  return submit(OpType::REDUCE_SCATTER, "reduce_scatter", {output}, opTimeout(opts.timeout),
-                {output}, reason, run, fb);
-}
-
-c10::intrusive_ptr<c10d::Work> HicollBackend::allreduce(std::vector<at::Tensor>& tensors,
-                                                        const c10d::AllreduceOptions& opts) {
-  TORCH_CHECK(!tensors.empty(), "hicoll: allreduce of no tensors");
-  auto reason = declineReason("allreduce", tensors, &opts.reduceOp);
-  const int size = getSize();
-  auto run = [this, tensors, op = opts.reduceOp](hcStream_t s) {
-    for (const auto& t : tensors) {
-      const at::Tensor c = t.contiguous();
-      doAllReduce(c, op, s);
-      if (!c.is_same(t)) t.copy_(c);
-    }
-  };
-  auto fb = [tensors, opts, size](c10d::Backend& b) mutable -> WorkPtr {
-    if (!needsSumEmulation(b, opts.reduceOp)) return b.allreduce(tensors, opts);
-    auto sum_opts = opts;
-    sum_opts.reduceOp = ReduceOp(ReduceOp::SUM);
-    auto w = b.allreduce(tensors, sum_opts);
-    w->wait();
-    for (auto& t : tensors) scaleAfterSum(t, opts.reduceOp, size);
-    return w;
-  };
-  return submit(OpType::ALLREDUCE, "allreduce", tensors, opTimeout(opts.timeout), tensors, reason,
-                run, fb);
-}
-
-c10::intrusive_ptr<c10d::Work> HicollBackend::allreduce_coalesced(
-    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
-  TORCH_CHECK(!tensors.empty(), "hicoll: allreduce_coalesced of no tensors");
-  auto reason = declineReason("allreduce", tensors, &opts.reduceOp);  // also: one dtype
-  const int size = getSize();
-  auto run = [this, tensors, op = opts.reduceOp](hcStream_t s) {
-    // One call on a flat buffer (one dtype, checked above), then copy back.
-    std::vector<at::Tensor> parts;
-    for (const auto& t : tensors) parts.push_back(t.reshape({-1}));
-    const at::Tensor flat = at::cat(parts);
-    doAllReduce(flat, op, s);
-    int64_t off = 0;
-    for (const auto& t : tensors) {
-      t.copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
-      off += t.numel();
-    }
-  };
-  auto fb = [tensors, opts, size](c10d::Backend& b) mutable -> WorkPtr {
-    if (!needsSumEmulation(b, opts.reduceOp)) return b.allreduce_coalesced(tensors, opts);
-    auto sum_opts = opts;
-    sum_opts.reduceOp = ReduceOp(ReduceOp::SUM);
-    auto w = b.allreduce_coalesced(tensors, sum_opts);
-    w->wait();
-    for (auto& t : tensors) scaleAfterSum(t, opts.reduceOp, size);
-    return w;
-  };
-  return submit(OpType::ALLREDUCE_COALESCED, "allreduce_coalesced", tensors,
-                opTimeout(opts.timeout), tensors, reason, run, fb);
-}
-
-c10::intrusive_ptr<c10d::Work> HicollBackend::broadcast(std::vector<at::Tensor>& tensors,
-                                                        const c10d::BroadcastOptions& opts) {
-  TORCH_CHECK(tensors.size() == 1, "hicoll: broadcast takes one tensor per process");
-  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < getSize(), "hicoll: broadcast root ",
-              opts.rootRank, " outside a group of ", getSize());
-  auto reason = declineReason("broadcast", tensors, nullptr);
-  const at::Tensor t = tensors[0];
-  const int root = static_cast<int>(opts.rootRank);
-  auto run = [this, t, root](hcStream_t s) {
-    const at::Tensor c = t.contiguous();
-    check(hcBroadcast(c.data_ptr(), c.data_ptr(), c.nbytes(), hcUint8, root, comm_, s),
-          "broadcast", s);
-    if (!c.is_same(t)) t.copy_(c);
-  };
-  auto fb = [tensors, opts](c10d::Backend& b) mutable { return b.broadcast(tensors, opts); };
-  return submit(OpType::BROADCAST, "broadcast", tensors, opTimeout(opts.timeout), tensors, reason,
-                run, fb);
-}
-
-c10::intrusive_ptr<c10d::Work> HicollBackend::barrier(const c10d::BarrierOptions& opts) {
-  // Runs after every call queued before it, so it also orders this rank's earlier work.
-  std::optional<std::string> reason;
-  if (forced_.count("all")) reason = "HICOLL_FORCE_FALLBACK names all";
-  auto run = [this](hcStream_t) { check(hcBarrier(comm_), "barrier"); };
-  auto fb = [opts](c10d::Backend& b) mutable { return b.barrier(opts); };
-  return submit(OpType::BARRIER, "barrier", {}, opTimeout(opts.timeout), {}, reason, run, fb);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Not implemented by hicoll: forwarded, announced and counted.
-
-c10::intrusive_ptr<c10d::Work> HicollBackend::allreduce_sparse(std::vector<at::Tensor>& tensors,
-                                                               const c10d::AllreduceOptions& opts) {
-  auto fb = [tensors, opts](c10d::Backend& b) mutable { return b.allreduce_sparse(tensors, opts); };
-  return forward(OpType::_ALLREDUCE_SPARSE, "allreduce_sparse", tensors, tensors,
-                 opTimeout(opts.timeout), false, fb);
-}
-
-c10::intrusive_ptr<c10d::Work> HicollBackend::reduce(std::vector<at::Tensor>& tensors,
-                                                     const c10d::ReduceOptions& opts) {
-  auto fb = [tensors, opts](c10d::Backend& b) mutable { return b.reduce(tensors, opts); };
-  return forward(OpType::REDUCE, "reduce", tensors, tensors, opTimeout(opts.timeout), false, fb);
-}
-
-c10::intrusive_ptr<c10d::Work> HicollBackend::allgather_coalesced(
-    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions& opts) {
-  std::vector<at::Tensor> outs;
-  for (auto& l : outputs) outs.insert(outs.end(), l.begin(), l.end());
-  auto fb = [outputs, inputs, opts](c10d::Backend& b) mutable {
-    return b.allgather_coalesced(outputs, inputs, opts);
-  };
-  return forward(OpType::ALLGATHER_COALESCED, "allgather_coalesced", inputs, outs,
-                 opTimeout(opts.timeout), false, fb);
-}
-
-c10::intrusive_ptr<c10d::Work> HicollBackend::gather(std::vector<std::vector<at::Tensor>>& outputs,
-                                                     std::vector<at::Tensor>& inputs,
-                                                     const c10d::GatherOptions& opts) {
-  std::vector<at::Tensor> outs;
-  for (auto& l : outputs) outs.insert(outs.end(), l.begin(), l.end());
-  auto fb = [outputs, inputs, opts](c10d::Backend& b) mutable {
-    return b.gather(outputs, inputs, opts);
-  };
-  return forward(OpType::GATHER, "gather", inputs, outs, opTimeout(opts.timeout), false, fb);
-}
-
-c10::intrusive_ptr<c10d::Work> HicollBackend::scatter(std::vector<at::Tensor>& outputs,
-                                                      std::vector<std::vector<at::Tensor>>& inputs,
-                                                      const c10d::ScatterOptions& opts) {
-  auto fb = [outputs, inputs, opts](c10d::Backend& b) mutable {
-    return b.scatter(outputs, inputs, opts);
-  };
-  return forward(OpType::SCATTER, "scatter", outputs, outputs, opTimeout(opts.timeout), false, fb);
-}
-
-c10::intrusive_ptr<c10d::Work> HicollBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
-                                                            std::vector<int64_t>& output_splits,
-                                                            std::vector<int64_t>& input_splits,
-                                                            const c10d::AllToAllOptions& opts) {
-  auto fb = [output, input, output_splits, input_splits, opts](c10d::Backend& b) mutable {
-    return b.alltoall_base(output, input, output_splits, input_splits, opts);
-  };
-  return forward(OpType::ALLTOALL_BASE, "alltoall_base", {input}, {output},
-                 opTimeout(opts.timeout), false, fb);
-}
-
-c10::intrusive_ptr<c10d::Work> HicollBackend::alltoall(std::vector<at::Tensor>& outputs,
-                                                       std::vector<at::Tensor>& inputs,
-                                                       const c10d::AllToAllOptions& opts) {
-  auto fb = [outputs, inputs, opts](c10d::Backend& b) mutable -> WorkPtr {
-    if (b.getBackendName() != "gloo") return b.alltoall(outputs, inputs, opts);
-    // Gloo has only alltoall_base: pack, exchange, unpack (equal or uneven splits).
-    std::vector<int64_t> in_splits, out_splits;
-    std::vector<at::Tensor> in_parts;
-    for (auto& t : inputs) {
-      in_splits.push_back(t.numel());
-      in_parts.push_back(t.reshape({-1}));
-    }
-    for (auto& t : outputs) out_splits.push_back(t.numel());
-    at::Tensor in = at::cat(in_parts);
-    at::Tensor out = at::empty({std::accumulate(out_splits.begin(), out_splits.end(), int64_t{0})},
-                               in.options());
-    auto w = b.alltoall_base(out, in, out_splits, in_splits, opts);
-    w->wait();
-    int64_t off = 0;
-    for (auto& t : outputs) {
-      t.copy_(out.narrow(0, off, t.numel()).view(t.sizes()));
-      off += t.numel();
-    }
-    return w;
-  };
-  return forward(OpType::ALLTOALL, "alltoall", inputs, outputs, opTimeout(opts.timeout), false, fb);
-}
-
-c10::intrusive_ptr<c10d::Work> HicollBackend::send(std::vector<at::Tensor>& tensors, int dst,
-                                                   int tag) {
-  auto fb = [tensors, dst, tag](c10d::Backend& b) mutable { return b.send(tensors, dst, tag); };
-  return forward(OpType::SEND, "send", tensors, {}, cfg_.timeout, true, fb);
-}
-
-c10::intrusive_ptr<c10d::Work> HicollBackend::recv(std::vector<at::Tensor>& tensors, int src,
-                                                   int tag) {
-  auto fb = [tensors, src, tag](c10d::Backend& b) mutable { return b.recv(tensors, src, tag); };
-  return forward(OpType::RECV, "recv", tensors, tensors, cfg_.timeout, true, fb);
-}
-
-c10::intrusive_ptr<c10d::Work> HicollBackend::recvAnysource(std::vector<at::Tensor>& tensors,
-                                                            int tag) {
-  auto fb = [tensors, tag](c10d::Backend& b) mutable { return b.recvAnysource(tensors, tag); };
-  return forward(OpType::RECVANYSOURCE, "recvAnysource", tensors, tensors, cfg_.timeout, true, fb);
-}
-
-void HicollBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
-  countFallback("monitoredBarrier", c10::kCPU, "not implemented by hicoll");
-  fallbackBackend(c10::kCPU)->monitoredBarrier(opts, wait_all_ranks);
-}
-
-// ---------------------------------------------------------------------------------------------
-std::map<std::string, int64_t> HicollBackend::hicollCounts() const {
-  std::lock_guard<std::mutex> lock(stats_mu_);
-  return hicoll_calls_;
-}
-
-std::map<std::string, int64_t> HicollBackend::fallbackCounts() const {
-  std::lock_guard<std::mutex> lock(stats_mu_);
-  return fallback_calls_;
-}
-
-std::map<std::string, std::string> HicollBackend::fallbackReasons() const {
-  std::lock_guard<std::mutex> lock(stats_mu_);
-  return fallback_reasons_;
-}
-
-hcStats HicollBackend::stats() const {
-  hcStats s = HC_STATS_INITIALIZER;
-  TORCH_CHECK(comm_, "hicoll: the process group is shut down");
-  const hcResult_t res = hcCommGetStats(comm_, &s);
-  TORCH_CHECK(res == hcSuccess, "hicoll: hcCommGetStats: ", hcGetErrorString(res));
-  return s;
 }
 
 }  // namespace hicoll_torch

@@ -2,6 +2,11 @@
 // bootstrapped through the c10d Store; everything else, and every call hicoll declines, is
 // forwarded (announced and counted) to a gloo (CPU) or NCCL (CUDA) backend made lazily on the
 // same store.
+//
+// Where each part lives: backend.cc (lifecycle, the worker queue, submit/forward), engine.cc
+// (what hicoll accepts and the C calls), collectives.cc (the ops run by hicoll), composed.cc
+// (ops built from those: reduce, gather, scatter, allgather_coalesced), forwarded.cc (ops
+// hicoll has no call for), store_bridge.cc, work.cc, tensor_ops.cc.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -9,6 +14,7 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <torch/version.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -23,17 +29,21 @@
 #include <vector>
 
 #include "hicoll/hicoll.h"
+#include "store_bridge.hpp"
+#include "work.hpp"
 
-// Built with CUDA (setup.py defines it when torch has CUDA and a toolkit is present): CUDA
-// tensors run on hicoll, stream-ordered on the caller's current stream, as NCCL does.
-#ifdef HICOLL_PLUGIN_CUDA
-#include <ATen/cuda/CUDAEvent.h>
-#endif
-
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8)
-#define HICOLL_TORCH_HAS_SPLIT 1  // Backend::split / getBackendOptions (torch >= 2.8)
+#define HICOLL_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) ||         \
+   (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+// Backend::split / getBackendOptions / setTimeout / getError (torch >= 2.8).
+#define HICOLL_TORCH_HAS_SPLIT HICOLL_TORCH_AT_LEAST(2, 8)
+// Backend::shrink / supportsShrinking (seen in torch 2.11 headers; absent in 2.7), and
+// hcCommShrink in libhicoll (the
+// build defines HICOLL_HAVE_COMM_SHRINK when hicoll.h declares it).
+#if HICOLL_TORCH_AT_LEAST(2, 11) && defined(HICOLL_HAVE_COMM_SHRINK)
+#define HICOLL_TORCH_HAS_SHRINK 1
 #else
-#define HICOLL_TORCH_HAS_SPLIT 0
+#define HICOLL_TORCH_HAS_SHRINK 0
 #endif
 
 namespace hicoll_torch {
@@ -43,77 +53,6 @@ namespace hicoll_torch {
 // collective over the group, so every rank calls it at the same point of the program.
 using FallbackFactory = std::function<c10::intrusive_ptr<c10d::Backend>(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, const std::string& device)>;
-
-// hcStoreOps over a c10d Store (already prefixed per group).
-class StoreBridge {
- public:
-  explicit StoreBridge(c10::intrusive_ptr<c10d::Store> store);
-  const hcStoreOps* ops() const { return &ops_; }
-
- private:
-  static int set(void* ctx, const char* key, const void* value, size_t len);
-  static int get(void* ctx, const char* key, void* value, size_t len, int timeout_ms);
-  c10::intrusive_ptr<c10d::Store> store_;
-  hcStoreOps ops_{};
-};
-
-// One queued call. The worker thread runs `run`; when hicoll declines at run time
-// (hcUnsupported) it runs `fallback` instead, which issues the same call on the fallback
-// backend and waits for it.
-class HicollWork : public c10d::Work {
- public:
-  HicollWork(int rank, c10d::OpType type, const char* title, std::vector<at::Tensor> outputs,
-             std::chrono::milliseconds timeout, uint64_t seq, std::function<void()> run,
-             std::function<void()> fallback);
-  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
-  std::vector<at::Tensor> result() override { return outputs_; }
-  uint64_t getSequencenumber() const override { return seq_; }
-
-  // Worker thread only.
-  void execute(bool declined_before_run);
-  // Done, with an error or not: the Work first, then its future, so whoever the future
-  // wakes sees isCompleted().
-  void complete(std::exception_ptr error);
-  std::function<void()>& fallbackFn() { return fallback_; }
-
- private:
-  std::vector<at::Tensor> outputs_;
-  std::chrono::milliseconds timeout_;
-  uint64_t seq_;
-  std::function<void()> run_;
-  std::function<void()> fallback_;
-  c10::intrusive_ptr<c10::ivalue::Future> future_;
-};
-
-#ifdef HICOLL_PLUGIN_CUDA
-// A call enqueued by hicoll on the caller's current CUDA stream (NCCL-style): it is complete
-// when an event recorded after it on that stream is. wait() and synchronize() make the
-// caller's current stream wait for it (wait(timeout) also blocks the host, bounded);
-// getFuture() is a CUDA-aware future completed on that stream, as ProcessGroupNCCL's.
-class HicollCudaWork : public c10d::Work {
- public:
-  HicollCudaWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, c10::Device device,
-                 uint64_t seq);
-  // Records the completion event and completes the future on `stream` (the current stream).
-  void recordOn(const c10::cuda::CUDAStream& stream);
-  bool isCompleted() override;
-  bool isSuccess() const override { return true; }
-  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
-  void synchronize() override;
-  void blockCurrentStream() override { synchronize(); }
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
-  std::vector<at::Tensor> result() override { return outputs_; }
-  uint64_t getSequencenumber() const override { return seq_; }
-
- private:
-  std::vector<at::Tensor> outputs_;
-  c10::Device device_;
-  uint64_t seq_;
-  at::cuda::CUDAEvent event_;
-  c10::intrusive_ptr<c10::ivalue::Future> future_;
-};
-#endif
 
 // Thrown inside a work's run function when hicoll returns hcUnsupported.
 struct Declined {
@@ -129,8 +68,21 @@ class HicollBackend : public c10d::Backend {
     FallbackFactory fallback_factory;
   };
 
+  // Bootstraps a communicator on `store` (a collective over the group). Each construction on
+  // one store is an incarnation the members agree on (store.add), so a group destroyed and made
+  // again on the same store never reads the previous communicator's keys.
   HicollBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, Config cfg);
   ~HicollBackend() override;
+
+  // Around an existing communicator (shrink): `store` is already this group's own.
+  HicollBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, Config cfg,
+                hcComm_t comm);
+
+  // Makes `b` known to shutdownAll (every backend the plugin makes goes through it).
+  static c10::intrusive_ptr<HicollBackend> track(c10::intrusive_ptr<HicollBackend> b);
+  // Shuts down every live backend of this process (hicoll.torch registers it with atexit): the
+  // workers finish their queued calls and are joined while the interpreter is still whole.
+  static void shutdownAll();
 
   const std::string getBackendName() const override { return "hicoll"; }
   void setSequenceNumberForGroup() override {}
@@ -145,6 +97,13 @@ class HicollBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store,
                                           const std::vector<int>& ranks,
                                           const c10::intrusive_ptr<Options>& opts) override;
+#endif
+#if HICOLL_TORCH_HAS_SHRINK
+  bool supportsShrinking() const override { return true; }
+  // Survivors only, after a failure: hcCommShrink, then a backend around the new communicator.
+  c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<int64_t>& ranks_to_exclude,
+                                           int shrink_flags,
+                                           const c10::intrusive_ptr<Options>& opts) override;
 #endif
 
   // Run by hicoll.
@@ -172,9 +131,7 @@ class HicollBackend : public c10d::Backend {
       const c10d::ReduceScatterOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
-  // Forwarded to the fallback backend.
-  c10::intrusive_ptr<c10d::Work> allreduce_sparse(std::vector<at::Tensor>& tensors,
-                                                  const c10d::AllreduceOptions& opts) override;
+  // Composed from hicoll's calls (composed.cc).
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
                                         const c10d::ReduceOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allgather_coalesced(
@@ -186,6 +143,10 @@ class HicollBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
                                          std::vector<std::vector<at::Tensor>>& inputs,
                                          const c10d::ScatterOptions& opts) override;
+
+  // Forwarded to the fallback backend (forwarded.cc).
+  c10::intrusive_ptr<c10d::Work> allreduce_sparse(std::vector<at::Tensor>& tensors,
+                                                  const c10d::AllreduceOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
                                                std::vector<int64_t>& output_splits,
                                                std::vector<int64_t>& input_splits,
@@ -204,6 +165,7 @@ class HicollBackend : public c10d::Backend {
   std::map<std::string, std::string> fallbackReasons() const;
   hcStats stats() const;
   const std::string& groupName() const { return cfg_.group_name; }
+  uint64_t incarnation() const { return incarnation_; }
 
  private:
   using WorkPtr = c10::intrusive_ptr<c10d::Work>;
@@ -211,6 +173,8 @@ class HicollBackend : public c10d::Backend {
   // Runs the call on hicoll: stream NULL for host tensors (worker thread), the caller's
   // current CUDA stream for CUDA tensors (caller's thread).
   using RunFn = std::function<void(hcStream_t)>;
+
+  void start();  // starts the worker
 
   std::chrono::milliseconds opTimeout(std::chrono::milliseconds requested) const;
   // Why hicoll will not run `coll` (a name of HICOLL_FORCE_FALLBACK) on these tensors, if it won't.
@@ -238,6 +202,9 @@ class HicollBackend : public c10d::Backend {
   void countFallback(const char* op, c10::DeviceType device, const std::string& reason);
   void countHicoll(const char* op);
   void enqueue(const c10::intrusive_ptr<HicollWork>& work);
+  // Drops the Works the worker finished (on the calling thread, never on the worker: the last
+  // reference to a Python-owned tensor must not be dropped there, see workerLoop).
+  void releaseRetired();
   void workerLoop();
   void stopWorker(bool drain);
   // Throws DistBackendError naming the call; Declined for hcUnsupported, and for device calls
@@ -251,10 +218,12 @@ class HicollBackend : public c10d::Backend {
   void doReduceScatter(const at::Tensor& in, const at::Tensor& out, const c10d::ReduceOp& op,
                        hcStream_t s);
   void doAllReduce(const at::Tensor& t, const c10d::ReduceOp& op, hcStream_t s);
+  void doBroadcast(const at::Tensor& t, int root, hcStream_t s);
   void withRedOp(const c10d::ReduceOp& op, at::ScalarType dtype,
                  const std::function<void(hcRedOp_t, hcDataType_t)>& fn);
 
-  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<c10d::Store> store_;  // this incarnation's: hicoll/<incarnation>/ on the group's
+  uint64_t incarnation_ = 0;
   Config cfg_;
   std::unique_ptr<StoreBridge> bridge_;
   hcComm_t comm_ = nullptr;
@@ -283,6 +252,7 @@ class HicollBackend : public c10d::Backend {
   std::condition_variable q_cv_;
   std::condition_variable idle_cv_;  // the queue is empty and the worker idle
   std::deque<c10::intrusive_ptr<HicollWork>> queue_;
+  std::vector<c10::intrusive_ptr<HicollWork>> retired_;  // run by the worker, not yet dropped
   bool busy_ = false;                // the worker is running a call
   bool stopping_ = false;
   std::string broken_;  // set after hcRemoteError / hcTimeout: the communicator is unusable

@@ -44,6 +44,10 @@ PYBIND11_MODULE(_C, m) {
   m.attr("cuda_build") = false;  // CUDA tensors go to the NCCL fallback
 #endif
   py::module_::import("torch.distributed");  // registers c10d::Backend / Store with pybind
+  // hicoll.torch registers this with atexit: the workers are joined before the interpreter
+  // finalizes (the GIL is released: a worker may need it to complete a Python future).
+  m.def("_shutdown_all", &HicollBackend::shutdownAll, py::call_guard<py::gil_scoped_release>(),
+        "Shuts down every live hicoll backend of this process.");
 
   py::class_<HicollBackend, c10d::Backend, c10::intrusive_ptr<HicollBackend>>(m, "ProcessGroupHicoll")
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
@@ -68,7 +72,8 @@ PYBIND11_MODULE(_C, m) {
                };
              }
              py::gil_scoped_release nogil;  // the bootstrap waits on the store
-             return c10::make_intrusive<HicollBackend>(store, rank, size, std::move(cfg));
+             return HicollBackend::track(
+                 c10::make_intrusive<HicollBackend>(store, rank, size, std::move(cfg)));
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout_s"),
            py::arg("group_name") = "", py::arg("global_ranks") = std::vector<uint64_t>{},
@@ -80,6 +85,8 @@ PYBIND11_MODULE(_C, m) {
       .def("fallback_reasons", &HicollBackend::fallbackReasons,
            "The last fallback reason, by c10d op name.")
       .def_property_readonly("group_name", &HicollBackend::groupName)
+      .def_property_readonly("incarnation", &HicollBackend::incarnation,
+                             "Which construction of this group on its store this is (0, 1, ...).")
       .def("stats", [](const HicollBackend& b) {
         const hcStats s = b.stats();
         py::dict d;

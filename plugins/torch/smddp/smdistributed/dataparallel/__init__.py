@@ -1,0 +1,1 @@
+"""SMDDP data parallelism on hicoll."""
