@@ -177,6 +177,19 @@ HC_API hcResult_t hcCommInitRankStore(hcComm_t* comm, int nranks, int rank, cons
  * (then by parent rank). color < 0 (HC_SPLIT_NOCOLOR) returns *newcomm = NULL. */
 #define HC_SPLIT_NOCOLOR (-1)
 HC_API hcResult_t hcCommSplit(hcComm_t comm, int color, int key, hcComm_t* newcomm);
+/* After a failure, the survivors continue without the ranks in excludeRanks (NCCL's
+ * ncclCommShrink): called by every rank that is not excluded, never by the excluded ones (they
+ * may be dead), it makes *newcomm of the survivors in old-rank order, bootstrapped through the
+ * store of comm (with hcCommInitRank / hcCommInitFromEnv that store lives in rank 0's process,
+ * so rank 0 must survive; a store injected with hcCommInitRankStore, such as torchrun's, has no
+ * such limit). Every survivor must pass the same set. Bounded by HICOLL_TIMEOUT_MS. comm stays
+ * valid (failed or not) and is destroyed or aborted by the caller afterwards. flags:
+ * HC_SHRINK_ABORT first aborts comm (peers stop waiting on this rank). */
+#define HICOLL_HAS_COMM_SHRINK 1
+#define HC_SHRINK_DEFAULT 0
+#define HC_SHRINK_ABORT 1
+HC_API hcResult_t hcCommShrink(hcComm_t comm, const int* excludeRanks, int excludeCount, hcComm_t* newcomm,
+                               int flags);
 /* Frees the communicator; safe after an error. With ranks on other nodes it first meets them
  * (bounded by HICOLL_TIMEOUT_MS) so that messages in flight are delivered. */
 HC_API hcResult_t hcCommDestroy(hcComm_t comm);

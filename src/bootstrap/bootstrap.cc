@@ -79,6 +79,14 @@ void Bootstrap::broadcast(void* data, size_t len, int root) {
   }
 }
 
+std::unique_ptr<Bootstrap> Bootstrap::shrink(const std::vector<int>& excluded, uint64_t id) const {
+  if (std::binary_search(excluded.begin(), excluded.end(), rank_)) return nullptr;
+  const int new_rank = rank_ - static_cast<int>(std::lower_bound(excluded.begin(), excluded.end(), rank_) - excluded.begin());
+  std::string name = fmt::format("{}/shrink{}/x", prefix_, id);
+  for (int r : excluded) name += fmt::format("{}.", r);
+  return std::make_unique<Bootstrap>(store_, name, new_rank, size_ - static_cast<int>(excluded.size()), timeout_ms_);
+}
+
 std::unique_ptr<Bootstrap> Bootstrap::split(int color, int key, std::vector<int>* members) {
   struct Entry {
     int32_t color, key;

@@ -31,6 +31,10 @@ class Bootstrap {
   // Collective: ranks with the same color (>= 0) get a bootstrap ordered by (key, rank);
   // color < 0 returns nullptr. members (if given) receives the parent ranks of the new group.
   std::unique_ptr<Bootstrap> split(int color, int key, std::vector<int>* members = nullptr);
+  // Not collective over this bootstrap: the ranks outside `excluded` (ascending) get one of
+  // their own, ranked in order, under keys named by `id` and the excluded set (nobody else
+  // uses them). nullptr for an excluded rank.
+  std::unique_ptr<Bootstrap> shrink(const std::vector<int>& excluded, uint64_t id) const;
 
   const std::shared_ptr<Store>& store() const { return store_; }
 

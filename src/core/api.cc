@@ -1,5 +1,6 @@
 // The C ABI: validate, dispatch, and turn every exception into an hcResult_t.
 #include <cstring>
+#include <algorithm>
 #include <deque>
 #include <mutex>
 #include <new>
@@ -267,6 +268,39 @@ hcResult_t hcCommSplit(hcComm_t comm, int color, int key, hcComm_t* newcomm) {
   return guard(comm, "hcCommSplit", [&] {
     std::unique_ptr<Bootstrap> bs = comm->bootstrap->split(color, key);
     if (bs) *newcomm = createComm(std::move(bs), comm->keepalive).release();
+  });
+}
+
+hcResult_t hcCommShrink(hcComm_t comm, const int* exclude, int nexclude, hcComm_t* newcomm, int flags) {
+  if (bad(comm, "hcCommShrink") || !newcomm) return hcInvalidArgument;
+  *newcomm = nullptr;
+  // Not guarded by the failed state: shrinking a failed communicator is the point.
+  return guard(nullptr, "hcCommShrink", [&] {
+    ScopedLogRank lr(comm->rank);
+    HC_CHECK(nexclude >= 0 && (nexclude == 0 || exclude), hcInvalidArgument,
+             "hcCommShrink: {} excluded ranks but the list is NULL", nexclude);
+    HC_CHECK((flags & ~HC_SHRINK_ABORT) == 0, hcInvalidArgument, "hcCommShrink: unknown flags {:#x}", flags);
+    std::vector<int> ex(exclude, exclude + nexclude);
+    std::sort(ex.begin(), ex.end());
+    for (size_t i = 0; i < ex.size(); ++i) {
+      HC_CHECK(ex[i] >= 0 && ex[i] < comm->nranks, hcInvalidArgument, "hcCommShrink: excluded rank {} is outside [0, {})",
+               ex[i], comm->nranks);
+      HC_CHECK(i == 0 || ex[i] != ex[i - 1], hcInvalidArgument, "hcCommShrink: rank {} is excluded twice", ex[i]);
+    }
+    HC_CHECK(!std::binary_search(ex.begin(), ex.end(), comm->rank), hcInvalidArgument,
+             "hcCommShrink: rank {} excludes itself (only the survivors call it)", comm->rank);
+    if (flags & HC_SHRINK_ABORT) {
+      comm->failed = true;
+      if (comm->liveness) comm->liveness->markFailed();
+      if (comm->shm) {
+        comm->shm->setReason(fmt::format("rank {} shrank the communicator", comm->rank));
+        comm->shm->abort();
+      }
+      if (comm->ofi) comm->ofi->abort();
+    }
+    std::unique_ptr<Bootstrap> bs = comm->bootstrap->shrink(ex, comm->shrinks++);
+    *newcomm = createComm(std::move(bs), comm->keepalive).release();
+    HC_INFO("hcCommShrink: {} ranks left of {} (excluded {})", comm->nranks - nexclude, comm->nranks, fmt::join(ex, ","));
   });
 }
 

@@ -58,6 +58,7 @@ struct hcComm {
   std::vector<hicoll::RedOp> premul_ops;  // handle - hcNumOps -> op; Sum kind when freed
   uint64_t seq = 0;    // phases run (a call runs one or more)
   uint64_t calls = 0;  // calls that communicated or were rejected (CollArgs::call)
+  uint64_t shrinks = 0;  // hcCommShrink calls (names the survivors' bootstrap keys)
   std::atomic<bool> failed{false};
   std::string failure;  // first error, repeated by later calls
   std::vector<char> heap_workspace;  // private to the host algorithms; see workspace()

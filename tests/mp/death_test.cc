@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "../common/mp.h"
+#include "checks.h"
 
 namespace hctest {
 namespace {
@@ -154,6 +155,48 @@ TEST(Death, StoppedRankIsATimeoutNamingIt) {
     unlink(path);
     EXPECT_EQ(st[1], 128 + SIGKILL);
     EXPECT_EQ(st[0], 0) << layout.back();
+  }
+}
+
+// The survivors of a kill shrink the communicator and go on computing, without the dead rank's
+// help, in well under the timeout.
+TEST(Death, SurvivorsShrinkAndContinue) {
+  struct Case {
+    std::vector<std::string> layout;
+    int victim;
+  };
+  for (const Case& c : {Case{contiguous(2, 2), 3}, Case{contiguous(1, 4), 2}, Case{contiguous(3, 1), 1}}) {
+    Job job;
+    job.nranks = static_cast<int>(c.layout.size());
+    job.node = c.layout;
+    job.env["HICOLL_TIMEOUT_MS"] = "20000";
+    job.timeout_s = 60;
+    auto st = run(job, [&](int rank, hcComm_t comm) {
+      if (allGather(comm) != hcSuccess) return 10;
+      if (rank == c.victim) killSoon(50);
+      hcResult_t r = hcSuccess;
+      for (int i = 0; i < 100000 && r == hcSuccess; ++i) r = allGather(comm);
+      if (r != hcRemoteError) return 11;
+      auto t0 = std::chrono::steady_clock::now();
+      hcComm_t small = nullptr;
+      const int excluded[] = {c.victim};
+      r = hcCommShrink(comm, excluded, 1, &small, HC_SHRINK_ABORT);
+      if (r != hcSuccess) {
+        std::fprintf(stderr, "[rank %d] hcCommShrink: %s\n", rank, hcGetLastError(nullptr));
+        return 12;
+      }
+      int n = 0, me = -1;
+      hcCommCount(small, &n);
+      hcCommUserRank(small, &me);
+      if (n != job.nranks - 1 || me != rank - (rank > c.victim ? 1 : 0)) return 13;
+      int f = checkAllReduce(small, hcFloat32, hcSum, 100000, false, 3) + checkAllGather(small, hcInt32, 1000, true, 4) +
+              checkReduceScatter(small, hcFloat32, hcSum, 4096, false, 5);
+      std::fprintf(stderr, "[rank %d] shrank to %d ranks and ran 3 collectives in %.2f s\n", rank, n, since(t0));
+      hcCommDestroy(small);
+      return f ? 14 : since(t0) < 5.0 ? 0 : 15;
+    });
+    for (int r = 0; r < job.nranks; ++r)
+      EXPECT_EQ(st[r], r == c.victim ? 128 + SIGKILL : 0) << "victim " << c.victim << " rank " << r;
   }
 }
 

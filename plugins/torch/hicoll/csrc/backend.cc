@@ -263,8 +263,8 @@ c10::intrusive_ptr<c10d::Backend> HicollBackend::shrink(
   hcResult_t res;
   {
     std::lock_guard<std::mutex> call(call_mu_);
-    res = hcCommShrink(comm_, excluded.data(), static_cast<int>(excluded.size()), shrink_flags,
-                       &newcomm);
+    res = hcCommShrink(comm_, excluded.data(), static_cast<int>(excluded.size()), &newcomm,
+                       shrink_flags);
   }
   TORCH_CHECK(res == hcSuccess, "hicoll: shrink of group '", cfg_.group_name, "' on rank ",
               getRank(), " excluding ", c10::Join(",", excluded), " failed: ",

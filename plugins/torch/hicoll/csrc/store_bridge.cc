@@ -11,6 +11,18 @@ StoreBridge::StoreBridge(c10::intrusive_ptr<c10d::Store> store) : store_(std::mo
   ops_.ctx = this;
   ops_.set = &StoreBridge::set;
   ops_.get = &StoreBridge::get;
+  ops_.del = &StoreBridge::del;
+}
+
+// The bootstrap deletes the keys no rank will read again, so a long job's store does not grow
+// with every group it creates.
+int StoreBridge::del(void* ctx, const char* key) {
+  try {
+    static_cast<StoreBridge*>(ctx)->store_->deleteKey(key);
+    return 0;
+  } catch (const std::exception&) {
+    return 1;  // a store that cannot delete keeps the key; nothing else depends on it
+  }
 }
 
 int StoreBridge::set(void* ctx, const char* key, const void* value, size_t len) {

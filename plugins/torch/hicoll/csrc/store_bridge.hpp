@@ -15,6 +15,7 @@ class StoreBridge {
  private:
   static int set(void* ctx, const char* key, const void* value, size_t len);
   static int get(void* ctx, const char* key, void* value, size_t len, int timeout_ms);
+  static int del(void* ctx, const char* key);
   c10::intrusive_ptr<c10d::Store> store_;
   hcStoreOps ops_{};
 };
