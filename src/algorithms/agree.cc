@@ -6,7 +6,7 @@
 
 #include "algorithms/run.h"
 #include "core/comm.h"
-#include "core/error.h"
+#include "base/error.h"
 
 namespace hicoll {
 namespace {

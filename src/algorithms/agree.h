@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "core/coll.h"
+#include "base/coll.h"
 #include "transport/transport.h"
 
 struct hcComm;

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "algorithms/run.h"
-#include "core/error.h"
+#include "base/error.h"
 
 namespace hicoll {
 

@@ -1,11 +1,11 @@
-// Hierarchical AllGather (DESIGN.md): a rail-aligned one-hop inter-node exchange into the sort
+// Hierarchical AllGather (README.md, "How it works"): a rail-aligned one-hop inter-node exchange into the sort
 // buffer, then the node's ranks read each other's sort buffers into rank order, pipelined in
 // chunks so the sort of chunk k overlaps the exchange of chunk k+1.
 #include <algorithm>
 #include <cstring>
 
 #include "algorithms/run.h"
-#include "core/error.h"
+#include "base/error.h"
 
 namespace hicoll {
 

@@ -1,4 +1,4 @@
-// Hierarchical ReduceScatter (DESIGN.md), the mirror image of the AllGather:
+// Hierarchical ReduceScatter (README.md, "How it works"), the mirror image of the AllGather:
 // (1) intra-node by rail: local index l sums, over its node, the blocks owned by ranks (m, l)
 //     for every node m, reading the peers' inputs directly (one copy, CMA); on one node the
 //     ranks push through their scratch buffers instead (pushReduceScatter);
@@ -10,7 +10,7 @@
 #include <cstring>
 
 #include "algorithms/run.h"
-#include "core/error.h"
+#include "base/error.h"
 
 namespace hicoll {
 

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "core/coll.h"
+#include "base/coll.h"
 
 struct hcComm;
 

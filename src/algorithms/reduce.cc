@@ -6,68 +6,10 @@
 
 #include <emmintrin.h>
 
-#include "core/error.h"
+#include "base/error.h"
+#include "base/numeric.h"
 
 namespace hicoll {
-
-float halfToFloat(uint16_t h) {
-  uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ffu, bits;
-  if (exp == 0) {
-    if (mant == 0) {
-      bits = sign;
-    } else {  // subnormal: normalise
-      exp = 127 - 15 + 1;
-      while (!(mant & 0x400u)) {
-        mant <<= 1;
-        --exp;
-      }
-      bits = sign | (exp << 23) | ((mant & 0x3ffu) << 13);
-    }
-  } else if (exp == 31) {
-    bits = sign | 0x7f800000u | (mant << 13);
-  } else {
-    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-uint16_t floatToHalf(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  uint32_t sign = (x >> 16) & 0x8000u;
-  uint32_t absx = x & 0x7fffffffu;
-  if (absx >= 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00u | (absx > 0x7f800000u ? 0x200u : 0));
-  if (absx >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to infinity
-  if (absx < 0x38800000u) {  // subnormal or zero in half
-    if (absx < 0x33000000u) return static_cast<uint16_t>(sign);
-    uint32_t exp = absx >> 23, mant = (absx & 0x7fffffu) | 0x800000u;
-    uint32_t shift = 126 - exp;  // 14 + (113 - exp)
-    uint32_t r = mant >> shift, rem = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (r & 1))) ++r;
-    return static_cast<uint16_t>(sign | r);
-  }
-  uint32_t r = absx + 0xc8000000u;  // rebias exponent: (127-15) << 23
-  uint32_t lsb = (r >> 13) & 1;
-  r += 0xfffu + lsb;  // round to nearest even
-  return static_cast<uint16_t>(sign | (r >> 13));
-}
-
-float bf16ToFloat(uint16_t h) {
-  uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-uint16_t floatToBf16(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40);  // quiet NaN
-  x += 0x7fffu + ((x >> 16) & 1);
-  return static_cast<uint16_t>(x >> 16);
-}
 
 namespace {
 
@@ -87,14 +29,14 @@ struct Traits {
 template <>
 struct Traits<Half> {
   using Acc = float;
-  static float load(Half x) { return halfToFloat(x.v); }
-  static Half store(float a) { return Half{floatToHalf(a)}; }
+  static float load(Half x) { return num::halfToFloat(x.v); }
+  static Half store(float a) { return Half{num::floatToHalf(a)}; }
 };
 template <>
 struct Traits<Bf16> {
   using Acc = float;
-  static float load(Bf16 x) { return bf16ToFloat(x.v); }
-  static Bf16 store(float a) { return Bf16{floatToBf16(a)}; }
+  static float load(Bf16 x) { return num::bf16ToFloat(x.v); }
+  static Bf16 store(float a) { return Bf16{num::floatToBf16(a)}; }
 };
 
 // Integer sums and products wrap (two's complement), as in NCCL, without signed overflow.

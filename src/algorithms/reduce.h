@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/coll.h"
+#include "base/coll.h"
 
 namespace hicoll {
 
@@ -21,11 +21,5 @@ struct ReduceSpec {
 
 // dst[i] = srcs[0][i] op srcs[1][i] op ... ; dst may be one of the sources.
 void reduceN(const ReduceSpec& spec, void* dst, const void* const* srcs, int nsrc, size_t n);
-
-// Conversions used by the reduction and by tests.
-float halfToFloat(uint16_t h);
-uint16_t floatToHalf(float f);
-float bf16ToFloat(uint16_t h);
-uint16_t floatToBf16(float f);
 
 }  // namespace hicoll

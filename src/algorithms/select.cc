@@ -5,8 +5,8 @@
 
 #include "algorithms/host.h"
 #include "algorithms/run.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 
 namespace hicoll {
 namespace {

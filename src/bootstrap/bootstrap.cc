@@ -4,7 +4,7 @@
 #include <cstring>
 #include <tuple>
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace hicoll {
 

@@ -6,9 +6,9 @@
 
 #include "bootstrap/rendezvous.h"
 #include "bootstrap/tcp_store.h"
-#include "core/config.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "base/config.h"
+#include "base/error.h"
+#include "base/log.h"
 
 namespace hicoll {
 namespace {

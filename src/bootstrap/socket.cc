@@ -13,7 +13,7 @@
 #include <cstring>
 #include <thread>
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace hicoll {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <utility>
 
-#include "core/deadline.h"
+#include "base/deadline.h"
 
 namespace hicoll {
 

@@ -8,7 +8,7 @@
 #include <map>
 #include <mutex>
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace hicoll {
 namespace {

@@ -13,8 +13,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 
 namespace hicoll {
 namespace {

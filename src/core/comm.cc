@@ -8,9 +8,8 @@
 #include <cstring>
 #include <thread>
 
-#include "core/error.h"
-#include "core/init.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "bootstrap/liveness.h"
 #include "transport/ofi/ofi_transport.h"
 #include "transport/shm/shm_transport.h"
@@ -216,7 +215,8 @@ hicoll::Transport& hcComm::transportTo(int peer) {
 void hcComm::countCall(hcColl_t c, hcPath_t path, const std::string& reason) {
   std::lock_guard<std::mutex> lock(stats_mu);
   stats.coll[c].calls[path]++;
-  if (!reason.empty()) hicoll::copyTruncated(stats.coll[c].last_fallback_reason, sizeof stats.coll[c].last_fallback_reason, reason);
+  if (!reason.empty())
+    std::snprintf(stats.coll[c].last_fallback_reason, sizeof stats.coll[c].last_fallback_reason, "%s", reason.c_str());
 }
 
 char* hcComm::workspace(size_t bytes) {

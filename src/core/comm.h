@@ -9,10 +9,10 @@
 
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/liveness.h"
-#include "core/coll.h"
-#include "core/config.h"
+#include "base/coll.h"
+#include "base/config.h"
 #include "core/device.h"
-#include "core/topology.h"
+#include "base/topology.h"
 #include "transport/transport.h"
 
 namespace hicoll {
@@ -86,3 +86,8 @@ struct hcComm {
   // until the next call of workspace().
   char* workspace(size_t bytes);
 };
+
+namespace hicoll {
+// Communicator creation from a bootstrap (every hcCommInit*, hcCommSplit, hcCommShrink).
+std::unique_ptr<hcComm> createComm(std::unique_ptr<Bootstrap> bs, std::shared_ptr<void> keepalive);
+}  // namespace hicoll

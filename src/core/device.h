@@ -6,7 +6,7 @@
 
 #include <memory>
 
-#include "core/coll.h"
+#include "base/coll.h"
 
 struct hcComm;
 

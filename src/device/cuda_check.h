@@ -4,7 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace hicoll::dev {
 

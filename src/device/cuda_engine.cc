@@ -14,15 +14,15 @@
 
 #include "core/comm.h"
 #include "core/device.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "device/cuda_check.h"
 #include "device/cuda_stream.h"
 #include "device/decision.h"
 #include "device/fi_hmem.h"
 #include "device/hier_engine.h"
 #include "fallback/nccl/nccl_fallback.h"
-#include "transport/cuda_ipc/cuda_ipc.h"
+#include "device/cuda_ipc.h"
 #include "transport/ofi/ofi_transport.h"
 #include "transport/shm/segment.h"
 

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "algorithms/host.h"
-#include "core/coll.h"
+#include "base/coll.h"
 
 struct hcComm;
 

@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "device/numeric.h"
+#include "base/numeric.h"
 #include "hicoll/hicoll.h"
 
 namespace hicoll::dev {

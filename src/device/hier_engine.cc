@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <chrono>
 
-#include "core/deadline.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "base/deadline.h"
+#include "base/error.h"
+#include "base/log.h"
 
 namespace hicoll::dev {
 namespace {

@@ -37,8 +37,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/coll.h"
-#include "core/topology.h"
+#include "base/coll.h"
+#include "base/topology.h"
 #include "device/dev_stream.h"
 #include "transport/transport.h"
 

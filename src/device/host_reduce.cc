@@ -1,7 +1,7 @@
 // The element-wise reduction on the host, with exactly the arithmetic of the CUDA kernels.
 #include <cstring>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "device/dev_stream.h"
 
 namespace hicoll::dev {

@@ -1,39 +1,16 @@
 #include "sharded/convert.h"
 
+#include "base/numeric.h"
+
 #include <cmath>
 #include <cstring>
 
 namespace hicoll::sharded {
 
-static_assert(sizeof(_Float16) == 2, "the fp16 path needs the compiler's _Float16");
-
-uint16_t floatToBf16(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // quiet NaN
-  x += 0x7fffu + ((x >> 16) & 1u);
-  return static_cast<uint16_t>(x >> 16);
-}
-
-float bf16ToFloat(uint16_t h) {
-  uint32_t x = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &x, 4);
-  return f;
-}
-
-uint16_t floatToHalf(float f) {
-  _Float16 h = static_cast<_Float16>(f);  // IEEE round to nearest even
-  uint16_t bits;
-  std::memcpy(&bits, &h, 2);
-  return bits;
-}
-
-float halfToFloat(uint16_t bits) {
-  _Float16 h;
-  std::memcpy(&h, &bits, 2);
-  return static_cast<float>(h);
-}
+uint16_t floatToBf16(float f) { return num::floatToBf16(f); }
+float bf16ToFloat(uint16_t h) { return num::bf16ToFloat(h); }
+uint16_t floatToHalf(float f) { return num::floatToHalf(f); }
+float halfToFloat(uint16_t h) { return num::halfToFloat(h); }
 
 void fromFloat(DType t, const float* src, void* dst, size_t n) {
   switch (t) {

@@ -8,7 +8,8 @@
 
 namespace hicoll::sharded {
 
-// Round to nearest even, NaN stays NaN (as torch does).
+// Round to nearest even, NaN stays NaN (as torch does): base/numeric.h's, the one home of
+// these conversions, for the layer's own callers.
 uint16_t floatToBf16(float f);
 float bf16ToFloat(uint16_t h);
 uint16_t floatToHalf(float f);

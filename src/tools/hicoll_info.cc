@@ -4,8 +4,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "core/config.h"
-#include "core/error.h"
+#include "base/config.h"
+#include "base/error.h"
 #include "hicoll/hicoll.h"
 
 using namespace hicoll;

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "core/deadline.h"
+#include "base/deadline.h"
 
 namespace hicoll {
 

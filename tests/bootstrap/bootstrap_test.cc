@@ -4,7 +4,7 @@
 
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/tcp_store.h"
-#include "core/error.h"
+#include "base/error.h"
 
 namespace hicoll {
 namespace {

@@ -2,8 +2,8 @@
 
 #include <map>
 
-#include "core/config.h"
-#include "core/error.h"
+#include "base/config.h"
+#include "base/error.h"
 
 namespace hicoll {
 namespace {

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "algorithms/reduce.h"
+#include "base/numeric.h"
 
 namespace hicoll {
 namespace {
@@ -14,13 +15,13 @@ TEST(Convert, EveryHalfRoundTripsAndMatchesTheCompiler) {
     _Float16 ref;
     uint16_t bits = static_cast<uint16_t>(h);
     std::memcpy(&ref, &bits, 2);
-    float f = halfToFloat(bits);
+    float f = num::halfToFloat(bits);
     if (std::isnan(static_cast<float>(ref))) {
       EXPECT_TRUE(std::isnan(f));
       continue;
     }
     ASSERT_EQ(f, static_cast<float>(ref)) << h;
-    ASSERT_EQ(floatToHalf(f), bits) << h;
+    ASSERT_EQ(num::floatToHalf(f), bits) << h;
   }
 }
 
@@ -29,20 +30,20 @@ TEST(Convert, FloatToHalfRoundsToNearestEven) {
     _Float16 ref = static_cast<_Float16>(f);
     uint16_t bits;
     std::memcpy(&bits, &ref, 2);
-    EXPECT_EQ(floatToHalf(f), bits) << f;
+    EXPECT_EQ(num::floatToHalf(f), bits) << f;
   }
 }
 
 TEST(Convert, Bfloat16RoundsToNearestEven) {
-  EXPECT_EQ(floatToBf16(1.0f), 0x3f80);
-  EXPECT_EQ(bf16ToFloat(floatToBf16(3.0f)), 3.0f);
+  EXPECT_EQ(num::floatToBf16(1.0f), 0x3f80);
+  EXPECT_EQ(num::bf16ToFloat(num::floatToBf16(3.0f)), 3.0f);
   float halfway;
   uint32_t x = 0x3f808000;  // exactly between 0x3f80 and 0x3f81: ties to even
   std::memcpy(&halfway, &x, 4);
-  EXPECT_EQ(floatToBf16(halfway), 0x3f80);
+  EXPECT_EQ(num::floatToBf16(halfway), 0x3f80);
   x = 0x3f818000;
   std::memcpy(&halfway, &x, 4);
-  EXPECT_EQ(floatToBf16(halfway), 0x3f82);
+  EXPECT_EQ(num::floatToBf16(halfway), 0x3f82);
 }
 
 TEST(Reduce, OpsOverManySources) {
@@ -82,12 +83,12 @@ TEST(Reduce, OpsOverManySources) {
 
 TEST(Reduce, HalfAccumulatesInFloat) {
   // 2048 + 1 + 1 is 2050 in fp32 but stays 2048 if each step rounds to fp16 (spacing 2).
-  std::vector<uint16_t> a{floatToHalf(2048)}, b{floatToHalf(1)}, c{floatToHalf(1)}, out(1);
+  std::vector<uint16_t> a{num::floatToHalf(2048)}, b{num::floatToHalf(1)}, c{num::floatToHalf(1)}, out(1);
   const void* srcs[] = {a.data(), b.data(), c.data()};
   ReduceSpec spec;
   spec.dtype = hcFloat16;
   reduceN(spec, out.data(), srcs, 3, 1);
-  EXPECT_EQ(halfToFloat(out[0]), 2050.0f);
+  EXPECT_EQ(num::halfToFloat(out[0]), 2050.0f);
 }
 
 TEST(Reduce, PremulOnlyScalesMarkedSources) {

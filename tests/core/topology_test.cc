@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "core/topology.h"
+#include "base/topology.h"
 
 namespace hicoll {
 namespace {

@@ -11,7 +11,7 @@
 #include <map>
 #include <thread>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "engine_rig.h"
 
 namespace {

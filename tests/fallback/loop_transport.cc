@@ -4,7 +4,7 @@
 #include <deque>
 #include <map>
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace hctest {
 

@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "fallback/nccl/nccl_fallback.h"
 #include "nccl_standin.h"
 

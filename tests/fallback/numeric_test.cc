@@ -6,7 +6,7 @@
 #include <random>
 
 #include "device/dev_stream.h"
-#include "device/numeric.h"
+#include "base/numeric.h"
 
 namespace {
 

@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "device/dev_stream.h"
-#include "device/numeric.h"
+#include "base/numeric.h"
 
 namespace hctest {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "core/coll.h"
+#include "base/coll.h"
 #include "hicoll/hicoll.h"
 
 namespace hctest {

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "../fallback/values.h"
-#include "core/coll.h"
+#include "base/coll.h"
 #include "gpu_launch.h"
 #include "hicoll/hicoll.h"
 

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "../fallback/values.h"
-#include "device/numeric.h"
+#include "base/numeric.h"
 #include "gpu_kernels.h"
 #include "gpu_launch.h"
 #include "hicoll/hicoll.h"

@@ -5,9 +5,9 @@
 #include <cstring>
 #include <vector>
 
-#include "core/error.h"
-#include "core/log.h"
-#include "device/numeric.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "base/numeric.h"
 
 namespace hicoll::nccl {
 namespace {

@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "core/coll.h"
+#include "base/coll.h"
 #include "fallback/nccl/nccl_library.h"
 
 namespace hicoll::nccl {

@@ -6,8 +6,8 @@
 #include <mutex>
 #include <string>
 
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 
 namespace hicoll::ofi {
 namespace {

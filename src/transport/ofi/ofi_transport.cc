@@ -28,9 +28,9 @@
 #include <utility>
 #include <vector>
 
-#include "core/deadline.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "base/deadline.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "transport/ofi/fabric_lib.h"
 #include "transport/ofi/ofi_detail.h"
 

@@ -10,7 +10,7 @@
 #include <utility>
 
 #include "bootstrap/socket.h"
-#include "core/error.h"
+#include "base/error.h"
 
 namespace hicoll {
 namespace {

@@ -10,8 +10,8 @@
 #include <cstring>
 
 #include "bootstrap/bootstrap.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 
 namespace hicoll {
 namespace {

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "core/coll.h"
-#include "core/deadline.h"
+#include "base/coll.h"
+#include "base/deadline.h"
 #include "transport/shm/segment.h"
 #include "transport/transport.h"
 

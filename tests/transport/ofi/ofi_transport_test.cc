@@ -16,8 +16,8 @@
 
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/store.h"
-#include "core/deadline.h"
-#include "core/error.h"
+#include "base/deadline.h"
+#include "base/error.h"
 #include "transport/ofi/ofi_detail.h"
 #include "transport/ofi/ofi_transport.h"
 

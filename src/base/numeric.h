@@ -214,4 +214,21 @@ inline void encodeScalar(double v, hcDataType_t t, void* out) {
   }
 }
 
+// Reads one element of t as a double (a pre-multiplied sum's scalar); false for an invalid t.
+inline bool decodeScalar(const void* in, hcDataType_t t, double* v) {
+  switch (t) {
+    case hcInt8: { int8_t x; std::memcpy(&x, in, 1); *v = x; return true; }
+    case hcUint8: { uint8_t x; std::memcpy(&x, in, 1); *v = x; return true; }
+    case hcInt32: { int32_t x; std::memcpy(&x, in, 4); *v = x; return true; }
+    case hcUint32: { uint32_t x; std::memcpy(&x, in, 4); *v = x; return true; }
+    case hcInt64: { int64_t x; std::memcpy(&x, in, 8); *v = static_cast<double>(x); return true; }
+    case hcUint64: { uint64_t x; std::memcpy(&x, in, 8); *v = static_cast<double>(x); return true; }
+    case hcFloat16: { uint16_t x; std::memcpy(&x, in, 2); *v = halfToFloat(x); return true; }
+    case hcBfloat16: { uint16_t x; std::memcpy(&x, in, 2); *v = bf16ToFloat(x); return true; }
+    case hcFloat32: { float x; std::memcpy(&x, in, 4); *v = x; return true; }
+    case hcFloat64: std::memcpy(v, in, 8); return true;
+    default: return false;
+  }
+}
+
 }  // namespace hicoll::num

@@ -1,4 +1,4 @@
-#include "core/topology.h"
+#include "base/topology.h"
 
 #include <map>
 

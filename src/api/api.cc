@@ -1,18 +1,18 @@
 // The C ABI: validate, dispatch, and turn every exception into an hcResult_t.
-#include <cstring>
 #include <algorithm>
+#include <cstring>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <new>
+#include <optional>
 
 #include "algorithms/host.h"
-#include "algorithms/reduce.h"
-#include <functional>
-#include <optional>
+#include "base/error.h"
+#include "base/log.h"
+#include "base/numeric.h"
 #include "bootstrap/rendezvous.h"
-#include "core/error.h"
-#include "core/init.h"
-#include "core/log.h"
+#include "core/comm.h"
 #include "transport/shm/shm_transport.h"
 
 using namespace hicoll;
@@ -372,19 +372,8 @@ hcResult_t hcRedOpCreatePreMulSum(hcRedOp_t* op, const void* scalar, hcDataType_
   if (bad(comm, "hcRedOpCreatePreMulSum") || !op || !scalar) return hcInvalidArgument;
   return guard(comm, "hcRedOpCreatePreMulSum", [&] {
     double v = 0;
-    switch (dtype) {
-      case hcInt8: v = *static_cast<const int8_t*>(scalar); break;
-      case hcUint8: v = *static_cast<const uint8_t*>(scalar); break;
-      case hcInt32: v = *static_cast<const int32_t*>(scalar); break;
-      case hcUint32: v = *static_cast<const uint32_t*>(scalar); break;
-      case hcInt64: v = static_cast<double>(*static_cast<const int64_t*>(scalar)); break;
-      case hcUint64: v = static_cast<double>(*static_cast<const uint64_t*>(scalar)); break;
-      case hcFloat16: v = halfToFloat(*static_cast<const uint16_t*>(scalar)); break;
-      case hcBfloat16: v = bf16ToFloat(*static_cast<const uint16_t*>(scalar)); break;
-      case hcFloat32: v = *static_cast<const float*>(scalar); break;
-      case hcFloat64: v = *static_cast<const double*>(scalar); break;
-      default: HC_THROW(hcInvalidArgument, "hcRedOpCreatePreMulSum: invalid datatype {}", static_cast<int>(dtype));
-    }
+    HC_CHECK(num::decodeScalar(scalar, dtype, &v), hcInvalidArgument, "hcRedOpCreatePreMulSum: invalid datatype {}",
+             static_cast<int>(dtype));
     size_t i = 0;
     while (i < comm->premul_ops.size() && comm->premul_ops[i].kind == OpKind::PreMulSum) ++i;
     if (i == comm->premul_ops.size()) comm->premul_ops.emplace_back();

@@ -1,11 +1,11 @@
-#include "core/config.h"
+#include "base/config.h"
 
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
 
-#include "core/coll.h"
-#include "core/error.h"
+#include "base/coll.h"
+#include "base/error.h"
 
 namespace hicoll {
 namespace {

@@ -1,10 +1,10 @@
-#include "transport/cuda_ipc/cuda_ipc.h"
+#include "device/cuda_ipc.h"
 
 #include <cuda_runtime_api.h>
 
 #include <cstring>
 
-#include "core/log.h"
+#include "base/log.h"
 #include "device/cuda_check.h"
 
 namespace hicoll {

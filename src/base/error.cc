@@ -1,8 +1,8 @@
-#include "core/error.h"
+#include "base/error.h"
 
 #include <cstring>
 
-#include "core/deadline.h"
+#include "base/deadline.h"
 
 #include <sched.h>
 #include <time.h>

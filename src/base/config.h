@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "core/config_table.h"
+#include "base/config_table.h"
 
 namespace hicoll {
 

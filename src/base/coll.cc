@@ -1,4 +1,4 @@
-#include "core/coll.h"
+#include "base/coll.h"
 
 #include <fmt/format.h>
 
