@@ -29,9 +29,8 @@ void allReduce(Run& r, const void* send, void* recv, size_t count, bool hier) {
   hcComm& c = r.comm;
   if (count == 0) return;
   const int W = c.nranks;
-  const size_t bytes = count * r.esize;
-  const size_t blk = count / static_cast<size_t>(W);
-  if (bytes <= static_cast<size_t>(c.cfg.num(Knob::AllReduceSmallBytes)) || blk == 0) {
+  const size_t blk = r.plan->allreduce_block;  // count / W: the plan's host split
+  if (r.plan->allreduce_small) {
     gatherAndReduce(r, send, recv, count, hier);
     return;
   }

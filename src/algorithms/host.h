@@ -1,5 +1,5 @@
-// Host-buffer collectives: choose the path (hierarchical, ring, or the ring as fallback) and
-// run it, blocking, with statistics and the fallback announced.
+// Host-buffer collectives: plan the path (hierarchical, ring, or the ring as fallback: see
+// plan/plan.h) and run it, blocking, with statistics and the fallback announced.
 #pragma once
 
 #include <string>
@@ -9,15 +9,6 @@
 struct hcComm;
 
 namespace hicoll {
-
-struct PathChoice {
-  hcPath_t path = hcPathHierarchical;
-  std::string reason;  // why the hierarchical path was not taken ("" when it was)
-};
-
-// The decision table, the same on every rank (it depends only on values that agree across
-// ranks): HICOLL_FORCE_FALLBACK, HICOLL_ALGO, uneven nodes, scratch/sort rules.
-PathChoice choosePath(const hcComm& comm, const CollArgs& a);
 
 // Runs a (its call number set), agreed with the peers; every error is fatal to the
 // communicator and names the call.

@@ -6,8 +6,8 @@
 
 namespace hicoll {
 
-Run::Run(hcComm& c, const CollArgs& args, Agreement* ag)
-    : comm(c), a(args), desc(CallDesc::of(args)), agreement(ag), deadline(c.timeoutMs()),
+Run::Run(hcComm& c, const CollArgs& args, const CollPlan* p, Agreement* ag)
+    : comm(c), a(args), plan(p), desc(CallDesc::of(args)), agreement(ag), deadline(c.timeoutMs()),
       esize(hcTypeSize(args.dtype)), shm(*c.shm) {}
 
 ReduceSpec Run::reduceSpec(uint64_t premul_mask, bool final_step) const {
@@ -68,16 +68,6 @@ void Run::waitAllPosted() {
 
 void Run::publish(int stream, uint64_t chunks) {
   shm.board(shm.localIndex()).ready[seq & 1][stream].v.store((seq << 24) | chunks, std::memory_order_release);
-}
-
-size_t Run::chunkBytes() const {
-  int64_t c = comm.cfg.num(Knob::ChunkBytes);
-  if (comm.topo.nnodes > 1) c = std::min(c, comm.cfg.num(Knob::NetChunkBytes));
-  return static_cast<size_t>(c);
-}
-
-size_t Run::netWindow() const {
-  return static_cast<size_t>(comm.cfg.num(Knob::NetWindow));
 }
 
 uint64_t Run::readyOf(int local, int stream) {

@@ -9,15 +9,18 @@
 #include "algorithms/agree.h"
 #include "algorithms/reduce.h"
 #include "core/comm.h"
+#include "plan/plan.h"
 #include "transport/shm/shm_transport.h"
 
 namespace hicoll {
 
 struct Run {
-  Run(hcComm& c, const CollArgs& args, Agreement* agreement = nullptr);
+  // plan: the call's (null for a call that only takes part in an agreement).
+  Run(hcComm& c, const CollArgs& args, const CollPlan* plan, Agreement* agreement = nullptr);
 
   hcComm& comm;
   const CollArgs& a;
+  const CollPlan* plan;
   const CallDesc desc;     // of a: what the node board carries
   Agreement* agreement;    // the call's remote agreement, checked while waiting (may be null)
   Deadline deadline;
@@ -38,12 +41,9 @@ struct Run {
     return ((seq & 0xffffffffull) << 28) | (static_cast<uint64_t>(step & 0xff) << 20) | (chunk & 0xfffff);
   }
   ReduceSpec reduceSpec(uint64_t premul_mask, bool final_step) const;
-  // Pipeline chunk of every chunked host algorithm: HICOLL_CHUNK_SIZE, and on more than one
-  // node at most HICOLL_NET_CHUNK_SIZE, since a chunk may be one inter-node message.
-  size_t chunkBytes() const;
-  // Chunks a rank may send to a rail peer beyond those it fully received from the rail peers
-  // (HICOLL_NET_WINDOW): receiving paces sending, which keeps the links' queues short.
-  size_t netWindow() const;
+  // The plan's chunking (CollPlan::chunk_bytes, net_window).
+  size_t chunkBytes() const { return plan->chunk_bytes; }
+  size_t netWindow() const { return plan->net_window; }
 
   // Node board protocol. Every phase posts and waits for every local peer's post (which also
   // keeps any rank from running two phases ahead of a peer).
@@ -121,8 +121,8 @@ void hierAllGather(Run& r, const void* send, void* recv, size_t count);
 void hierReduceScatter(Run& r, const void* send, void* recv, size_t count);
 void ringAllGather(Run& r, const void* send, void* recv, size_t count);
 void ringReduceScatter(Run& r, const void* send, void* recv, size_t count);
-// AllReduce = ReduceScatter + AllGather on blocks of ceil(count/W) (ring or hierarchical),
-// or for small buffers one AllGather of everything and a local reduction.
+// AllReduce = ReduceScatter + AllGather on the plan's blocks (ring or hierarchical), or for
+// small buffers (CollPlan::allreduce_small) one AllGather of everything and a local reduction.
 void allReduce(Run& r, const void* send, void* recv, size_t count, bool hier);
 void hierBroadcast(Run& r, const void* send, void* recv, size_t count, int root);
 void chainBroadcast(Run& r, const void* send, void* recv, size_t count, int root);

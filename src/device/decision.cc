@@ -1,21 +1,24 @@
 #include "device/decision.h"
 
 #include "core/comm.h"
+#include "device/dev_stream.h"
 #include "device/hier_engine.h"
 
 namespace hicoll::dev {
 
-bool hostOnlyRule(const PathChoice& host) {
-  if (host.path == hcPathRing) return true;  // HICOLL_ALGO=ring selects the host ring
-  // The shm transport's single-copy reads; CUDA IPC replaces them on the device path.
-  return host.path == hcPathFallback && host.reason.rfind("no single-copy intra-node reads", 0) == 0;
+Capabilities deviceCapabilities() {
+  Capabilities caps;
+  caps.device = true;
+  caps.max_reduce_inputs = kMaxReduceInputs;
+  return caps;
 }
 
-DeviceChoice decide(const PathChoice& host, const EngineStatus& status, const std::string& engine_unsupported) {
+DeviceChoice decide(const CollPlan& plan, const EngineStatus& status, const std::string& engine_unsupported) {
   DeviceChoice d;
-  if (host.path == hcPathFallback && !hostOnlyRule(host)) {
+  d.plan = plan;
+  if (plan.fallback()) {
     d.fallback = true;
-    d.reason = host.reason;
+    d.reason = plan.reason;
   } else if (!status.hier_ok) {
     d.fallback = true;
     d.reason = status.why_not.empty() ? "no hierarchical device path" : status.why_not;
@@ -27,9 +30,9 @@ DeviceChoice decide(const PathChoice& host, const EngineStatus& status, const st
 }
 
 DeviceChoice decide(const hcComm& comm, const CollArgs& a, const EngineStatus& status, const HierEngine* engine) {
-  const PathChoice host = choosePath(comm, a);
-  const std::string unsupported = status.hier_ok && engine ? engine->unsupported(a) : "";
-  return decide(host, status, unsupported);
+  const CollPlan plan = planCall(comm, a, deviceCapabilities());
+  const std::string unsupported = !plan.fallback() && status.hier_ok && engine ? engine->unsupported(a) : "";
+  return decide(plan, status, unsupported);
 }
 
 }  // namespace hicoll::dev

@@ -4,8 +4,8 @@
 
 #include <string>
 
-#include "algorithms/host.h"
 #include "base/coll.h"
+#include "plan/plan.h"
 
 struct hcComm;
 
@@ -15,6 +15,7 @@ class HierEngine;
 
 struct DeviceChoice {
   bool fallback = false;
+  CollPlan plan;       // the call's plan for device buffers
   std::string reason;  // why the fallback ("" on the hierarchical path)
 };
 
@@ -25,16 +26,18 @@ struct EngineStatus {
   std::string why_not;
 };
 
-// choosePath also applies rules that only concern host buffers (HICOLL_ALGO=ring, the
-// single-copy CMA reads of the shm transport); those do not make a device call fall back.
-bool hostOnlyRule(const PathChoice& host);
+// What device buffers let the planner assume: the rules about host memory (HICOLL_ALGO=ring,
+// the shm transport's single-copy reads) do not apply; the device reduction combines at most
+// kMaxReduceInputs inputs.
+Capabilities deviceCapabilities();
 
-// The table, in order: the host rules that apply to device buffers (HICOLL_FORCE_FALLBACK,
-// uneven nodes, SMDDP scratch/sort sizes), then what the engine could set up, then what it
-// cannot run (engine_unsupported: HierEngine::unsupported, "" when it can).
-DeviceChoice decide(const PathChoice& host, const EngineStatus& status, const std::string& engine_unsupported);
+// The table, in order: the plan's fallback rules (HICOLL_FORCE_FALLBACK, uneven nodes, SMDDP
+// scratch/sort sizes), then what the engine could set up, then what it cannot run
+// (engine_unsupported: HierEngine::unsupported, "" when it can). Only the plan's path and the
+// engine's answers decide; reasons are carried, never read.
+DeviceChoice decide(const CollPlan& plan, const EngineStatus& status, const std::string& engine_unsupported);
 
-// The same with the communicator's configuration (calls choosePath).
+// The same with the communicator's configuration (plans the call, asks the engine once).
 DeviceChoice decide(const hcComm& comm, const CollArgs& a, const EngineStatus& status, const HierEngine* engine);
 
 }  // namespace hicoll::dev

@@ -1,5 +1,7 @@
 #include "device/hier_engine.h"
 
+#include "device/decision.h"
+
 #include <algorithm>
 #include <chrono>
 
@@ -119,10 +121,14 @@ size_t HierEngine::chunkFor(const CollArgs& a) const {
     case hcCollReduceScatter: return chunkBytes(Kind::ReduceScatter, e);
     case hcCollBroadcast: return chunkBytes(Kind::Broadcast, e);
     case hcCollAllReduce:
-      if (a.count * e <= res_.allreduce_small_bytes && W_ <= kMaxReduceInputs) return chunkBytes(Kind::AllGather, e);
+      if (smallAllReduce(a)) return chunkBytes(Kind::AllGather, e);
       return std::min(chunkBytes(Kind::AllGather, e), chunkBytes(Kind::ReduceScatter, e));
     default: return 0;
   }
+}
+
+bool HierEngine::smallAllReduce(const CollArgs& a) const {
+  return allReduceIsSmall(a.count, hcTypeSize(a.dtype), W_, res_.allreduce_small_bytes, deviceCapabilities());
 }
 
 std::string HierEngine::unsupported(const CollArgs& a) const {
@@ -132,7 +138,7 @@ std::string HierEngine::unsupported(const CollArgs& a) const {
       a.coll != hcCollBroadcast)
     return fmt::format("{} has no device path", collName(a.coll));
   const bool reduces = a.coll == hcCollReduceScatter ||
-                       (a.coll == hcCollAllReduce && !(a.count * e <= res_.allreduce_small_bytes && W_ <= kMaxReduceInputs));
+                       (a.coll == hcCollAllReduce && !smallAllReduce(a));
   if (reduces && L_ > kMaxReduceInputs)
     return fmt::format("{} ranks per node exceed the {} inputs of the device reduction", L_, kMaxReduceInputs);
   if (reduces && N_ > kMaxReduceInputs)
@@ -157,10 +163,10 @@ void HierEngine::forEachPeerBytes(const CollArgs& a, const std::function<void(in
     case hcCollAllGather:
     case hcCollReduceScatter: hier(a.count * e); break;
     case hcCollAllReduce:
-      if (a.count * e <= res_.allreduce_small_bytes && W_ <= kMaxReduceInputs) {
+      if (smallAllReduce(a)) {
         hier(a.count * e);
       } else {
-        const size_t bb = (a.count + W_ - 1) / W_ * e;
+        const size_t bb = allReduceBlock(a.count, W_, deviceCapabilities()) * e;
         hier(bb);
         hier(bb);
       }
@@ -433,7 +439,7 @@ void HierEngine::emitAllReduce(const CollArgs& a, Job& job) {
   const size_t e = hcTypeSize(a.dtype), total = a.count * e;
   const char* send = static_cast<const char*>(a.send);
   char* recv = static_cast<char*>(a.recv);
-  if (total <= res_.allreduce_small_bytes && W_ <= kMaxReduceInputs) {
+  if (smallAllReduce(a)) {
     // Latency path: gather everything, reduce locally (one round of steps).
     char* all = static_cast<char*>(stream_->allocTemp(static_cast<size_t>(W_) * total));
     emitAllGather(send, all, total, e, job);
@@ -447,7 +453,7 @@ void HierEngine::emitAllReduce(const CollArgs& a, Job& job) {
     return;
   }
   // ReduceScatter + AllGather on blocks of ceil(count / W), padded when W does not divide.
-  const size_t bb = (a.count + W_ - 1) / W_ * e;
+  const size_t bb = allReduceBlock(a.count, W_, deviceCapabilities()) * e;
   const size_t mine_off = static_cast<size_t>(res_.rank) * bb;
   if (bb * static_cast<size_t>(W_) == total) {
     emitReduceScatter(send, recv + mine_off, bb, a, job);
@@ -463,9 +469,7 @@ void HierEngine::emitAllReduce(const CollArgs& a, Job& job) {
 }
 
 void HierEngine::enqueue(const CollArgs& a) {
-  throwIfFailed();
-  const std::string why = unsupported(a);
-  HC_CHECK(why.empty(), hcInternalError, "device path: {} was routed here but {}", describe(a), why);
+  throwIfFailed();  // the caller decided (dev::decide, which asked unsupported()) that it runs here
   if (a.count == 0) return;
   const size_t e = hcTypeSize(a.dtype);
   Job job;

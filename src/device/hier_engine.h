@@ -102,6 +102,8 @@ class HierEngine {
   // "" when the engine can run a, otherwise why not (then the caller falls back). Depends
   // only on values that agree across ranks.
   std::string unsupported(const CollArgs& a) const;
+  // The plan's AllReduce split (plan/plan.h) with this engine's inputs.
+  bool smallAllReduce(const CollArgs& a) const;
   // Enqueues a on its stream (a.stream) and returns. Throws hicoll::Error if the engine
   // failed earlier or cannot enqueue; errors found later surface on the next call.
   void enqueue(const CollArgs& a);

@@ -1,4 +1,5 @@
-// The fallback decision table of the device path: which calls go to NCCL and why.
+// The plan of a call (plan/plan.h) and the fallback decision table of the device path: which
+// calls go to NCCL and why. Decisions follow the plan's typed path and rule, never its text.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -10,20 +11,29 @@
 namespace {
 
 using hicoll::CollArgs;
-using hicoll::PathChoice;
+using hicoll::CollPlan;
+using hicoll::Rule;
 using hicoll::dev::decide;
 using hicoll::dev::DeviceChoice;
 using hicoll::dev::EngineStatus;
 
 EngineStatus ok() { return EngineStatus{true, ""}; }
 
+CollPlan planOf(hcPath_t path, Rule rule, std::string reason) {
+  CollPlan p;
+  p.path = path;
+  p.rule = rule;
+  p.reason = std::move(reason);
+  return p;
+}
+
 TEST(DeviceDecision, PureTable) {
-  PathChoice hier;
+  CollPlan hier;
   DeviceChoice d = decide(hier, ok(), "");
   EXPECT_FALSE(d.fallback);
   EXPECT_EQ(d.reason, "");
 
-  PathChoice forced{hcPathFallback, "HICOLL_FORCE_FALLBACK=allgather"};
+  CollPlan forced = planOf(hcPathFallback, Rule::Forced, "HICOLL_FORCE_FALLBACK=allgather");
   d = decide(forced, ok(), "");
   EXPECT_TRUE(d.fallback);
   EXPECT_EQ(d.reason, "HICOLL_FORCE_FALLBACK=allgather");
@@ -42,20 +52,8 @@ TEST(DeviceDecision, PureTable) {
   EXPECT_EQ(d.reason, "device staging buffers too small");
 }
 
-TEST(DeviceDecision, HostOnlyRulesDoNotApplyToDeviceBuffers) {
-  PathChoice ring{hcPathRing, ""};  // HICOLL_ALGO=ring
-  EXPECT_TRUE(hicoll::dev::hostOnlyRule(ring));
-  EXPECT_FALSE(decide(ring, ok(), "").fallback);
-  PathChoice cma{hcPathFallback, "no single-copy intra-node reads (HICOLL_SHM_CMA=0 or process_vm_readv not permitted)"};
-  EXPECT_TRUE(hicoll::dev::hostOnlyRule(cma));
-  EXPECT_FALSE(decide(cma, ok(), "").fallback);
-  PathChoice scratch{hcPathFallback, "SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES=8192 < per-rank block 16384 bytes"};
-  EXPECT_FALSE(hicoll::dev::hostOnlyRule(scratch));
-  EXPECT_TRUE(decide(scratch, ok(), "").fallback);
-}
-
-// A communicator with just what choosePath reads (configuration, topology, buffer sizes). It
-// has no shm transport: only cases decided before choosePath asks about single-copy reads.
+// A communicator with just what planCall reads (configuration, topology, buffer sizes); what the
+// transports can do comes in as Capabilities.
 struct FakeComm {
   hcComm c;
   FakeComm(const std::vector<std::string>& labels, std::map<std::string, std::string> env) {
@@ -123,6 +121,74 @@ TEST(DeviceDecision, WithTheCommunicatorsConfiguration) {
     EXPECT_TRUE(d.fallback);
     EXPECT_EQ(d.reason, "CUDA IPC: no peer access");
   }
+}
+
+// The host rules about host memory (HICOLL_ALGO=ring, single-copy reads) never send a device
+// call to NCCL: the device plans with its own capabilities.
+TEST(DeviceDecision, HostOnlyRulesDoNotApplyToDeviceBuffers) {
+  using hicoll::Capabilities;
+  {
+    FakeComm f({"a", "a", "b", "b"}, {{"HICOLL_ALGO", "ring"}});
+    EXPECT_EQ(hicoll::planCall(f.c, call(hcCollAllGather, 10), Capabilities{}).path, hcPathRing);
+    EXPECT_FALSE(decide(f.c, call(hcCollAllGather, 10), ok(), nullptr).fallback);
+  }
+  {
+    FakeComm f({"a", "a", "b", "b"}, {});
+    Capabilities no_cma;
+    no_cma.single_copy_reads = false;
+    for (hcColl_t c : {hcCollReduceScatter, hcCollBroadcast}) {
+      const CollPlan host = hicoll::planCall(f.c, call(c, 100000), no_cma);
+      EXPECT_EQ(host.rule, Rule::NoSingleCopyReads) << hicoll::collName(c);
+      EXPECT_TRUE(host.fallback());
+      EXPECT_FALSE(decide(f.c, call(c, 100000), ok(), nullptr).fallback) << hicoll::collName(c);
+    }
+  }
+}
+
+// Reword every reason the planner gives: no decision of the device path changes.
+TEST(DeviceDecision, RewordedReasonsChangeNoDecision) {
+  std::vector<std::pair<std::vector<std::string>, std::map<std::string, std::string>>> configs = {
+      {{"a", "a", "b", "b"}, {}},
+      {{"a", "a", "b", "b"}, {{"HICOLL_FORCE_FALLBACK", "allgather,broadcast"}}},
+      {{"a", "a", "b", "b"}, {{"HICOLL_ALGO", "ring"}}},
+      {{"a", "a", "b"}, {}},
+      {{"a", "b", "c", "d"}, {{"SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES", "8192"}, {"SMDDP_AG_SORT_BUFFER_SIZE_BYTES", "16384"}}},
+  };
+  int decisions = 0, fallbacks = 0;
+  for (auto& [labels, env] : configs) {
+    FakeComm f(labels, env);
+    for (hcColl_t c : {hcCollAllGather, hcCollReduceScatter, hcCollAllReduce, hcCollBroadcast})
+      for (size_t count : {size_t{10}, size_t{1025}, size_t{4096}, size_t{1} << 20}) {
+        const CollPlan plan = hicoll::planCall(f.c, call(c, count), hicoll::dev::deviceCapabilities());
+        for (const std::string& engine : {std::string(), std::string("staging too small")}) {
+          const DeviceChoice as_is = decide(plan, ok(), engine);
+          CollPlan reworded = plan;
+          reworded.reason = "<" + std::string(hicoll::ruleName(plan.rule)) + " said differently>";
+          const DeviceChoice other = decide(reworded, ok(), engine);
+          EXPECT_EQ(as_is.fallback, other.fallback) << hicoll::collName(c) << " " << count;
+          ++decisions;
+          fallbacks += as_is.fallback;
+        }
+      }
+  }
+  EXPECT_GT(fallbacks, 0);
+  EXPECT_LT(fallbacks, decisions);
+}
+
+// The AllReduce split has one definition: the plan's, which the device engine asks too.
+TEST(Plan, AllReduceSplitHasOneDefinition) {
+  FakeComm f({"a", "a", "b", "b"}, {{"HICOLL_ALLREDUCE_SMALL_BYTES", "4096"}});
+  const hicoll::Capabilities host{}, dev = hicoll::dev::deviceCapabilities();
+  CollPlan p = hicoll::planCall(f.c, call(hcCollAllReduce, 1024), host);
+  EXPECT_TRUE(p.allreduce_small);  // 4 KiB
+  p = hicoll::planCall(f.c, call(hcCollAllReduce, 1025), host);
+  EXPECT_FALSE(p.allreduce_small);
+  EXPECT_EQ(p.allreduce_block, 256u);  // the host rounds down (the tail goes the small way)
+  p = hicoll::planCall(f.c, call(hcCollAllReduce, 1025), dev);
+  EXPECT_EQ(p.allreduce_block, 257u);  // the device rounds up and pads
+  EXPECT_EQ(p.block_bytes, 257u * 4);
+  EXPECT_EQ(hicoll::allReduceIsSmall(1025, 4, 4, 4096, host), p.allreduce_small);
+  EXPECT_TRUE(hicoll::planCall(f.c, call(hcCollAllReduce, 3), host).allreduce_small) << "fewer elements than ranks";
 }
 
 }  // namespace

@@ -1,0 +1,105 @@
+// Host-buffer collectives: plan the call (plan/plan.h), agree it with the peers, run the path
+// it names, count it.
+#include <algorithm>
+
+#include "algorithms/host.h"
+#include "algorithms/run.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "plan/plan.h"
+
+namespace hicoll {
+namespace {
+
+// Whether the call's first message to every agreement peer can carry the descriptor: the
+// hierarchical paths on uniform nodes exchange with every rail peer at once, and the block
+// (which bounds that message) is small.
+bool piggybacks(const hcComm& c, const CollArgs& a, const CollPlan& p) {
+  if (p.path != hcPathHierarchical || !c.topo.uniform || c.topo.nnodes < 2) return false;
+  switch (a.coll) {
+    case hcCollAllGather:
+    case hcCollReduceScatter:
+    case hcCollAllReduce: return Agreement::canPiggyback(p.block_bytes);
+    case hcCollBarrier: return true;
+    default: return false;
+  }
+}
+
+void runPath(hcComm& c, const CollArgs& a, const CollPlan& plan, Run& r) {
+  const bool hier = plan.path == hcPathHierarchical;
+  switch (a.coll) {
+    case hcCollAllGather:
+      hier ? hierAllGather(r, a.send, a.recv, a.count) : ringAllGather(r, a.send, a.recv, a.count);
+      break;
+    case hcCollReduceScatter:
+      hier ? hierReduceScatter(r, a.send, a.recv, a.count) : ringReduceScatter(r, a.send, a.recv, a.count);
+      break;
+    case hcCollAllReduce: allReduce(r, a.send, a.recv, a.count, hier); break;  // split: r.plan
+    case hcCollBroadcast:
+      hier ? hierBroadcast(r, a.send, a.recv, a.count, a.root) : chainBroadcast(r, a.send, a.recv, a.count, a.root);
+      break;
+    case hcCollBarrier: {
+      // A barrier is a one-byte AllGather: it crosses every node and notices dead peers.
+      std::vector<uint8_t> all(c.nranks);
+      uint8_t one = 1;
+      hier ? hierAllGather(r, &one, all.data(), 1) : ringAllGather(r, &one, all.data(), 1);
+      break;
+    }
+    default: HC_THROW(hcInvalidArgument, "unknown collective {}", static_cast<int>(a.coll));
+  }
+}
+
+}  // namespace
+
+Capabilities hostCapabilities(const hcComm& c) {
+  Capabilities caps;
+  caps.single_copy_reads = c.shm->directRead();
+  return caps;
+}
+
+void runHostCollective(hcComm& c, const CollArgs& a) {
+  const CollPlan p = planCall(c, a, hostCapabilities(c));
+  if (p.fallback()) HC_INFO("fallback: {} takes the flat ring: {}", describe(a), p.reason);
+  HC_TRACE("{}: path {} ({})", describe(a), p.path == hcPathHierarchical ? "hierarchical" : "ring", ruleName(p.rule));
+  c.countCall(a.coll, p.path, p.reason);
+  try {
+    Agreement ag(c, CallDesc::of(a), "", piggybacks(c, a, p));
+    Run r(c, a, &p, &ag);
+    try {
+      runPath(c, a, p, r);
+      ag.finish(r);
+    } catch (const Error& e) {
+      ag.explain(200);  // a disagreement explains a size mismatch or a timeout better
+      if (e.symptom()) c.explainSymptom(250);  // so does the failure notice of the peer behind it
+      throw;
+    }
+  } catch (const Error& e) {
+    // Midway through a call: the communicator cannot go on, whatever the code.
+    throw Error(e.code(), fmt::format("{}: {}", describe(a), e.what()), Error::kFatal);
+  }
+}
+
+void rejectCall(hcComm& c, const CollArgs& a, const std::string& why) {
+  const CallDesc mine = CallDesc::of(a, CallDesc::kInvalid);
+  bool others_valid = false;
+  try {
+    c.shm->setReason(why);
+    Agreement ag(c, mine, why);
+    Run r(c, a, nullptr, &ag);
+    r.beginPhase();
+    r.post(nullptr, a.coll, CallDesc::kInvalid);
+    for (int l = 0; l < c.shm->localSize(); ++l)
+      if (l != c.shm->localIndex()) others_valid |= r.waitPosted(l, /*collect=*/true);
+    ag.finish(r, /*collect=*/true);
+    others_valid |= ag.anyValid();
+  } catch (const Error& e) {
+    // A peer failed the call (it had valid arguments) or died: the communicator is gone.
+    throw Error(hcInvalidArgument, fmt::format("{} (and the call failed on other ranks too: {})", why, e.what()),
+                Error::kFatal);
+  }
+  // Every rank rejected its arguments: nothing moved, the communicator goes on.
+  if (!others_valid) throw Error(hcInvalidArgument, why);
+  throw Error(hcInvalidArgument, fmt::format("{} (its peers were told: their call fails too)", why), Error::kFatal);
+}
+
+}  // namespace hicoll

@@ -1,0 +1,64 @@
+// One typed plan per call: which path a collective takes and why, and the numbers its path
+// runs with (block split, chunking), computed once from values that agree across ranks (the
+// configuration checked at creation, the topology, the agreed call), so every rank plans
+// alike. Host algorithms, the device engine and the statistics read the same plan; the reason
+// is text for people and decides nothing.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "base/coll.h"
+
+struct hcComm;
+
+namespace hicoll {
+
+// Why a call takes the path it takes.
+enum class Rule {
+  Hierarchical,       // the hierarchical path (on one node: its intra-node part)
+  RingRequested,      // HICOLL_ALGO=ring (host buffers)
+  Forced,             // HICOLL_FORCE_FALLBACK names the collective
+  UnevenNodes,        // nodes have different numbers of ranks
+  ScratchTooSmall,    // SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES < the per-rank block
+  SortTooSmall,       // SMDDP_AG_SORT_BUFFER_SIZE_BYTES < nodes x the per-rank block
+  NoSingleCopyReads,  // the path reads local peers' buffers in place and cannot (host, CMA)
+};
+const char* ruleName(Rule r);
+
+// What the memory the call's buffers live in lets a path do.
+struct Capabilities {
+  bool device = false;             // device buffers: the device engine, NCCL as fallback
+  bool single_copy_reads = true;   // host: local peers' buffers can be read in place (CMA)
+  int max_reduce_inputs = 1 << 30;  // inputs one local reduction may combine
+};
+
+struct CollPlan {
+  hcPath_t path = hcPathHierarchical;
+  Rule rule = Rule::Hierarchical;
+  std::string reason;  // for people ("" on the hierarchical path)
+  // AllReduce: the latency path (one AllGather of every rank's buffer, then a local reduction)
+  // for small buffers; otherwise ReduceScatter + AllGather on blocks of allreduce_block
+  // elements per rank (the host rounds down and sends the tail through the latency path, the
+  // device rounds up and pads).
+  bool allreduce_small = false;
+  size_t allreduce_block = 0;
+  size_t block_bytes = 0;  // per-rank block of the hierarchical phases (what the buffer rules test)
+  // Chunking of the host's chunked algorithms: HICOLL_CHUNK_SIZE, on more than one node at most
+  // HICOLL_NET_CHUNK_SIZE (a chunk may be one inter-node message); chunks sent to a rail peer
+  // beyond those received from the rail peers (HICOLL_NET_WINDOW).
+  size_t chunk_bytes = 0;
+  size_t net_window = 0;
+
+  bool fallback() const { return path == hcPathFallback; }
+};
+
+// The AllReduce split, one definition for every path (the device engine asks it too):
+// small_bytes is HICOLL_ALLREDUCE_SMALL_BYTES.
+bool allReduceIsSmall(size_t count, size_t elem_bytes, int nranks, size_t small_bytes, const Capabilities& caps);
+size_t allReduceBlock(size_t count, int nranks, const Capabilities& caps);  // elements per rank
+
+// The plan of a (a validated call) on comm, for a path with these capabilities.
+CollPlan planCall(const hcComm& comm, const CollArgs& a, const Capabilities& caps);
+
+}  // namespace hicoll
