@@ -44,7 +44,7 @@ extern "C" {
 #endif
 
 #define HICOLL_MAJOR 0
-#define HICOLL_MINOR 1
+#define HICOLL_MINOR 2
 #define HICOLL_PATCH 0
 #define HICOLL_VERSION_CODE (HICOLL_MAJOR * 10000 + HICOLL_MINOR * 100 + HICOLL_PATCH)
 
@@ -154,6 +154,39 @@ typedef struct {
   int (*del)(void* ctx, const char* key);
 } hcStoreOps;
 
+/* Per-communicator configuration (as NCCL's ncclConfig_t): a field left as
+ * HC_CONFIG_INITIALIZER sets it takes the value of its environment variable (env.md); a field
+ * set overrides the variable for this communicator only. Values are checked exactly as the
+ * variables are (same ranges; those marked "same on every rank" compared across ranks at
+ * creation). A communicator made by hcCommSplit / hcCommShrink inherits its parent's effective
+ * configuration, with the overrides of hcCommSplitConfig's config on top. Grows at the end. */
+#define HC_CONFIG_UNDEF_INT (-9223372036854775807LL - 1)
+typedef struct {
+  size_t size;          /* sizeof(hcConfig_t) */
+  unsigned int magic;   /* HC_CONFIG_MAGIC */
+  unsigned int version; /* HICOLL_VERSION_CODE */
+  const char* name;     /* shown in this communicator's log lines (not a variable) */
+  const char* algo;            /* HICOLL_ALGO: "auto", "hier" or "ring" */
+  const char* forceFallback;   /* HICOLL_FORCE_FALLBACK: "allgather,reducescatter", "all", "" */
+  const char* debug;           /* HICOLL_DEBUG for this communicator's log lines */
+  const char* topoNode;        /* HICOLL_TOPO_NODE: this rank's node label */
+  long long timeoutMs;         /* HICOLL_TIMEOUT_MS */
+  long long chunkBytes;        /* HICOLL_CHUNK_SIZE */
+  long long netChunkBytes;     /* HICOLL_NET_CHUNK_SIZE */
+  long long netWindow;         /* HICOLL_NET_WINDOW */
+  long long deviceChunkBytes;  /* HICOLL_DEVICE_CHUNK_SIZE */
+  long long allreduceSmallBytes; /* HICOLL_ALLREDUCE_SMALL_BYTES */
+  long long scratchBytes;      /* SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES */
+  long long sortBytes;         /* SMDDP_AG_SORT_BUFFER_SIZE_BYTES */
+} hcConfig_t;
+#define HC_CONFIG_MAGIC 0x68636667u /* "hcfg" */
+#define HC_CONFIG_INITIALIZER                                                                  \
+  {                                                                                            \
+    sizeof(hcConfig_t), HC_CONFIG_MAGIC, HICOLL_VERSION_CODE, NULL, NULL, NULL, NULL, NULL,    \
+        HC_CONFIG_UNDEF_INT, HC_CONFIG_UNDEF_INT, HC_CONFIG_UNDEF_INT, HC_CONFIG_UNDEF_INT,    \
+        HC_CONFIG_UNDEF_INT, HC_CONFIG_UNDEF_INT, HC_CONFIG_UNDEF_INT, HC_CONFIG_UNDEF_INT     \
+  }
+
 HC_API const char* hcGetErrorString(hcResult_t result);
 /* The last error message of the calling thread ("" when none). */
 HC_API const char* hcGetLastError(hcComm_t comm);
@@ -164,19 +197,29 @@ HC_API hcResult_t hcGetVersion(int* version);
  * this process until the communicator created with it is destroyed. */
 HC_API hcResult_t hcGetUniqueId(hcUniqueId* uniqueId);
 HC_API hcResult_t hcCommInitRank(hcComm_t* comm, int nranks, hcUniqueId commId, int rank);
+HC_API hcResult_t hcCommInitRankConfig(hcComm_t* comm, int nranks, hcUniqueId commId, int rank,
+                                       const hcConfig_t* config);
 /* Reads RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (torchrun), OMPI_COMM_WORLD_* (mpirun) or
  * SLURM_PROCID/SLURM_NTASKS (srun); the rendezvous is MASTER_ADDR:MASTER_PORT or
  * HICOLL_COMM_ID=host:port, with rank 0 listening there. */
 HC_API hcResult_t hcCommInitFromEnv(hcComm_t* comm);
+HC_API hcResult_t hcCommInitFromEnvConfig(hcComm_t* comm, const hcConfig_t* config);
 /* Bootstraps through a caller-provided key-value store; keys are prefixed with prefix. Every
  * communicator needs a prefix no earlier one used on that store: the keys are never deleted,
  * so a reused prefix reads the previous communicator's values. */
 HC_API hcResult_t hcCommInitRankStore(hcComm_t* comm, int nranks, int rank, const hcStoreOps* store,
                                       const char* prefix);
+HC_API hcResult_t hcCommInitRankStoreConfig(hcComm_t* comm, int nranks, int rank, const hcStoreOps* store,
+                                            const char* prefix, const hcConfig_t* config);
 /* Collective over comm. Ranks with the same color form a new communicator ordered by key
  * (then by parent rank). color < 0 (HC_SPLIT_NOCOLOR) returns *newcomm = NULL. */
 #define HC_SPLIT_NOCOLOR (-1)
 HC_API hcResult_t hcCommSplit(hcComm_t comm, int color, int key, hcComm_t* newcomm);
+HC_API hcResult_t hcCommSplitConfig(hcComm_t comm, int color, int key, hcComm_t* newcomm,
+                                    const hcConfig_t* config);
+/* The configuration comm runs with, every field filled in (strings stay valid while comm lives).
+ * Set config->size (HC_CONFIG_INITIALIZER does) before the call. */
+HC_API hcResult_t hcCommGetConfig(const hcComm_t comm, hcConfig_t* config);
 /* After a failure, the survivors continue without the ranks in excludeRanks (NCCL's
  * ncclCommShrink): called by every rank that is not excluded, never by the excluded ones (they
  * may be dead), it makes *newcomm of the survivors in old-rank order, bootstrapped through the

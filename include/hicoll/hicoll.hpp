@@ -40,27 +40,36 @@ class Comm {
   Comm& operator=(const Comm&) = delete;
   ~Comm() { reset(); }
 
-  static Comm fromEnv() {
+  // config: per-communicator overrides of the environment (nullptr: none).
+  static Comm fromEnv(const hcConfig_t* config = nullptr) {
     hcComm_t c = nullptr;
-    check(hcCommInitFromEnv(&c), "hcCommInitFromEnv");
+    check(hcCommInitFromEnvConfig(&c, config), "hcCommInitFromEnv");
     return Comm(c);
   }
-  static Comm fromUniqueId(int nranks, const hcUniqueId& id, int rank) {
+  static Comm fromUniqueId(int nranks, const hcUniqueId& id, int rank, const hcConfig_t* config = nullptr) {
     hcComm_t c = nullptr;
-    check(hcCommInitRank(&c, nranks, id, rank), "hcCommInitRank");
+    check(hcCommInitRankConfig(&c, nranks, id, rank, config), "hcCommInitRank");
     return Comm(c);
   }
-  static Comm fromStore(int nranks, int rank, const hcStoreOps& store, const char* prefix = "hc") {
+  static Comm fromStore(int nranks, int rank, const hcStoreOps& store, const char* prefix = "hc",
+                        const hcConfig_t* config = nullptr) {
     hcComm_t c = nullptr;
-    check(hcCommInitRankStore(&c, nranks, rank, &store, prefix), "hcCommInitRankStore");
+    check(hcCommInitRankStoreConfig(&c, nranks, rank, &store, prefix, config), "hcCommInitRankStore");
     return Comm(c);
   }
 
-  // An empty Comm for ranks that passed HC_SPLIT_NOCOLOR.
-  Comm split(int color, int key) const {
+  // An empty Comm for ranks that passed HC_SPLIT_NOCOLOR. The child inherits this
+  // communicator's configuration, with config's overrides on top.
+  Comm split(int color, int key, const hcConfig_t* config = nullptr) const {
     hcComm_t c = nullptr;
-    check(hcCommSplit(c_, color, key, &c), "hcCommSplit");
+    check(hcCommSplitConfig(c_, color, key, &c, config), "hcCommSplit");
     return Comm(c);
+  }
+
+  hcConfig_t config() const {
+    hcConfig_t cfg = HC_CONFIG_INITIALIZER;
+    check(hcCommGetConfig(c_, &cfg), "hcCommGetConfig");
+    return cfg;
   }
 
   int rank() const {

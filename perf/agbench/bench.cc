@@ -87,12 +87,14 @@ class Runner {
     mine.rank = me_;
     mine.pid = static_cast<int>(::getpid());
     ::gethostname(mine.host, sizeof mine.host - 1);
+    const char* label = nullptr;
+    hcConfig_t cfg = HC_CONFIG_INITIALIZER;
     if (hcComm_t c = w_.variants[0]->comm()) {
       hcStats s = readStats(c);
       mine.node = s.node;
       mine.local_rank = s.local_rank;
+      if (hcCommGetConfig(c, &cfg) == hcSuccess) label = cfg.topoNode;  // what the communicator runs with
     }
-    const char* label = std::getenv("HICOLL_TOPO_NODE");
     std::snprintf(mine.label, sizeof mine.label, "%s", label && *label ? label : mine.host);
     std::vector<RankInfo> all(W_);
     w_.sync->allgather(&mine, all.data(), sizeof mine);

@@ -3,8 +3,8 @@
 //
 // The MPI baseline needs MPI ranks. Self-launched, agbench re-runs itself as
 //   mpirun --allow-run-as-root --oversubscribe --bind-to none -np N <agbench> <same args>
-// and each rank derives HICOLL_TOPO_NODE from its MPI rank, --nodes and --layout; hicoll then
-// bootstraps from a unique id that rank 0 creates and MPI_Bcast hands out.
+// and each rank derives its node label (hcConfig_t.topoNode) from its MPI rank, --nodes and
+// --layout; hicoll then bootstraps from a unique id that rank 0 creates and MPI_Bcast hands out.
 #include <hicoll/hicoll.h>
 #include <signal.h>
 #include <unistd.h>
@@ -48,28 +48,24 @@ bool underMpirun() {
 }
 #endif
 
-// A second hicoll communicator over the same ranks with HICOLL_ALGO=ring (the configuration is
-// read at creation), bootstrapped by a unique id that rank 0 hands out over sync.
-hcComm_t makeRingComm(Sync& sync) {
-  const char* old = std::getenv("HICOLL_ALGO");
-  std::string saved = old ? old : "";
-  ::setenv("HICOLL_ALGO", "ring", 1);
+// A second hicoll communicator over the same ranks running the flat ring (a per-communicator
+// configuration), bootstrapped by a unique id that rank 0 hands out over sync.
+hcComm_t makeRingComm(Sync& sync, hcConfig_t cfg) {
   hcUniqueId id{};
   if (sync.rank() == 0) hcCheck(hcGetUniqueId(&id), nullptr, "hcGetUniqueId");
   sync.broadcast(&id, sizeof id, 0);
   hcComm_t ring = nullptr;
-  hcResult_t r = hcCommInitRank(&ring, sync.size(), id, sync.rank());
-  if (old)
-    ::setenv("HICOLL_ALGO", saved.c_str(), 1);
-  else
-    ::unsetenv("HICOLL_ALGO");
-  hcCheck(r, nullptr, "hcCommInitRank (ring baseline)");
+  cfg.algo = "ring";
+  cfg.name = "ring baseline";
+  hcCheck(hcCommInitRankConfig(&ring, sync.size(), id, sync.rank(), &cfg), nullptr, "hcCommInitRank (ring baseline)");
   return ring;
 }
 
 // The whole life of one rank. Returns its exit status.
 int rankMain(const Args& a, Mode mode, int* argc, char*** argv) {
-  if (!a.algo.empty()) ::setenv("HICOLL_ALGO", a.algo.c_str(), 1);
+  hcConfig_t cfg = HC_CONFIG_INITIALIZER;  // --algo, and under mpirun the node label
+  if (!a.algo.empty()) cfg.algo = a.algo.c_str();
+  std::string node_label;
   if (a.timeout_s > 0 && (mode == Mode::Mpi || mode == Mode::Launcher))
     ::alarm(static_cast<unsigned>(a.timeout_s));  // no supervising parent of ours here
 
@@ -90,17 +86,18 @@ int rankMain(const Args& a, Mode mode, int* argc, char*** argv) {
       if (a.nodes_given) {
         L::Options o = launchOptions(a);
         o.np = size;
-        ::setenv("HICOLL_TOPO_NODE", L::nodeLabel(L::nodeOf(o, rank)).c_str(), 1);
+        node_label = L::nodeLabel(L::nodeOf(o, rank));
+        cfg.topoNode = node_label.c_str();
       }
       sync = makeMpiSync();
       hcUniqueId id{};
       if (rank == 0) hcCheck(hcGetUniqueId(&id), nullptr, "hcGetUniqueId");
       sync->broadcast(&id, sizeof id, 0);
-      hcCheck(hcCommInitRank(&comm, size, id, rank), nullptr, "hcCommInitRank");
+      hcCheck(hcCommInitRankConfig(&comm, size, id, rank, &cfg), nullptr, "hcCommInitRank");
       w.mode = std::getenv("AGBENCH_REEXEC") ? "self-launch (mpirun)" : "mpirun";
 #endif
     } else {
-      hcCheck(hcCommInitFromEnv(&comm), nullptr, "hcCommInitFromEnv");
+      hcCheck(hcCommInitFromEnvConfig(&comm, &cfg), nullptr, "hcCommInitFromEnv");
       // Bookkeeping on a communicator of its own keeps the measured one's statistics clean.
       int rank = 0;
       hcCheck(hcCommUserRank(comm, &rank), comm, "hcCommUserRank");
@@ -120,7 +117,7 @@ int rankMain(const Args& a, Mode mode, int* argc, char*** argv) {
 
     owned.push_back(makeHicollVariant(comm, "hicoll"));
     if (a.has(Baseline::Ring)) {
-      ring_comm = makeRingComm(*sync);
+      ring_comm = makeRingComm(*sync, cfg);
       owned.push_back(makeHicollVariant(ring_comm, "ring"));
     }
     if (a.has(Baseline::Mpi)) {

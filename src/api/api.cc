@@ -60,7 +60,7 @@ hcResult_t guard(hcComm* comm, const char* fn, F&& f) {
     if (comm && comm->failed.load())
       HC_THROW(hcRemoteError, "{}: the communicator failed earlier: {}", fn, comm->failure);
     std::optional<ScopedLogRank> lr;
-    if (comm) lr.emplace(comm->rank);
+    if (comm) lr.emplace(comm->rank, comm->log_level, comm->name.c_str());
     f();
     return hcSuccess;
   } catch (const Error& e) {
@@ -222,20 +222,26 @@ hcResult_t hcGetUniqueId(hcUniqueId* id) {
   });
 }
 
-hcResult_t hcCommInitRank(hcComm_t* comm, int nranks, hcUniqueId id, int rank) {
+hcResult_t hcCommInitRankConfig(hcComm_t* comm, int nranks, hcUniqueId id, int rank, const hcConfig_t* config) {
   return initWith(comm, "hcCommInitRank", [&] {
     HC_CHECK(nranks > 0 && rank >= 0 && rank < nranks, hcInvalidArgument,
              "hcCommInitRank: rank {} is outside [0, {})", rank, nranks);
-    long timeout = Config::fromEnv().num(Knob::TimeoutMs);
+    Config cfg = Config::fromEnv().withOverrides(config);
+    const long timeout = cfg.num(Knob::TimeoutMs);
     Rendezvous rv = joinUniqueId(id, rank, nranks, timeout);
-    return createComm(std::make_unique<Bootstrap>(rv.store, "hc", rank, nranks, timeout), rv.keepalive);
+    return createComm(std::make_unique<Bootstrap>(rv.store, "hc", rank, nranks, timeout), rv.keepalive, cfg,
+                      config);
   });
 }
 
-hcResult_t hcCommInitFromEnv(hcComm_t* comm) {
+hcResult_t hcCommInitRank(hcComm_t* comm, int nranks, hcUniqueId id, int rank) {
+  return hcCommInitRankConfig(comm, nranks, id, rank, nullptr);
+}
+
+hcResult_t hcCommInitFromEnvConfig(hcComm_t* comm, const hcConfig_t* config) {
   return initWith(comm, "hcCommInitFromEnv", [&] {
-    Config cfg = Config::fromEnv();
-    long timeout = cfg.num(Knob::TimeoutMs);
+    Config cfg = Config::fromEnv().withOverrides(config);
+    const long timeout = cfg.num(Knob::TimeoutMs);
     LaunchEnv e = readLaunchEnv(cfg.str(Knob::CommId));
     e.secret = cfg.str(Knob::CommSecret);
     if (e.rank == 0) {
@@ -243,11 +249,15 @@ hcResult_t hcCommInitFromEnv(hcComm_t* comm) {
       unsetenv("HICOLL_RENDEZVOUS_FD");  // consumed: a later init must not reuse the number
     }
     Rendezvous rv = joinEnv(e, timeout);
-    return createComm(std::make_unique<Bootstrap>(rv.store, "hc", e.rank, e.nranks, timeout), rv.keepalive);
+    return createComm(std::make_unique<Bootstrap>(rv.store, "hc", e.rank, e.nranks, timeout), rv.keepalive, cfg,
+                      config);
   });
 }
 
-hcResult_t hcCommInitRankStore(hcComm_t* comm, int nranks, int rank, const hcStoreOps* store, const char* prefix) {
+hcResult_t hcCommInitFromEnv(hcComm_t* comm) { return hcCommInitFromEnvConfig(comm, nullptr); }
+
+hcResult_t hcCommInitRankStoreConfig(hcComm_t* comm, int nranks, int rank, const hcStoreOps* store, const char* prefix,
+                                     const hcConfig_t* config) {
   return initWith(comm, "hcCommInitRankStore", [&] {
     HC_CHECK(store && store->set && store->get, hcInvalidArgument, "hcCommInitRankStore: store callbacks are NULL");
     // The first version of hcStoreOps ended after get; del came later.
@@ -255,20 +265,45 @@ hcResult_t hcCommInitRankStore(hcComm_t* comm, int nranks, int rank, const hcSto
              "hcCommInitRankStore: hcStoreOps.size is {} (set it to sizeof(hcStoreOps))", store->size);
     HC_CHECK(nranks > 0 && rank >= 0 && rank < nranks, hcInvalidArgument,
              "hcCommInitRankStore: rank {} is outside [0, {})", rank, nranks);
-    long timeout = Config::fromEnv().num(Knob::TimeoutMs);
+    Config cfg = Config::fromEnv().withOverrides(config);
+    const long timeout = cfg.num(Knob::TimeoutMs);
     return createComm(std::make_unique<Bootstrap>(makeCallbackStore(*store), prefix ? prefix : "hc", rank, nranks,
                                                   timeout),
-                      nullptr);
+                      nullptr, cfg, config);
+  });
+}
+
+hcResult_t hcCommInitRankStore(hcComm_t* comm, int nranks, int rank, const hcStoreOps* store, const char* prefix) {
+  return hcCommInitRankStoreConfig(comm, nranks, rank, store, prefix, nullptr);
+}
+
+hcResult_t hcCommSplitConfig(hcComm_t comm, int color, int key, hcComm_t* newcomm, const hcConfig_t* config) {
+  if (bad(comm, "hcCommSplit") || !newcomm) return hcInvalidArgument;
+  *newcomm = nullptr;
+  return guard(comm, "hcCommSplit", [&] {
+    // The parent's configuration, with the caller's on top (checked before the collective
+    // split, so a bad field fails here and alike on every rank that passes it).
+    Config cfg = comm->cfg.withOverrides(config);
+    std::unique_ptr<Bootstrap> bs = comm->bootstrap->split(color, key);
+    if (bs) *newcomm = createComm(std::move(bs), comm->keepalive, cfg, config ? config : nullptr, comm).release();
   });
 }
 
 hcResult_t hcCommSplit(hcComm_t comm, int color, int key, hcComm_t* newcomm) {
-  if (bad(comm, "hcCommSplit") || !newcomm) return hcInvalidArgument;
-  *newcomm = nullptr;
-  return guard(comm, "hcCommSplit", [&] {
-    std::unique_ptr<Bootstrap> bs = comm->bootstrap->split(color, key);
-    if (bs) *newcomm = createComm(std::move(bs), comm->keepalive).release();
-  });
+  return hcCommSplitConfig(comm, color, key, newcomm, nullptr);
+}
+
+hcResult_t hcCommGetConfig(const hcComm_t comm, hcConfig_t* config) {
+  if (bad(comm, "hcCommGetConfig") || !config) return hcInvalidArgument;
+  if (config->size < offsetof(hcConfig_t, algo)) {
+    t_last_error = fmt::format("hcCommGetConfig: hcConfig_t.size is {} (use HC_CONFIG_INITIALIZER)", config->size);
+    return hcInvalidArgument;
+  }
+  config->magic = HC_CONFIG_MAGIC;
+  config->version = HICOLL_VERSION_CODE;
+  config->name = comm->name.c_str();
+  comm->cfg.fill(config);
+  return hcSuccess;
 }
 
 hcResult_t hcCommShrink(hcComm_t comm, const int* exclude, int nexclude, hcComm_t* newcomm, int flags) {
@@ -299,7 +334,7 @@ hcResult_t hcCommShrink(hcComm_t comm, const int* exclude, int nexclude, hcComm_
       if (comm->ofi) comm->ofi->abort();
     }
     std::unique_ptr<Bootstrap> bs = comm->bootstrap->shrink(ex, comm->shrinks++);
-    *newcomm = createComm(std::move(bs), comm->keepalive).release();
+    *newcomm = createComm(std::move(bs), comm->keepalive, comm->cfg, nullptr, comm).release();
     HC_INFO("hcCommShrink: {} ranks left of {} (excluded {})", comm->nranks - nexclude, comm->nranks, fmt::join(ex, ","));
   });
 }

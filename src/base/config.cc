@@ -1,5 +1,6 @@
 #include "base/config.h"
 
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -152,6 +153,76 @@ void Config::derive() {
     if (listHas(Knob::ForceFallback, name)) force_fallback_mask_ |= 1u << coll;
   }
   algo_ring_ = str(Knob::Algo) == "ring";
+}
+
+namespace {
+
+// hcConfig_t's knob fields.
+struct Field {
+  const char* name;
+  Knob knob;
+  size_t offset;
+  bool text;
+};
+const Field kFields[] = {
+    {"algo", Knob::Algo, offsetof(hcConfig_t, algo), true},
+    {"forceFallback", Knob::ForceFallback, offsetof(hcConfig_t, forceFallback), true},
+    {"debug", Knob::Debug, offsetof(hcConfig_t, debug), true},
+    {"topoNode", Knob::TopoNode, offsetof(hcConfig_t, topoNode), true},
+    {"timeoutMs", Knob::TimeoutMs, offsetof(hcConfig_t, timeoutMs), false},
+    {"chunkBytes", Knob::ChunkBytes, offsetof(hcConfig_t, chunkBytes), false},
+    {"netChunkBytes", Knob::NetChunkBytes, offsetof(hcConfig_t, netChunkBytes), false},
+    {"netWindow", Knob::NetWindow, offsetof(hcConfig_t, netWindow), false},
+    {"deviceChunkBytes", Knob::DeviceChunkBytes, offsetof(hcConfig_t, deviceChunkBytes), false},
+    {"allreduceSmallBytes", Knob::AllReduceSmallBytes, offsetof(hcConfig_t, allreduceSmallBytes), false},
+    {"scratchBytes", Knob::ScratchBytes, offsetof(hcConfig_t, scratchBytes), false},
+    {"sortBytes", Knob::SortBytes, offsetof(hcConfig_t, sortBytes), false},
+};
+
+}  // namespace
+
+Config Config::withOverrides(const hcConfig_t* config) const {
+  Config c = *this;
+  if (!config) return c;
+  HC_CHECK(config->size >= offsetof(hcConfig_t, name) && config->magic == HC_CONFIG_MAGIC, hcInvalidArgument,
+           "hcConfig_t: size {} / magic {:#x}: initialize it with HC_CONFIG_INITIALIZER", config->size, config->magic);
+  const char* base = reinterpret_cast<const char*>(config);
+  for (const Field& f : kFields) {
+    if (f.offset + (f.text ? sizeof(const char*) : sizeof(long long)) > config->size) continue;  // an older caller
+    std::string value;
+    if (f.text) {
+      const char* v = nullptr;
+      std::memcpy(&v, base + f.offset, sizeof v);
+      if (!v) continue;
+      value = v;
+    } else {
+      long long v = 0;
+      std::memcpy(&v, base + f.offset, sizeof v);
+      if (v == HC_CONFIG_UNDEF_INT) continue;
+      value = std::to_string(v);
+    }
+    KnobInfo k = knobTable()[idx(f.knob)];
+    const std::string field = std::string("hcConfig_t.") + f.name + " (" + k.name + ")";
+    k.name = field.c_str();
+    c.set(k, value.c_str());
+    c.from_default_[idx(f.knob)] = false;
+  }
+  c.derive();
+  return c;
+}
+
+void Config::fill(hcConfig_t* out) const {
+  char* base = reinterpret_cast<char*>(out);
+  for (const Field& f : kFields) {
+    if (f.offset + (f.text ? sizeof(const char*) : sizeof(long long)) > out->size) continue;
+    if (f.text) {
+      const char* v = str(f.knob).c_str();
+      std::memcpy(base + f.offset, &v, sizeof v);
+    } else {
+      const long long v = num(f.knob);
+      std::memcpy(base + f.offset, &v, sizeof v);
+    }
+  }
 }
 
 Config Config::fromEnv() {

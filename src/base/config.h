@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "base/config_table.h"
+#include "hicoll/hicoll.h"
 
 namespace hicoll {
 
@@ -42,6 +43,12 @@ class Config {
   // Same, with an explicit lookup (tests).
   template <class Lookup>
   static Config from(Lookup&& getenv_fn);
+
+  // This configuration with a caller's hcConfig_t on top: the fields set (within its size)
+  // replace their knobs, parsed like the variables. Throws hcInvalidArgument naming the field.
+  Config withOverrides(const hcConfig_t* config) const;
+  // Every knob field of *out from this configuration (strings point into it; name untouched).
+  void fill(hcConfig_t* out) const;
 
   const std::string& str(Knob k) const { return raw_[idx(k)]; }
   int64_t num(Knob k) const { return num_[idx(k)]; }

@@ -10,16 +10,20 @@ namespace hicoll {
 
 enum class LogLevel { kNone = 0, kWarn = 1, kInfo = 2, kTrace = 3 };
 
+// The level in force on this thread: its communicator's (ScopedLogRank) or HICOLL_DEBUG's.
 LogLevel logLevel();
+LogLevel logLevelOf(const std::string& name);  // "NONE", "WARN", "INFO", "TRACE" (any case)
 void logLine(LogLevel level, const std::string& msg);
-// The rank shown in this thread's log lines (-1 for none); restored by ~ScopedLogRank.
+// The rank shown in this thread's log lines (-1 for none), and the level and name of the
+// communicator the thread is working for (level -1: HICOLL_DEBUG's); restored by the destructor.
 class ScopedLogRank {
  public:
-  explicit ScopedLogRank(int rank);
+  explicit ScopedLogRank(int rank, int level = -1, const char* name = nullptr);
   ~ScopedLogRank();
 
  private:
-  int prev_;
+  int prev_, prev_level_;
+  const char* prev_name_;
 };
 
 }  // namespace hicoll

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstddef>
 #include <cstring>
 #include <thread>
 
@@ -85,14 +86,18 @@ std::vector<int> livenessPeers(const Topology& t, int rank) {
 
 }  // namespace
 
-std::unique_ptr<hcComm> createComm(std::unique_ptr<Bootstrap> bs, std::shared_ptr<void> keepalive) {
+std::unique_ptr<hcComm> createComm(std::unique_ptr<Bootstrap> bs, std::shared_ptr<void> keepalive, const Config& cfg,
+                                   const hcConfig_t* config, const hcComm* parent) {
   static_assert(static_cast<int>(Knob::Count) <= kMaxKnobs, "RankInfo::knob_hash is too small");
   auto c = std::make_unique<hcComm>();
-  c->cfg = Config::fromEnv();
+  c->cfg = cfg;
+  if (config && config->size >= offsetof(hcConfig_t, algo) && config->name) c->name = config->name;
+  else if (parent) c->name = parent->name;
+  c->log_level = static_cast<int>(logLevelOf(cfg.str(Knob::Debug)));
   c->rank = bs->rank();
   c->nranks = bs->size();
   c->keepalive = std::move(keepalive);
-  ScopedLogRank log_rank(c->rank);
+  ScopedLogRank log_rank(c->rank, c->log_level, c->name.c_str());
 
   RankInfo mine{};
   char host[128] = {};

@@ -22,7 +22,9 @@ class ShmTransport;
 struct hcComm {
   static constexpr uint64_t kLive = 0x68636f6d6d4c4956ull, kDead = 0x68636f6d6d444541ull;
   uint64_t magic = kLive;  // kDead once destroyed (the API refuses the handle)
-  hicoll::Config cfg;
+  hicoll::Config cfg;     // what it runs with (hcCommGetConfig)
+  std::string name;       // hcConfig_t.name, for log lines
+  int log_level = -1;     // HICOLL_DEBUG of cfg, for this communicator's log lines
   int rank = 0;
   int nranks = 0;
   std::shared_ptr<void> keepalive;  // e.g. the rendezvous server: outlives the bootstrap below
@@ -89,5 +91,8 @@ struct hcComm {
 
 namespace hicoll {
 // Communicator creation from a bootstrap (every hcCommInit*, hcCommSplit, hcCommShrink).
-std::unique_ptr<hcComm> createComm(std::unique_ptr<Bootstrap> bs, std::shared_ptr<void> keepalive);
+// cfg: the configuration it runs with (the environment, a parent's, and a caller's hcConfig_t on
+// top); config: the caller's (for its name; may be null); parent: for the name of a split.
+std::unique_ptr<hcComm> createComm(std::unique_ptr<Bootstrap> bs, std::shared_ptr<void> keepalive, const Config& cfg,
+                                   const hcConfig_t* config, const hcComm* parent = nullptr);
 }  // namespace hicoll

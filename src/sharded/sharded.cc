@@ -68,41 +68,20 @@ void Buffer::reset() {
 
 namespace {
 
-long defaultWaitMs() {
-  long engine_ms = 120000;  // HICOLL_TIMEOUT_MS default; the engine rejects invalid values
-  if (const char* v = std::getenv("HICOLL_TIMEOUT_MS")) {
-    char* end = nullptr;
-    const long x = std::strtol(v, &end, 10);
-    if (end && *end == '\0' && x > 0) engine_ms = x;
-  }
-  return 2 * engine_ms + 10000;  // a queued task may wait behind one slow collective
+// A queued task may wait behind one slow collective: twice the engine's timeout, and a margin.
+long defaultWaitMs(hcComm_t world) {
+  hcConfig_t cfg = HC_CONFIG_INITIALIZER;
+  const long engine_ms = hcCommGetConfig(world, &cfg) == hcSuccess ? static_cast<long>(cfg.timeoutMs) : 120000;
+  return 2 * engine_ms + 10000;
 }
 
-// Sets an environment variable for the lifetime of the guard (restores the old value). The
-// engine reads HICOLL_ALGO when a communicator is created; this is how one communicator gets
-// the flat ring while the others keep the hierarchical path.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_)
-      setenv(name_, old_.c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::string old_;
-  bool had_ = false;
-};
-
-CommPtr split(hcComm_t parent, int color, int key, const char* group, int rank) {
+// algo: HICOLL_ALGO for the new communicator (nullptr: the parent's).
+CommPtr split(hcComm_t parent, int color, int key, const char* group, int rank, const char* algo = nullptr) {
   hcComm_t c = nullptr;
-  const hcResult_t r = hcCommSplit(parent, color, key, &c);
+  hcConfig_t cfg = HC_CONFIG_INITIALIZER;
+  cfg.algo = algo;
+  cfg.name = group;
+  const hcResult_t r = hcCommSplitConfig(parent, color, key, &c, &cfg);
   if (r != hcSuccess)
     throw Error(std::string("hcCommSplit for the ") + group + " group (color " +
                 std::to_string(color) + ", key " + std::to_string(key) + ") failed on rank " +
@@ -199,7 +178,7 @@ std::unique_ptr<ShardedParams> ShardedParams::create(hcComm_t world, std::vector
                 hcGetLastError(world));
   validate(opt, im->world);
   im->opt = opt;
-  if (im->opt.wait_timeout_ms == 0) im->opt.wait_timeout_ms = defaultWaitMs();
+  if (im->opt.wait_timeout_ms == 0) im->opt.wait_timeout_ms = defaultWaitMs(world);
   im->degree = opt.sharded_data_parallel_degree;
   im->prank = im->rank % im->degree;
   im->rrank = im->rank / im->degree;
@@ -227,10 +206,8 @@ std::unique_ptr<ShardedParams> ShardedParams::create(hcComm_t world, std::vector
   // they stay inside a node when the degree allows); replication groups take one rank of each.
   im->dp = split(world, 0, im->rank, "data-parallel", im->rank);
   im->part = split(im->dp.get(), im->rrank, im->prank, "partition", im->rank);
-  if (!opt.sdp_hierarchical_allgather && im->degree > 1) {
-    ScopedEnv ring("HICOLL_ALGO", "ring");
-    im->part_ag = split(im->dp.get(), im->rrank, im->prank, "partition (ring AllGather)", im->rank);
-  }
+  if (!opt.sdp_hierarchical_allgather && im->degree > 1)
+    im->part_ag = split(im->dp.get(), im->rrank, im->prank, "partition (ring AllGather)", im->rank, "ring");
   im->repl = split(im->dp.get(), im->prank, im->rrank, "replication", im->rank);
   expectShape(im->dp.get(), im->world, im->rank, "data-parallel");
   expectShape(im->part.get(), im->degree, im->prank, "partition");

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <condition_variable>
+#include <cstddef>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -108,6 +109,64 @@ TEST(Api, BootstrapKeysAreFreed) {
   // Each split's group creation runs several bootstrap exchanges; without deletion the
   // store held hundreds of keys by now.
   for (size_t s : sizes) EXPECT_LE(s, 12u) << "keys left in the store";
+}
+
+// A per-communicator configuration overrides the environment for that communicator only, a
+// split inherits its parent's (with its own overrides on top), and bad values name the field.
+TEST(Api, PerCommunicatorConfiguration) {
+  MapStore store;
+  hcStoreOps ops = store.ops();
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < 2; ++r)
+    ts.emplace_back([&, r] {
+      auto fail = [&](const std::string& m) { errors[r] += m + "; "; };
+      hcConfig_t cfg = HC_CONFIG_INITIALIZER;
+      cfg.algo = "ring";
+      cfg.netWindow = 7;
+      cfg.name = "cfgtest";
+      hcComm_t c = nullptr;
+      if (hcCommInitRankStoreConfig(&c, 2, r, &ops, "cfg", &cfg) != hcSuccess) return fail(hcGetLastError(nullptr));
+      hcConfig_t got = HC_CONFIG_INITIALIZER;
+      if (hcCommGetConfig(c, &got) != hcSuccess) fail("get");
+      if (std::string(got.algo) != "ring" || got.netWindow != 7 || std::string(got.name) != "cfgtest") fail("overrides");
+      if (got.timeoutMs != 120000 || got.chunkBytes != 1 << 20) fail("defaults from the environment");
+      float x = 1;
+      if (hcAllReduce(&x, &x, 1, hcFloat32, hcSum, c, nullptr) != hcSuccess || x != 2) fail("allreduce");
+      hcStats st = HC_STATS_INITIALIZER;
+      hcCommGetStats(c, &st);
+      if (st.coll[hcCollAllReduce].calls[hcPathRing] != 1) fail("the ring ran");
+      // The split inherits, and its own config goes on top.
+      hcConfig_t child_cfg = HC_CONFIG_INITIALIZER;
+      child_cfg.chunkBytes = 65536;
+      hcComm_t child = nullptr;
+      if (hcCommSplitConfig(c, 0, r, &child, &child_cfg) != hcSuccess) return fail(hcGetLastError(nullptr));
+      hcConfig_t cg = HC_CONFIG_INITIALIZER;
+      hcCommGetConfig(child, &cg);
+      if (std::string(cg.algo) != "ring" || cg.netWindow != 7 || cg.chunkBytes != 65536) fail("inherited");
+      // A bad value: the variable's check, naming the field, on this communicator only.
+      hcConfig_t bad = HC_CONFIG_INITIALIZER;
+      bad.netWindow = 0;
+      hcComm_t none = nullptr;
+      if (hcCommSplitConfig(c, 0, r, &none, &bad) != hcInvalidArgument) fail("netWindow 0 accepted");
+      const std::string msg = hcGetLastError(nullptr);
+      if (msg.find("netWindow") == std::string::npos || msg.find("HICOLL_NET_WINDOW") == std::string::npos) fail(msg);
+      // An older, shorter hcConfig_t (a caller built against a previous header) is read as far as it goes.
+      hcConfig_t old = HC_CONFIG_INITIALIZER;
+      old.size = offsetof(hcConfig_t, topoNode);
+      old.timeoutMs = 1;  // beyond its size: not read
+      hcComm_t o = nullptr;
+      if (hcCommSplitConfig(c, 0, r, &o, &old) != hcSuccess) fail("short config");
+      hcConfig_t og = HC_CONFIG_INITIALIZER;
+      hcCommGetConfig(o, &og);
+      if (og.timeoutMs != 120000) fail("read past size");
+      hcCommDestroy(o);
+      hcCommDestroy(child);
+      hcCommDestroy(c);
+    });
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
 }
 
 TEST(Api, MatrixOnThreeThreads) {

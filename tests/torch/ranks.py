@@ -349,6 +349,40 @@ def scenario_forced_fallback() -> dict:
     return {"fallback_counts": counts}
 
 
+def scenario_options() -> dict:
+    """pg_options=hicoll.torch.Options(...): per-group configuration, the environment untouched."""
+    dist.init_process_group("hicoll", store=store(), rank=RANK, world_size=WORLD, timeout=TIMEOUT,
+                            pg_options=ht.Options(algo="ring", force_fallback="broadcast", name="world"))
+    world = ht.config()
+    assert world["algo"] == "ring" and world["force_fallback"] == "broadcast", world
+    assert world["name"] == "world", world
+    assert os.environ.get("HICOLL_ALGO") is None, "the environment is not how a group is configured"
+    t = torch.full((1 << 12,), float(RANK))
+    dist.all_reduce(t)
+    check(t, torch.full((1 << 12,), float(sum(range(WORLD)))), "allreduce on the ring")
+    st = ht.stats()
+    assert st["allreduce"]["ring"] == 1 and st["allreduce"]["hierarchical"] == 0, st["allreduce"]
+    b = torch.full((3,), float(RANK))
+    dist.broadcast(b, 0)
+    assert ht.fallback_counts().get("broadcast") == 1, ht.fallback_counts()
+    # A new group with its own options; the default group keeps its own.
+    g = dist.new_group(list(range(WORLD)), pg_options=ht.Options(net_window=2, chunk_size=65536))
+    sub = ht.config(g)
+    assert sub["algo"] == "auto" and sub["net_window"] == 2 and sub["chunk_size"] == 65536, sub
+    t = torch.full((1 << 12,), 1.0)
+    dist.all_reduce(t, group=g)
+    check(t, torch.full((1 << 12,), float(WORLD)), "allreduce on the new group")
+    assert ht.stats(g)["allreduce"]["hierarchical"] == 1, ht.stats(g)["allreduce"]
+    # A bad value is the same error the variable gives, naming the field.
+    try:
+        dist.new_group(list(range(WORLD)), pg_options=ht.Options(net_window=0))
+        raise AssertionError("net_window=0 was accepted")
+    except Exception as e:  # noqa: BLE001 - torch wraps it
+        assert "netWindow" in str(e) and "HICOLL_NET_WINDOW" in str(e), str(e)
+    dist.destroy_process_group()
+    return {"world": world, "sub": sub}
+
+
 def scenario_subgroups() -> dict:
     """new_group([0, 2]) and a 2x2 DeviceMesh: each group has its own communicator."""
     from torch.distributed.device_mesh import init_device_mesh

@@ -36,6 +36,11 @@ def test_forced_fallback():
     launch("forced_fallback", 2, env={"HICOLL_FORCE_FALLBACK": "allgather,reducescatter"})
 
 
+def test_options():
+    res = launch("options", 2, 2)
+    assert res[0]["world"]["algo"] == "ring" and res[0]["sub"]["net_window"] == 2
+
+
 def test_subgroups():
     res = launch("subgroups", 4, 2)
     assert all(r["checks"] >= 5 for r in res)

@@ -25,12 +25,14 @@ from hicoll import _C
 
 __all__ = [
     "BACKEND_NAMES",
+    "Options",
     "ProcessGroupHicoll",
     "backend_of",
     "cuda_build",
     "fallback_counts",
     "fallback_reasons",
     "hicoll_counts",
+    "config",
     "stats",
 ]
 
@@ -74,8 +76,41 @@ def _make_fallback_factory(timeout_s: float, group_name: str, global_ranks: list
     return make
 
 
+class Options:
+    """Per-group configuration of the hicoll communicator (its hcConfig_t), as
+    ProcessGroupNCCL.Options is NCCL's: ``init_process_group("hicoll", pg_options=Options(...))``
+    or ``new_group(..., pg_options=Options(...))``. Each field left None takes its environment
+    variable (env.md); a field set overrides it for this group only, checked like the variable.
+    """
+
+    FIELDS = ("algo", "force_fallback", "debug", "name", "timeout_ms", "chunk_size",
+              "net_chunk_size", "net_window", "device_chunk_size", "allreduce_small_bytes",
+              "scratch_bytes", "sort_bytes")
+
+    def __init__(self, *, algo=None, force_fallback=None, debug=None, name=None, timeout_ms=None,
+                 chunk_size=None, net_chunk_size=None, net_window=None, device_chunk_size=None,
+                 allreduce_small_bytes=None, scratch_bytes=None, sort_bytes=None):
+        args = dict(locals())
+        for f in self.FIELDS:
+            setattr(self, f, args[f])
+
+    def as_dict(self) -> dict:
+        out = {}
+        for f in self.FIELDS:
+            v = getattr(self, f)
+            if v is None:
+                continue
+            out[f] = v if isinstance(v, str) else int(v)
+        return out
+
+    def __repr__(self) -> str:
+        return f"hicoll.torch.Options({', '.join(f'{k}={v!r}' for k, v in self.as_dict().items())})"
+
+
 def _create_backend(dist_opts, backend_options=None):
     """Creator for Backend.register_backend(..., extended_api=True)."""
+    if backend_options is not None and not isinstance(backend_options, Options):
+        raise TypeError(f"hicoll: pg_options must be hicoll.torch.Options, not {type(backend_options).__name__}")
     timeout_s = _timeout_seconds(dist_opts.timeout)
     group_name = str(dist_opts.group_id or "")
     global_ranks = [int(r) for r in (dist_opts.global_ranks_in_group or [])]
@@ -87,6 +122,7 @@ def _create_backend(dist_opts, backend_options=None):
         group_name,
         global_ranks,
         _make_fallback_factory(timeout_s, group_name, global_ranks),
+        backend_options.as_dict() if backend_options is not None else {},
     )
 
 
@@ -142,6 +178,11 @@ def hicoll_counts(group=None, device: str = "cpu") -> dict[str, int]:
     """Calls of this group run by hicoll, by c10d op name ({} without a hicoll backend)."""
     _, backend = _backend_or_none(group, device)
     return dict(backend.hicoll_counts()) if backend is not None else {}
+
+
+def config(group=None, device: str = "cpu") -> dict:
+    """hcCommGetConfig of the group's communicator: what it runs with."""
+    return backend_of(group, device).config()
 
 
 def stats(group=None, device: str = "cpu") -> dict:

@@ -23,34 +23,46 @@
 namespace hicoll_torch {
 namespace {
 
-int parseLogLevel() {
-  const char* v = std::getenv("HICOLL_DEBUG");
-  std::string s = v ? v : "";
-  std::transform(s.begin(), s.end(), s.begin(), ::toupper);
-  if (s == "NONE") return 0;
-  if (s == "INFO") return 2;
-  if (s == "TRACE") return 3;
-  return 1;
+// hcConfig_t from the group's options; the strings stay in cfg.
+hcConfig_t hcConfigOf(const HicollBackend::Config& cfg) {
+  hcConfig_t c = HC_CONFIG_INITIALIZER;
+  c.name = cfg.group_name.c_str();
+  const std::map<std::string, const char**> text = {
+      {"algo", &c.algo}, {"force_fallback", &c.forceFallback}, {"debug", &c.debug}, {"name", &c.name}};
+  const std::map<std::string, long long*> ints = {
+      {"timeout_ms", &c.timeoutMs},         {"chunk_size", &c.chunkBytes},
+      {"net_chunk_size", &c.netChunkBytes}, {"net_window", &c.netWindow},
+      {"device_chunk_size", &c.deviceChunkBytes}, {"allreduce_small_bytes", &c.allreduceSmallBytes},
+      {"scratch_bytes", &c.scratchBytes},   {"sort_bytes", &c.sortBytes}};
+  for (const auto& [k, v] : cfg.text_options) {
+    auto it = text.find(k);
+    TORCH_CHECK(it != text.end(), "hicoll.torch.Options: unknown option '", k, "'");
+    *it->second = v.c_str();
+  }
+  for (const auto& [k, v] : cfg.int_options) {
+    auto it = ints.find(k);
+    TORCH_CHECK(it != ints.end(), "hicoll.torch.Options: unknown option '", k, "'");
+    *it->second = v;
+  }
+  return c;
 }
 
-// The same words libhicoll accepts (its config table); an unknown word is an error there too.
-std::set<std::string> parseForced() {
-  static const std::set<std::string> allowed = {"allgather", "reducescatter", "allreduce",
-                                                "broadcast", "all"};
+int levelOf(const char* v) {
+  std::string s = v ? v : "";
+  std::transform(s.begin(), s.end(), s.begin(), ::toupper);
+  return s == "NONE" ? 0 : s == "INFO" ? 2 : s == "TRACE" ? 3 : 1;
+}
+
+// The words of the communicator's HICOLL_FORCE_FALLBACK (libhicoll parsed and normalised it).
+std::set<std::string> wordsOf(const char* list) {
   std::set<std::string> out;
-  const char* v = std::getenv("HICOLL_FORCE_FALLBACK");
-  std::string s = v ? v : "", word;
-  s.push_back(',');
-  for (char c : s) {
+  std::string s = list ? list : "", word;
+  for (char c : s + ",") {
     if (c == ',') {
-      if (!word.empty()) {
-        TORCH_CHECK(allowed.count(word), "HICOLL_FORCE_FALLBACK: unknown collective '", word,
-                    "' (allowed: allgather|reducescatter|allreduce|broadcast|all)");
-        out.insert(word);
-      }
+      if (!word.empty()) out.insert(word);
       word.clear();
-    } else if (!std::isspace(static_cast<unsigned char>(c))) {
-      word.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+    } else {
+      word.push_back(c);
     }
   }
   return out;
@@ -81,12 +93,11 @@ std::vector<c10::weak_intrusive_ptr<HicollBackend>>& liveBackends() {
 HicollBackend::HicollBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                              Config cfg)
     : Backend(rank, size), cfg_(std::move(cfg)) {
-  log_level_ = parseLogLevel();
-  forced_ = parseForced();
   incarnation_ = agreeIncarnation(store, size);
   store_ = c10::make_intrusive<c10d::PrefixStore>(c10::str("hicoll/", incarnation_), store);
   bridge_ = std::make_unique<StoreBridge>(store_);
-  const hcResult_t res = hcCommInitRankStore(&comm_, size, rank, bridge_->ops(), "comm");
+  const hcConfig_t options = hcConfigOf(cfg_);
+  const hcResult_t res = hcCommInitRankStoreConfig(&comm_, size, rank, bridge_->ops(), "comm", &options);
   if (res != hcSuccess) {
     comm_ = nullptr;
     C10_THROW_ERROR(DistBackendError,
@@ -94,14 +105,23 @@ HicollBackend::HicollBackend(const c10::intrusive_ptr<c10d::Store>& store, int r
                              " (group '", cfg_.group_name, "', incarnation ", incarnation_,
                              "): ", hcGetErrorString(res), ": ", hcGetLastError(nullptr)));
   }
+  readConfig();
   start();
+}
+
+// What the communicator runs with decides the plugin's logging and forced fallbacks too: one
+// parse, libhicoll's.
+void HicollBackend::readConfig() {
+  hcConfig_t c = HC_CONFIG_INITIALIZER;
+  TORCH_CHECK(hcCommGetConfig(comm_, &c) == hcSuccess, "hicoll: hcCommGetConfig: ", hcGetLastError(comm_));
+  log_level_ = levelOf(c.debug);
+  forced_ = wordsOf(c.forceFallback);
 }
 
 HicollBackend::HicollBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                              Config cfg, hcComm_t comm)
     : Backend(rank, size), store_(store), cfg_(std::move(cfg)), comm_(comm) {
-  log_level_ = parseLogLevel();
-  forced_ = parseForced();
+  readConfig();
   start();
 }
 
@@ -326,6 +346,13 @@ std::map<std::string, int64_t> HicollBackend::fallbackCounts() const {
 std::map<std::string, std::string> HicollBackend::fallbackReasons() const {
   std::lock_guard<std::mutex> lock(stats_mu_);
   return fallback_reasons_;
+}
+
+hcConfig_t HicollBackend::config() const {
+  hcConfig_t c = HC_CONFIG_INITIALIZER;
+  TORCH_CHECK(comm_, "hicoll: the process group is shut down");
+  TORCH_CHECK(hcCommGetConfig(comm_, &c) == hcSuccess, "hicoll: hcCommGetConfig: ", hcGetLastError(comm_));
+  return c;
 }
 
 hcStats HicollBackend::stats() const {

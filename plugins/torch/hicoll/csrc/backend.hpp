@@ -66,6 +66,9 @@ class HicollBackend : public c10d::Backend {
     std::string group_name;
     std::vector<uint64_t> global_ranks;
     FallbackFactory fallback_factory;
+    // hicoll.torch.Options: hcConfig_t fields for this group's communicator (by field name).
+    std::map<std::string, std::string> text_options;
+    std::map<std::string, long long> int_options;
   };
 
   // Bootstraps a communicator on `store` (a collective over the group). Each construction on
@@ -164,6 +167,7 @@ class HicollBackend : public c10d::Backend {
   std::map<std::string, int64_t> fallbackCounts() const;
   std::map<std::string, std::string> fallbackReasons() const;
   hcStats stats() const;
+  hcConfig_t config() const;  // hcCommGetConfig
   const std::string& groupName() const { return cfg_.group_name; }
   uint64_t incarnation() const { return incarnation_; }
 
@@ -175,6 +179,7 @@ class HicollBackend : public c10d::Backend {
   using RunFn = std::function<void(hcStream_t)>;
 
   void start();  // starts the worker
+  void readConfig();  // logging and forced fallbacks from the communicator's configuration
 
   std::chrono::milliseconds opTimeout(std::chrono::milliseconds requested) const;
   // Why hicoll will not run `coll` (a name of HICOLL_FORCE_FALLBACK) on these tensors, if it won't.
@@ -227,8 +232,8 @@ class HicollBackend : public c10d::Backend {
   Config cfg_;
   std::unique_ptr<StoreBridge> bridge_;
   hcComm_t comm_ = nullptr;
-  std::set<std::string> forced_;  // HICOLL_FORCE_FALLBACK
-  int log_level_ = 1;             // HICOLL_DEBUG: 0 none, 1 warn, 2 info, 3 trace
+  std::set<std::string> forced_;  // the communicator's HICOLL_FORCE_FALLBACK (hcCommGetConfig)
+  int log_level_ = 1;             // the communicator's HICOLL_DEBUG: 0 none, 1 warn, 2 info, 3 trace
 
   std::atomic<uint64_t> seq_{0};
   uint64_t split_count_ = 0;  // splits made from this backend (a unique store prefix each)

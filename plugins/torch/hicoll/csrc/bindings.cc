@@ -52,8 +52,16 @@ PYBIND11_MODULE(_C, m) {
   py::class_<HicollBackend, c10d::Backend, c10::intrusive_ptr<HicollBackend>>(m, "ProcessGroupHicoll")
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                        double timeout_s, std::string group_name, std::vector<uint64_t> global_ranks,
-                       py::object fallback_factory) {
+                       py::object fallback_factory, py::dict options) {
              HicollBackend::Config cfg;
+             for (auto kv : options) {
+               const std::string k = py::str(kv.first);
+               if (kv.second.is_none()) continue;
+               if (py::isinstance<py::str>(kv.second))
+                 cfg.text_options[k] = kv.second.cast<std::string>();
+               else
+                 cfg.int_options[k] = kv.second.cast<long long>();
+             }
              cfg.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000.0));
              cfg.group_name = std::move(group_name);
              cfg.global_ranks = std::move(global_ranks);
@@ -77,7 +85,7 @@ PYBIND11_MODULE(_C, m) {
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout_s"),
            py::arg("group_name") = "", py::arg("global_ranks") = std::vector<uint64_t>{},
-           py::arg("fallback_factory") = py::none())
+           py::arg("fallback_factory") = py::none(), py::arg("options") = py::dict())
       .def("hicoll_counts", &HicollBackend::hicollCounts,
            "Calls run by hicoll, by c10d op name.")
       .def("fallback_counts", &HicollBackend::fallbackCounts,
@@ -87,6 +95,20 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("group_name", &HicollBackend::groupName)
       .def_property_readonly("incarnation", &HicollBackend::incarnation,
                              "Which construction of this group on its store this is (0, 1, ...).")
+      .def("config", [](const HicollBackend& b) {
+        const hcConfig_t c = b.config();
+        py::dict d;
+        for (auto [k, v] : {std::pair<const char*, const char*>{"name", c.name}, {"algo", c.algo},
+                            {"force_fallback", c.forceFallback}, {"debug", c.debug}, {"topo_node", c.topoNode}})
+          d[k] = std::string(v ? v : "");
+        for (auto [k, v] : {std::pair<const char*, long long>{"timeout_ms", c.timeoutMs}, {"chunk_size", c.chunkBytes},
+                            {"net_chunk_size", c.netChunkBytes}, {"net_window", c.netWindow},
+                            {"device_chunk_size", c.deviceChunkBytes},
+                            {"allreduce_small_bytes", c.allreduceSmallBytes}, {"scratch_bytes", c.scratchBytes},
+                            {"sort_bytes", c.sortBytes}})
+          d[k] = v;
+        return d;
+      }, "hcCommGetConfig: what the group's communicator runs with.")
       .def("stats", [](const HicollBackend& b) {
         const hcStats s = b.stats();
         py::dict d;
