@@ -238,6 +238,11 @@ HC_API hcResult_t hcCommShrink(hcComm_t comm, const int* excludeRanks, int exclu
 HC_API hcResult_t hcCommDestroy(hcComm_t comm);
 /* Marks the communicator failed so peers stop waiting on it, then frees it. */
 HC_API hcResult_t hcCommAbort(hcComm_t comm);
+/* Marks the communicator failed and tells its peers, without freeing it: safe while another
+ * thread is inside a call on comm, which then returns hcRemoteError promptly (so do the peers'
+ * calls on it). Later calls fail at once; destroy or abort it afterwards. For recovery: a
+ * process that gives up on a communicator revokes it, so that nobody waits for it in vain. */
+HC_API hcResult_t hcCommRevoke(hcComm_t comm);
 HC_API hcResult_t hcCommCount(const hcComm_t comm, int* count);
 HC_API hcResult_t hcCommUserRank(const hcComm_t comm, int* rank);
 HC_API hcResult_t hcCommGetStats(const hcComm_t comm, hcStats* stats);

@@ -94,6 +94,11 @@ void Agreement::check(size_t i) {
   }
   any_valid_ = true;
   if (mine_.invalid() || m.desc.sameCall(mine_)) return;
+  if ((m.desc.flags() ^ mine_.flags()) & CallDesc::kDestroy)
+    HC_THROW(hcRemoteError, "{} {}", c_.who(peer),
+             m.desc.flags() & CallDesc::kDestroy
+                 ? fmt::format("destroyed its communicator while rank {} called {}", c_.rank, describeCall(mine_))
+                 : fmt::format("called {} while this rank destroys its communicator", describeCall(m.desc)));
   HC_THROW(hcInvalidUsage, "{} called {} where rank {} called {} ({} differs)", c_.who(peer), describeCall(m.desc),
            c_.rank, describeCall(mine_), callDifference(mine_, m.desc));
 }

@@ -53,6 +53,11 @@ bool Run::waitPosted(int local, bool collect) {
              why.empty() ? "" : ": ", why);
   }
   if (collect) return true;
+  if (!theirs.sameCall(mine) && ((theirs.flags() ^ mine.flags()) & CallDesc::kDestroy))
+    HC_THROW(hcRemoteError, "{} {}", comm.who(peer),
+             theirs.flags() & CallDesc::kDestroy
+                 ? fmt::format("destroyed its communicator while rank {} called {}", comm.rank, describeCall(mine))
+                 : fmt::format("called {} while this rank destroys its communicator", describeCall(theirs)));
   if (!theirs.sameCall(mine))
     HC_THROW(hcInvalidUsage, "{} called {} where rank {} called {} ({} differs)", comm.who(peer), describeCall(theirs),
              comm.rank, describeCall(mine), callDifference(mine, theirs));

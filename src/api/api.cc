@@ -32,6 +32,23 @@ bool bad(const hcComm* c, const char* fn) {
   return true;
 }
 
+// Marks comm failed and tells its peers why (failure notices across nodes, the board within);
+// with stop_network, its own waits on the network give up too (thread-safe against a call in
+// flight on another thread). The first cause is the one kept and told.
+void revoke(hcComm& c, const std::string& why, bool stop_network = true) {
+  const bool first = c.fail(why);
+  try {
+    if (c.liveness) c.liveness->markFailed();
+    if (first && c.ofi) c.ofi->announceFailure(fmt::format("rank {}: {}", c.rank, why));
+    if (c.shm) {
+      if (first) c.shm->setReason(why);
+      c.shm->abort();  // local peers stop waiting on this rank, and so does this rank
+    }
+    if (stop_network && c.ofi) c.ofi->abort();
+  } catch (...) {
+  }
+}
+
 // Frees what a communicator holds and keeps its shell, marked dead, so that a later call with
 // the stale handle is an error instead of a use after free. The oldest shells are freed.
 void retire(hcComm* c) {
@@ -58,25 +75,15 @@ template <class F>
 hcResult_t guard(hcComm* comm, const char* fn, F&& f) {
   try {
     if (comm && comm->failed.load())
-      HC_THROW(hcRemoteError, "{}: the communicator failed earlier: {}", fn, comm->failure);
+      HC_THROW(hcRemoteError, "{}: the communicator failed earlier: {}", fn, comm->failure());
     std::optional<ScopedLogRank> lr;
     if (comm) lr.emplace(comm->rank, comm->log_level, comm->name.c_str());
     f();
     return hcSuccess;
   } catch (const Error& e) {
     t_last_error = e.what();
-    if (comm && (e.fatal() || e.code() == hcRemoteError || e.code() == hcTimeout) && !comm->failed.exchange(true)) {
-      comm->failure = e.what();
-      try {
-        if (comm->liveness) comm->liveness->markFailed();
-        if (comm->ofi) comm->ofi->announceFailure(fmt::format("rank {}: {}", comm->rank, e.what()));
-        if (comm->shm) {
-          comm->shm->setReason(e.what());
-          comm->shm->abort();  // peers stop waiting on this rank
-        }
-      } catch (...) {
-      }
-    }
+    if (comm && (e.fatal() || e.code() == hcRemoteError || e.code() == hcTimeout) && !comm->failed.load())
+      revoke(*comm, e.what(), /*stop_network=*/false);
     ScopedLogRank lr(comm ? comm->rank : -1);
     HC_WARN("{} failed: {} ({})", fn, e.what(), hcGetErrorString(e.code()));
     return e.code();
@@ -324,15 +331,7 @@ hcResult_t hcCommShrink(hcComm_t comm, const int* exclude, int nexclude, hcComm_
     }
     HC_CHECK(!std::binary_search(ex.begin(), ex.end(), comm->rank), hcInvalidArgument,
              "hcCommShrink: rank {} excludes itself (only the survivors call it)", comm->rank);
-    if (flags & HC_SHRINK_ABORT) {
-      comm->failed = true;
-      if (comm->liveness) comm->liveness->markFailed();
-      if (comm->shm) {
-        comm->shm->setReason(fmt::format("rank {} shrank the communicator", comm->rank));
-        comm->shm->abort();
-      }
-      if (comm->ofi) comm->ofi->abort();
-    }
+    if (flags & HC_SHRINK_ABORT) revoke(*comm, "it shrank the communicator (HC_SHRINK_ABORT)");
     std::unique_ptr<Bootstrap> bs = comm->bootstrap->shrink(ex, comm->shrinks++);
     *newcomm = createComm(std::move(bs), comm->keepalive, comm->cfg, nullptr, comm).release();
     HC_INFO("hcCommShrink: {} ranks left of {} (excluded {})", comm->nranks - nexclude, comm->nranks, fmt::join(ex, ","));
@@ -350,14 +349,13 @@ hcResult_t hcCommDestroy(hcComm_t comm) {
     if (comm->ofi && !comm->failed.load()) {
       ScopedLogRank lr(comm->rank);
       try {
-        CollArgs b{.coll = hcCollBarrier, .dtype = hcUint8};
+        CollArgs b{.coll = hcCollBarrier, .dtype = hcUint8, .destroy = true};
         b.call = ++comm->calls;
         runHostCollective(*comm, b);
         comm->bootstrap->barrier();
       } catch (const Error& e) {
         HC_WARN("hcCommDestroy: ranks did not all reach destroy: {}", e.what());
-        if (comm->liveness) comm->liveness->markFailed();
-        if (comm->ofi) comm->ofi->announceFailure(fmt::format("rank {} could not meet the others in hcCommDestroy: {}", comm->rank, e.what()));
+        revoke(*comm, fmt::format("could not meet the others in hcCommDestroy: {}", e.what()), false);
       }
     }
   });
@@ -365,19 +363,15 @@ hcResult_t hcCommDestroy(hcComm_t comm) {
   return r;
 }
 
+hcResult_t hcCommRevoke(hcComm_t comm) {
+  if (bad(comm, "hcCommRevoke")) return hcInvalidArgument;
+  revoke(*comm, "it revoked the communicator (hcCommRevoke)");
+  return hcSuccess;
+}
+
 hcResult_t hcCommAbort(hcComm_t comm) {
   if (bad(comm, "hcCommAbort")) return hcInvalidArgument;
-  comm->failed = true;
-  try {
-    if (comm->ofi) comm->ofi->announceFailure(fmt::format("rank {} called hcCommAbort", comm->rank));
-    if (comm->liveness) comm->liveness->markFailed();
-    if (comm->shm) {
-      comm->shm->setReason(fmt::format("rank {} called hcCommAbort", comm->rank));
-      comm->shm->abort();
-    }
-    if (comm->ofi) comm->ofi->abort();
-  } catch (...) {
-  }
+  revoke(*comm, "it called hcCommAbort");
   retire(comm);
   return hcSuccess;
 }

@@ -70,7 +70,8 @@ CallDesc CallDesc::of(const CollArgs& a, uint64_t flags) {
   CallDesc d;
   const bool op = reduces(a.coll);
   d.w[0] = (static_cast<uint64_t>(a.coll) & 0xff) | (static_cast<uint64_t>(a.dtype) & 0xff) << 8 |
-           (op ? static_cast<uint64_t>(a.op.kind) & 0xff : 0) << 16 | (flags & 0xf) << 24 |
+           (op ? static_cast<uint64_t>(a.op.kind) & 0xff : 0) << 16 |
+           ((flags | (a.destroy ? kDestroy : 0)) & 0xf) << 24 |
            (a.coll == hcCollBroadcast ? static_cast<uint64_t>(static_cast<uint32_t>(a.root)) : 0) << 32;
   d.w[1] = a.count;
   d.w[2] = op && a.op.kind == OpKind::PreMulSum ? bitsOf(a.op.scalar) : 0;
@@ -104,6 +105,7 @@ bool CallDesc::sameCall(const CallDesc& o) const {
 
 std::string describeCall(const CallDesc& d) {
   const CollArgs a = d.args();
+  if (d.flags() & CallDesc::kDestroy) return fmt::format("hcCommDestroy (its barrier, call #{})", a.call);
   std::string what = collName(a.coll);
   if (reduces(a.coll)) {
     what += fmt::format("({}", a.op.kind <= OpKind::PreMulSum ? opName(a.op.kind) : "?");
@@ -118,6 +120,7 @@ std::string callDifference(const CallDesc& mine, const CallDesc& theirs) {
   const CollArgs a = mine.args(), b = theirs.args();
   std::string d;
   auto add = [&](const char* what) { d += d.empty() ? what : std::string(", ") + what; };
+  if ((mine.flags() ^ theirs.flags()) & CallDesc::kDestroy) return "one rank destroys the communicator";
   if (a.call != b.call) add("the call number");
   if (a.coll != b.coll) add("the collective");
   if (a.dtype != b.dtype) add("the datatype");

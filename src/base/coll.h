@@ -29,6 +29,7 @@ struct CollArgs {
   int root = 0;
   void* stream = nullptr;  // cudaStream_t; nullptr for host buffers
   uint64_t call = 0;       // call number on the communicator (1, 2, ...; counts calls that communicate)
+  bool destroy = false;    // the barrier hcCommDestroy runs (named so in a disagreement)
 };
 
 // What every rank of a call must agree on, packed into four words (the node board carries it
@@ -36,6 +37,7 @@ struct CollArgs {
 // flag is not in it: in place on some ranks and not on others is a valid call.
 struct CallDesc {
   static constexpr uint64_t kInvalid = 1;  // flags: the rank rejected its own arguments
+  static constexpr uint64_t kDestroy = 2;  // flags: hcCommDestroy's barrier
   // w[0]: coll (bits 0-7), dtype (8-15), op (16-23), flags (24-27), phase (28-31), root (32-63);
   // w[1]: count; w[2]: the pre-multiplied sum's scalar (double bits); w[3]: the call number.
   uint64_t w[4] = {};

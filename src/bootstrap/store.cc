@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "base/error.h"
+#include "base/log.h"
 
 namespace hicoll {
 namespace {
@@ -61,6 +62,7 @@ class CallbackStore : public Store {
     return v;
   }
   void erase(const std::string& key) override {
+    HC_TRACE("bootstrap: erase key '{}'", key);
     if (ops_.size >= offsetof(hcStoreOps, del) + sizeof ops_.del && ops_.del) (void)ops_.del(ops_.ctx, key.c_str());
   }
 

@@ -173,6 +173,18 @@ std::unique_ptr<hcComm> createComm(std::unique_ptr<Bootstrap> bs, std::shared_pt
 
 hcComm::~hcComm() = default;
 
+bool hcComm::fail(const std::string& why) {
+  std::lock_guard<std::mutex> lock(failure_mu);
+  if (failed.exchange(true)) return false;
+  failure_ = why;
+  return true;
+}
+
+std::string hcComm::failure() const {
+  std::lock_guard<std::mutex> lock(failure_mu);
+  return failure_;
+}
+
 void hcComm::release() {
   magic = kDead;
   device.reset();
@@ -187,7 +199,7 @@ void hcComm::release() {
   std::vector<char>().swap(heap_workspace);
   std::vector<hicoll::RedOp>().swap(premul_ops);
   cfg = hicoll::Config();
-  std::string().swap(failure);
+  std::string().swap(failure_);
   topo = hicoll::Topology();
 }
 

@@ -62,8 +62,13 @@ struct hcComm {
   uint64_t calls = 0;  // calls that communicated or were rejected (CollArgs::call)
   uint64_t shrinks = 0;  // hcCommShrink calls (names the survivors' bootstrap keys)
   std::atomic<bool> failed{false};
-  std::string failure;  // first error, repeated by later calls
+  // Marks it failed with why (the first cause wins; true when this one did) and reads the cause:
+  // another thread may revoke the communicator while a call runs (hcCommRevoke).
+  bool fail(const std::string& why);
+  std::string failure() const;
   std::vector<char> heap_workspace;  // private to the host algorithms; see workspace()
+  mutable std::mutex failure_mu;
+  std::string failure_;
   ~hcComm();
   // Frees everything it holds (transports first, as the destructor would) and marks it dead.
   void release();

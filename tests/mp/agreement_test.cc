@@ -194,6 +194,37 @@ TEST(Agreement, SymmetricArgumentErrorsLeaveTheCommunicatorUsable) {
   }
 }
 
+// A rank that destroys its communicator while its peers still call a collective on it: the
+// peers fail that call at once (destroy's barrier disagrees with their call), not at the timeout.
+TEST(Agreement, PeerDestroyingEndsTheOthersCallFast) {
+  for (const Layout& lay : layouts()) {
+    for (size_t count : {size_t{1000}, size_t{24992}, size_t{1} << 20}) {
+      Job job;
+      job.nranks = lay.nranks;
+      job.node = lay.node;
+      job.env["HICOLL_TIMEOUT_MS"] = "10000";
+      job.timeout_s = 60;
+      auto st = runRaw(job, [&](int rank) {
+        hcComm_t comm = nullptr;
+        if (hcCommInitFromEnv(&comm) != hcSuccess) return 2;
+        auto t0 = std::chrono::steady_clock::now();
+        if (rank == lay.nranks - 1) {
+          hcCommDestroy(comm);
+          return 0;
+        }
+        std::vector<float> x(count, 1.0f);
+        hcResult_t r = hcAllReduce(x.data(), x.data(), x.size(), hcFloat32, hcSum, comm, nullptr);
+        const double took = since(t0);
+        std::fprintf(stderr, "[destroy %s %zu rank %d] %s in %.2f s: %s\n", lay.name, count, rank, hcGetErrorString(r),
+                     took, hcGetLastError(comm));
+        hcCommDestroy(comm);
+        return r == hcSuccess ? 11 : took > 3.0 ? 12 : 0;
+      });
+      for (int r = 0; r < job.nranks; ++r) EXPECT_EQ(st[r], 0) << lay.name << " " << count << " rank " << r;
+    }
+  }
+}
+
 // With the flat ring too: the descriptor is checked whatever the path.
 TEST(Agreement, RingPathChecksToo) {
   Job job;

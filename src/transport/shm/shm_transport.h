@@ -116,7 +116,7 @@ class ShmTransport : public Transport {
   std::map<ReqId, std::unique_ptr<Req>> reqs_;
   ReqId next_req_ = 1;
   Deadline::Clock::time_point last_check_{};
-  bool aborted_ = false;
+  std::atomic<bool> aborted_{false};  // abort() may come from another thread (hcCommRevoke)
 };
 
 template <class Pred>

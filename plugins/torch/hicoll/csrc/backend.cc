@@ -163,6 +163,14 @@ void HicollBackend::shutdownAll() {
   }
 }
 
+void HicollBackend::revokeOthers() {
+  std::lock_guard<std::mutex> lock(liveMutex());
+  for (auto& w : liveBackends()) {
+    auto b = w.lock();
+    if (b && b.get() != this && b->comm_) hcCommRevoke(b->comm_);
+  }
+}
+
 void HicollBackend::stopWorker(bool drain) {
   std::deque<c10::intrusive_ptr<HicollWork>> dropped;
   {
@@ -204,6 +212,7 @@ void HicollBackend::shutdown() {
 }
 
 void HicollBackend::abort() {
+  if (comm_) hcCommRevoke(comm_);  // a call in flight returns now, not at HICOLL_TIMEOUT_MS
   stopWorker(/*drain=*/false);
   {
     std::lock_guard<std::mutex> lock(fb_mu_);
@@ -277,14 +286,20 @@ c10::intrusive_ptr<c10d::Backend> HicollBackend::shrink(
   std::sort(excluded.begin(), excluded.end());
   TORCH_CHECK(!std::binary_search(excluded.begin(), excluded.end(), getRank()), "hicoll: rank ",
               getRank(), " called shrink but is among the excluded ranks");
-  // The worker may be blocked in a failed call: stop it first (queued calls fail).
+  // Every call in flight on this group includes the excluded ranks: it cannot complete. Revoke
+  // the communicator so the worker's call returns now (not at HICOLL_TIMEOUT_MS), then stop it.
+  hcCommRevoke(comm_);
+  // Shrinking the default group makes torch destroy every other group right after; revoke them
+  // first, or a survivor blocked in one of them (waiting for a peer that came here) would only
+  // join the shrink when its call times out.
+  if (cfg_.group_name == "0") revokeOthers();
   stopWorker(/*drain=*/false);
   hcComm_t newcomm = nullptr;
   hcResult_t res;
   {
     std::lock_guard<std::mutex> call(call_mu_);
     res = hcCommShrink(comm_, excluded.data(), static_cast<int>(excluded.size()), &newcomm,
-                       shrink_flags);
+                       shrink_flags | HC_SHRINK_ABORT);
   }
   TORCH_CHECK(res == hcSuccess, "hicoll: shrink of group '", cfg_.group_name, "' on rank ",
               getRank(), " excluding ", c10::Join(",", excluded), " failed: ",

@@ -180,6 +180,7 @@ class HicollBackend : public c10d::Backend {
 
   void start();  // starts the worker
   void readConfig();  // logging and forced fallbacks from the communicator's configuration
+  void revokeOthers();  // hcCommRevoke on every other live group of this process
 
   std::chrono::milliseconds opTimeout(std::chrono::milliseconds requested) const;
   // Why hicoll will not run `coll` (a name of HICOLL_FORCE_FALLBACK) on these tensors, if it won't.
