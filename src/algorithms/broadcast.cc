@@ -1,6 +1,7 @@
-// Hierarchical Broadcast: the root sends to its rail peer on every other node (one hop), then
+// Broadcast. Hierarchical: the root sends to its rail peer on every other node (one hop), then
 // each node's holder exposes its buffer and the node's ranks read it chunk by chunk as it
-// arrives (one copy).
+// arrives (one copy). The flat path (HICOLL_ALGO=ring, the fallback): a chain from the root in
+// ring order, pipelined in chunks.
 #include <algorithm>
 #include <cstring>
 
@@ -73,6 +74,36 @@ void hierBroadcast(Run& r, const void* send, void* recv, size_t count, int root)
   }
   (void)L;
   r.finishNode();
+}
+
+void chainBroadcast(Run& r, const void* send, void* recv, size_t count, int root) {
+  hcComm& c = r.comm;
+  const size_t bytes = count * r.esize;
+  if (bytes == 0) return;
+  r.beginPhase();
+  const int W = c.nranks, me = c.rank;
+  char* out = static_cast<char*>(recv);
+  r.post(nullptr, hcCollBroadcast);
+  r.waitAllPosted();
+  if (me == root && send != recv) std::memcpy(out, send, bytes);
+  if (W == 1) return;
+  // A chain from the root in ring order, pipelined in chunks.
+  const int pos = (me - root + W) % W;
+  const int next = (me + 1) % W, prev = (me + W - 1) % W;
+  const size_t C = std::min(bytes, r.chunkBytes());
+  const size_t K = (bytes + C - 1) / C;
+  Run::Pending sends;
+  for (size_t k = 0; k < K; ++k) {
+    const size_t len = std::min(C, bytes - k * C);
+    if (pos > 0) {
+      Run::Pending p;
+      r.recv(p, prev, out + k * C, len, r.tag(4, static_cast<unsigned>(k)));
+      r.waitAll(p, "in the chain Broadcast");
+    }
+    if (pos < W - 1) r.send(sends, next, out + k * C, len, r.tag(4, static_cast<unsigned>(k)));
+    r.poll(sends);
+  }
+  r.waitAll(sends, "in the chain Broadcast");
 }
 
 }  // namespace hicoll

@@ -8,7 +8,7 @@ namespace hicoll {
 
 Run::Run(hcComm& c, const CollArgs& args, const CollPlan* p, Agreement* ag)
     : comm(c), a(args), plan(p), desc(CallDesc::of(args)), agreement(ag), deadline(c.timeoutMs()),
-      esize(hcTypeSize(args.dtype)), shm(*c.shm) {}
+      esize(hcTypeSize(args.dtype)), shm(*c.shm), board(*c.shm) {}
 
 ReduceSpec Run::reduceSpec(uint64_t premul_mask, bool final_step) const {
   ReduceSpec s;
@@ -21,21 +21,17 @@ ReduceSpec Run::reduceSpec(uint64_t premul_mask, bool final_step) const {
 }
 
 void Run::post(const void* addr0, int phase_kind, uint64_t flags) {
-  Board::Post& b = shm.board(shm.localIndex()).post[seq & 1];
   phase_kind_ = phase_kind;
-  b.desc = CallDesc::of(a, flags).withPhase(phase_kind);
-  b.addr[0] = reinterpret_cast<uint64_t>(addr0);
-  b.posted.store(seq, std::memory_order_release);
+  board.post(seq, CallDesc::of(a, flags).withPhase(phase_kind), addr0);
 }
 
 bool Run::waitPosted(int local, bool collect) {
-  Board::Post& b = shm.board(local).post[seq & 1];
   const int peer = shm.commRank(local);
   Backoff backoff;
-  while (b.posted.load(std::memory_order_acquire) < seq) {
+  while (board.postedSeq(local, seq) < seq) {
     backoff.pause();
     comm.checkPeers();
-    if (b.posted.load(std::memory_order_acquire) >= seq) break;
+    if (board.postedSeq(local, seq) >= seq) break;
     // A peer that destroyed its communicator makes no more calls.
     if (shm.closed(local))
       HC_THROW(hcRemoteError, "{} destroyed its communicator without calling {}", comm.who(peer), describeCall(desc));
@@ -43,8 +39,8 @@ bool Run::waitPosted(int local, bool collect) {
       HC_THROW(hcTimeout, "timed out after {} ms: {} has not started this call (it is stopped, slow, or called "
                "fewer collectives)", comm.timeoutMs(), comm.who(peer));
   }
-  HC_CHECK(b.posted.load() == seq, hcInternalError, "shm: {} is ahead of this phase", comm.who(peer));
-  const CallDesc theirs = b.desc;
+  HC_CHECK(board.postedSeq(local, seq) == seq, hcInternalError, "shm: {} is ahead of this phase", comm.who(peer));
+  const CallDesc theirs = board.postedDesc(local, seq);
   const CallDesc mine = desc.withPhase(phase_kind_);
   if (theirs.invalid()) {
     if (collect || desc.invalid()) return false;
@@ -71,26 +67,15 @@ void Run::waitAllPosted() {
     if (l != shm.localIndex()) waitPosted(l);
 }
 
-void Run::publish(int stream, uint64_t chunks) {
-  shm.board(shm.localIndex()).ready[seq & 1][stream].v.store((seq << 24) | chunks, std::memory_order_release);
-}
-
-uint64_t Run::readyOf(int local, int stream) {
-  uint64_t v = shm.board(local).ready[seq & 1][stream].v.load(std::memory_order_acquire);
-  return (v >> 24) == (seq & ((1ull << 40) - 1)) ? (v & 0xffffff) : 0;
-}
-
 void Run::waitPeersDone() {
   for (int l = 0; l < shm.localSize(); ++l) {
     if (l == shm.localIndex()) continue;
-    Board& b = shm.board(l);
-    shm.waitFor([&] { return b.done.load(std::memory_order_acquire) >= seq; }, deadline,
-                "waiting for local peers to finish reading");
+    shm.waitFor([&] { return board.peerDone(l, seq); }, deadline, "waiting for local peers to finish reading");
   }
 }
 
 void Run::finishNode(bool peers_read_only_segment) {
-  shm.board(shm.localIndex()).done.store(seq, std::memory_order_release);
+  board.done(seq);
   if (!peers_read_only_segment) waitPeersDone();
 }
 

@@ -26,6 +26,7 @@ struct Run {
   Deadline deadline;
   size_t esize;
   ShmTransport& shm;
+  NodeBoard board;
   uint64_t seq = 0;  // of the current phase (one collective may run several)
 
   // Starts a phase: a fresh sequence number for tags and the board.
@@ -53,11 +54,9 @@ struct Run {
   // (a rejected call's round): returns whether the peer's call was valid instead of throwing.
   bool waitPosted(int local, bool collect = false);
   void waitAllPosted();
-  const char* postedAddr(int local) const {  // its addr0 of this phase
-    return reinterpret_cast<const char*>(shm.board(local).post[seq & 1].addr[0]);
-  }
-  void publish(int stream, uint64_t chunks);
-  uint64_t readyOf(int local, int stream);
+  const char* postedAddr(int local) const { return board.postedAddr(local, seq); }  // its addr0 of this phase
+  void publish(int stream, uint64_t chunks) { board.publish(seq, stream, chunks); }
+  uint64_t readyOf(int local, int stream) const { return board.readyOf(local, seq, stream); }
   // done=seq, then wait until every local peer is done: they may be reading this rank's user
   // buffers. peers_read_only_segment: they read only its segment, which the rule above
   // protects, so the caller returns at once (one cross-core round trip less per small call).

@@ -18,30 +18,13 @@
 
 #include "base/coll.h"
 #include "base/deadline.h"
+#include "transport/shm/board.h"
 #include "transport/shm/segment.h"
 #include "transport/transport.h"
 
 namespace hicoll {
 
 class Bootstrap;
-
-// What a rank tells its node about the collective it is running (on its board).
-struct alignas(64) Board {
-  // By phase parity: a peer may post phase s+1 while this rank still checks its phase s.
-  struct alignas(64) Post {
-    std::atomic<uint64_t> posted{0};  // seq of the phase the fields below describe
-    CallDesc desc;                    // the call (and phase): checked against the peers'
-    uint64_t addr[2] = {};            // regions exposed to the node, in the owner's address space
-  };
-  Post post[2];
-  // (seq << 24) | chunks ready, per phase parity and stream of data a collective publishes
-  // (pipelining).
-  struct alignas(64) Counter {
-    std::atomic<uint64_t> v{0};
-  };
-  Counter ready[2][2];
-  alignas(64) std::atomic<uint64_t> done{0};  // last seq whose reads of peers this rank finished
-};
 
 struct ShmOptions {
   size_t scratch_bytes = 0;
@@ -70,7 +53,7 @@ class ShmTransport : public Transport {
   int localSize() const { return static_cast<int>(local_ranks_.size()); }
   int localIndex() const { return me_; }
   int commRank(int local) const { return local_ranks_[local]; }
-  Board& board(int local);
+  Board& board(int local);  // the layout NodeBoard's protocol works on
   char* scratch(int local);  // the peer's scratch buffer as mapped here
   char* sort(int local);
   // One copy of len bytes at remote (an address in the peer's process) into dst.

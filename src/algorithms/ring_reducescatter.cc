@@ -1,6 +1,5 @@
-// The flat ring (HICOLL_ALGO=ring, and the host fallback): W-1 steps over point-to-point
-// messages, each neighbour reached by its own transport (shm on the node, ofi across nodes).
-// Every block crosses every node boundary on its way round: (W-1)/W of the output per node.
+// The flat ring ReduceScatter (HICOLL_ALGO=ring, and the host fallback), pipelined in chunks
+// so that summing overlaps the transfers.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -9,27 +8,6 @@
 #include "base/error.h"
 
 namespace hicoll {
-
-void ringAllGather(Run& r, const void* send, void* recv, size_t count) {
-  hcComm& c = r.comm;
-  const size_t b = count * r.esize;
-  if (b == 0) return;
-  r.beginPhase();
-  const int W = c.nranks, me = c.rank;
-  char* out = static_cast<char*>(recv);
-  r.post(nullptr, hcCollAllGather);  // the node agrees on the call before data moves
-  r.waitAllPosted();
-  if (static_cast<const char*>(send) != out + static_cast<size_t>(me) * b)
-    std::memcpy(out + static_cast<size_t>(me) * b, send, b);
-  const int next = (me + 1) % W, prev = (me + W - 1) % W;
-  for (int s = 0; s < W - 1; ++s) {
-    const int send_block = (me - s + W) % W, recv_block = (me - s - 1 + 2 * W) % W;
-    Run::Pending p;
-    r.recv(p, prev, out + static_cast<size_t>(recv_block) * b, b, r.tag(2, s));
-    r.send(p, next, out + static_cast<size_t>(send_block) * b, b, r.tag(2, s));
-    r.waitAll(p, "in the ring AllGather");
-  }
-}
 
 void ringReduceScatter(Run& r, const void* send, void* recv, size_t count) {
   hcComm& c = r.comm;
@@ -132,36 +110,6 @@ void ringReduceScatter(Run& r, const void* send, void* recv, size_t count) {
     }
     r.idle(moved, backoff, "in the ring ReduceScatter");
   }
-}
-
-void chainBroadcast(Run& r, const void* send, void* recv, size_t count, int root) {
-  hcComm& c = r.comm;
-  const size_t bytes = count * r.esize;
-  if (bytes == 0) return;
-  r.beginPhase();
-  const int W = c.nranks, me = c.rank;
-  char* out = static_cast<char*>(recv);
-  r.post(nullptr, hcCollBroadcast);
-  r.waitAllPosted();
-  if (me == root && send != recv) std::memcpy(out, send, bytes);
-  if (W == 1) return;
-  // A chain from the root in ring order, pipelined in chunks.
-  const int pos = (me - root + W) % W;
-  const int next = (me + 1) % W, prev = (me + W - 1) % W;
-  const size_t C = std::min(bytes, r.chunkBytes());
-  const size_t K = (bytes + C - 1) / C;
-  Run::Pending sends;
-  for (size_t k = 0; k < K; ++k) {
-    const size_t len = std::min(C, bytes - k * C);
-    if (pos > 0) {
-      Run::Pending p;
-      r.recv(p, prev, out + k * C, len, r.tag(4, static_cast<unsigned>(k)));
-      r.waitAll(p, "in the chain Broadcast");
-    }
-    if (pos < W - 1) r.send(sends, next, out + k * C, len, r.tag(4, static_cast<unsigned>(k)));
-    r.poll(sends);
-  }
-  r.waitAll(sends, "in the chain Broadcast");
 }
 
 }  // namespace hicoll
