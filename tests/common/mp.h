@@ -1,6 +1,6 @@
-// Tier 3 of the tests: ranks as forked processes, simulated nodes via HICOLL_TOPO_NODE,
-// bootstrapped through hcCommInitFromEnv (rank 0 hosts the rendezvous) with a random
-// HICOLL_COMM_SECRET per job, bounded in time.
+// Tier 3 of the tests: ranks as forked processes (the project's launcher, src/launch),
+// simulated nodes via HICOLL_TOPO_NODE, bootstrapped through hcCommInitFromEnv (rank 0 hosts the
+// rendezvous) with a random HICOLL_COMM_SECRET per job, bounded in time.
 #pragma once
 
 #include <functional>

@@ -5,9 +5,10 @@ import os
 import re
 import sys
 
-# Ground floor first. sharded/ is built on the public C API (and the ground floor's headers).
+# Ground floor first. sharded/ is built on the public C API (and the ground floor's headers);
+# launch/ (the launcher the tools and tests share) on nothing of hicoll.
 LAYERS = ["base", "bootstrap", "transport", "core", "plan", "algorithms", "fallback", "device", "api", "tools"]
-SIDE = {"sharded": {"base"}}
+SIDE = {"sharded": {"base"}, "launch": set()}
 
 src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src")
 include = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/[^"]+"', re.M)

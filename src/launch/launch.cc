@@ -1,4 +1,4 @@
-#include "launch.h"
+#include "launch/launch.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -177,28 +178,39 @@ void killRest(std::vector<Child>& kids) {
   }
 }
 
-// Waits for all children; on the first failure (or the timeout) kills the rest. Returns the
-// first failure's status, 124 on timeout, 0 when all succeeded.
-int superviseChildren(std::vector<Child>& kids, int timeout_s, const char* what) {
+// Waits for all children. On the timeout the rest are killed (their status: 124); on a failure
+// too when kill_others (then the first failure is reported). Fills each child's status.
+// Returns the index of the child whose failure ended the job (kill_others), else -1.
+int superviseChildren(std::vector<Child>& kids, int timeout_s, const char* what, bool kill_others,
+                      std::vector<int>* status) {
   auto deadline = Clock::now() + std::chrono::seconds(timeout_s > 0 ? timeout_s : 1 << 30);
+  auto record = [&] {
+    for (size_t i = 0; i < kids.size(); ++i)
+      if (kids[i].done && (*status)[i] < 0) (*status)[i] = statusOf(kids[i].wstatus);
+  };
   while (true) {
     reap(kids);
-    for (const Child& c : kids) {
-      if (!c.done || (WIFEXITED(c.wstatus) && WEXITSTATUS(c.wstatus) == 0)) continue;
-      int st = statusOf(c.wstatus);
-      std::string who = c.rank >= 0 ? "rank " + std::to_string(c.rank) : std::string(what);
-      bool others = !allDone(kids);
-      std::fprintf(stderr, "launch: %s (pid %d) %s%s\n", who.c_str(), c.pid,
-                   describe(c.wstatus).c_str(), others ? "; killing the other ranks" : "");
-      killRest(kids);
-      return st;
-    }
-    if (allDone(kids)) return 0;
+    record();
+    if (kill_others)
+      for (size_t i = 0; i < kids.size(); ++i) {
+        const Child& c = kids[i];
+        if (!c.done || (WIFEXITED(c.wstatus) && WEXITSTATUS(c.wstatus) == 0)) continue;
+        std::string who = c.rank >= 0 ? "rank " + std::to_string(c.rank) : std::string(what);
+        bool others = !allDone(kids);
+        std::fprintf(stderr, "launch: %s (pid %d) %s%s\n", who.c_str(), c.pid, describe(c.wstatus).c_str(),
+                     others ? "; killing the other ranks" : "");
+        killRest(kids);
+        record();
+        return static_cast<int>(i);
+      }
+    if (allDone(kids)) return -1;
     if (Clock::now() >= deadline) {
       std::fprintf(stderr, "launch: %s timed out after %d s; killing %s\n", what, timeout_s,
                    kids.size() > 1 ? "the ranks" : "it");
+      for (size_t i = 0; i < kids.size(); ++i)
+        if (!kids[i].done) (*status)[i] = 124;
       killRest(kids);
-      return 124;
+      return -1;
     }
     waitSome(kids, deadline);
   }
@@ -234,61 +246,60 @@ int nodeOf(const Options& opt, int rank) {
 
 std::string nodeLabel(int node) { return "node" + std::to_string(node); }
 
-int selfLaunch(const Options& opt, const std::function<int()>& rank_main) {
-  if (opt.np < 1 || opt.nodes < 1 || opt.nodes > opt.np) {
-    std::fprintf(stderr, "launch: need 1 <= nodes <= np (np=%d nodes=%d)\n", opt.np, opt.nodes);
-    return 2;
-  }
-  if (opt.node_rank >= opt.nodes) {
-    std::fprintf(stderr, "launch: node rank %d out of range (nodes=%d)\n", opt.node_rank,
-                 opt.nodes);
-    return 2;
-  }
+namespace {
+
+struct Launched {
+  std::vector<int> status;  // by rank; empty when nothing was launched
+  int first_failure = -1;   // the rank whose failure ended the job (kill_others)
+};
+
+Launched launch(const Options& opt, const std::function<int(int rank)>& rank_main) {
+  auto refuse = [](const std::string& why) -> Launched {
+    std::fprintf(stderr, "launch: %s\n", why.c_str());
+    return {};
+  };
+  if (opt.np < 1 || opt.nodes < 1 || opt.nodes > opt.np)
+    return refuse("need 1 <= nodes <= np (np=" + std::to_string(opt.np) + " nodes=" + std::to_string(opt.nodes) + ")");
+  if (!opt.labels.empty() && static_cast<int>(opt.labels.size()) != opt.np)
+    return refuse("labels for " + std::to_string(opt.labels.size()) + " ranks, np=" + std::to_string(opt.np));
+  if (opt.node_rank >= opt.nodes)
+    return refuse("node rank " + std::to_string(opt.node_rank) + " out of range (nodes=" + std::to_string(opt.nodes) + ")");
+  auto envHas = [&](const char* name) { return opt.env.count(name) || hasEnv(name); };
   int port = opt.master_port;
   int rendezvous_fd = -1, rendezvous_port = 0;  // hicoll's rendezvous, when this launch picks it
-  if (port == 0) {
-    if (opt.node_rank >= 0) {
-      std::fprintf(stderr, "launch: a per-node launch needs an explicit master port\n");
-      return 2;
-    }
-    try {
-      port = freePort(opt.master_addr);
-      if (!hasEnv("HICOLL_COMM_ID")) rendezvous_fd = listenAny(opt.master_addr, &rendezvous_port);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "%s\n", e.what());
-      return 2;
-    }
-  }
-
-  // A per-node launch (one launcher per node) needs the secret from the environment; a
-  // whole-job launch makes one.
   std::string secret;
-  if (!hasEnv("HICOLL_COMM_SECRET") && opt.node_rank < 0) {
-    try {
-      secret = randomSecret();
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "%s\n", e.what());
-      return 2;
+  try {
+    if (port == 0) {
+      if (opt.node_rank >= 0) return refuse("a per-node launch needs an explicit master port");
+      port = freePort(opt.master_addr);
+      if (!envHas("HICOLL_COMM_ID")) rendezvous_fd = listenAny(opt.master_addr, &rendezvous_port);
     }
+    // A per-node launch (one launcher per node) needs the secret from the environment; a
+    // whole-job launch makes one.
+    if (opt.secret && !envHas("HICOLL_COMM_SECRET") && opt.node_rank < 0) secret = randomSecret();
+  } catch (const std::exception& e) {
+    return refuse(e.what());
   }
 
-  // Local index and size per rank, from the layout.
-  std::vector<int> node(opt.np), local(opt.np), local_size(opt.nodes, 0);
+  // Node label, local index and local size per rank.
+  std::vector<std::string> label(opt.np);
+  std::vector<int> local(opt.np);
+  std::map<std::string, int> local_size;
   for (int r = 0; r < opt.np; ++r) {
-    node[r] = nodeOf(opt, r);
-    local[r] = local_size[node[r]]++;
+    label[r] = opt.labels.empty() ? nodeLabel(nodeOf(opt, r)) : opt.labels[r];
+    local[r] = local_size[label[r]]++;
   }
 
   std::fflush(nullptr);  // or buffered output would be written once per child
   const pid_t parent = ::getpid();
   std::vector<Child> kids;
   for (int r = 0; r < opt.np; ++r) {
-    if (opt.node_rank >= 0 && node[r] != opt.node_rank) continue;
+    if (opt.node_rank >= 0 && nodeOf(opt, r) != opt.node_rank) continue;
     pid_t pid = ::fork();
     if (pid < 0) {
       std::fprintf(stderr, "launch: fork failed for rank %d: %s\n", r, std::strerror(errno));
       killRest(kids);
-      return 2;
+      return Launched{};
     }
     if (pid == 0) {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the launcher
@@ -296,11 +307,11 @@ int selfLaunch(const Options& opt, const std::function<int()>& rank_main) {
       setEnv("RANK", std::to_string(r));
       setEnv("WORLD_SIZE", std::to_string(opt.np));
       setEnv("LOCAL_RANK", std::to_string(local[r]));
-      setEnv("LOCAL_WORLD_SIZE", std::to_string(local_size[node[r]]));
-      setEnv("GROUP_RANK", std::to_string(node[r]));  // torchrun's name for the node index
+      setEnv("LOCAL_WORLD_SIZE", std::to_string(local_size[label[r]]));
+      if (opt.labels.empty()) setEnv("GROUP_RANK", std::to_string(nodeOf(opt, r)));  // torchrun's node index
       setEnv("MASTER_ADDR", opt.master_addr);
       setEnv("MASTER_PORT", std::to_string(port));
-      setEnv("HICOLL_TOPO_NODE", nodeLabel(node[r]));
+      if (opt.set_node_labels) setEnv("HICOLL_TOPO_NODE", label[r]);
       if (!secret.empty()) setEnv("HICOLL_COMM_SECRET", secret);
       if (rendezvous_fd >= 0) {
         setEnv("HICOLL_COMM_ID", opt.master_addr + ":" + std::to_string(rendezvous_port));
@@ -310,9 +321,12 @@ int selfLaunch(const Options& opt, const std::function<int()>& rank_main) {
           ::close(rendezvous_fd);
         }
       }
+      for (const auto& [k, v] : opt.env) setEnv(k.c_str(), v);
+      if (auto it = opt.rank_env.find(r); it != opt.rank_env.end())
+        for (const auto& [k, v] : it->second) setEnv(k.c_str(), v);
       int rc = 1;
       try {
-        rc = rank_main();
+        rc = rank_main(r);
       } catch (const std::exception& e) {
         std::fprintf(stderr, "rank %d: %s\n", r, e.what());
         rc = 1;
@@ -330,7 +344,28 @@ int selfLaunch(const Options& opt, const std::function<int()>& rank_main) {
     kids.push_back(c);
   }
   if (rendezvous_fd >= 0) ::close(rendezvous_fd);  // rank 0 holds it now
-  return superviseChildren(kids, opt.timeout_s, "job");
+  std::vector<int> status(kids.size(), -1);
+  const int failed = superviseChildren(kids, opt.timeout_s, "job", opt.kill_others, &status);
+  Launched out;
+  out.status.assign(opt.np, -1);
+  for (size_t i = 0; i < kids.size(); ++i) out.status[kids[i].rank] = status[i];
+  if (failed >= 0) out.first_failure = kids[failed].rank;
+  return out;
+}
+
+}  // namespace
+
+std::vector<int> launchRanks(const Options& opt, const std::function<int(int rank)>& rank_main) {
+  return launch(opt, rank_main).status;
+}
+
+int selfLaunch(const Options& opt, const std::function<int()>& rank_main) {
+  const Launched l = launch(opt, [&](int) { return rank_main(); });
+  if (l.status.empty()) return 2;
+  if (l.first_failure >= 0) return l.status[l.first_failure];
+  for (int s : l.status)
+    if (s > 0) return s;  // a timeout (ranks of other nodes are -1: not this launcher's)
+  return 0;
 }
 
 int runChild(const std::vector<std::string>& argv, int timeout_s) {
@@ -355,7 +390,9 @@ int runChild(const std::vector<std::string>& argv, int timeout_s) {
   std::vector<Child> kids(1);
   kids[0].pid = pid;
   kids[0].pidfd = pidfdOpen(pid);
-  return superviseChildren(kids, timeout_s, argv[0].c_str());
+  std::vector<int> status(1, -1);
+  superviseChildren(kids, timeout_s, argv[0].c_str(), true, &status);
+  return status[0];
 }
 
 }  // namespace hicoll::launch
