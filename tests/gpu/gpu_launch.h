@@ -19,9 +19,10 @@ struct Job {
   int timeout_s = 180;                      // then every rank still running is killed
 };
 
-// Runs body(rank, nranks) in one child per rank with RANK, WORLD_SIZE, MASTER_ADDR,
-// MASTER_PORT and HICOLL_TOPO_NODE set (hcCommInitFromEnv works). Returns 0 when every rank
-// returned 0; otherwise prints which rank failed how, kills the others (by pid) and returns 1.
+// Runs body(rank, nranks) in one child per rank through the project's launcher (RANK,
+// WORLD_SIZE, MASTER_ADDR, MASTER_PORT, HICOLL_TOPO_NODE and a random HICOLL_COMM_SECRET set:
+// hcCommInitFromEnv works). Returns 0 when every rank returned 0; otherwise prints which rank
+// failed how and returns 1 (a rank still running at the timeout is killed).
 int run(const Job& job, const std::function<int(int rank, int nranks)>& body);
 
 }  // namespace hcgpu
