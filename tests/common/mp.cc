@@ -1,12 +1,17 @@
 #include "mp.h"
 
 #include <netinet/in.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 
 #include "launch/launch.h"
 
@@ -36,6 +41,43 @@ int freePort() {
   close(fd);
   return ntohs(a.sin_port);
 }
+
+Helper::Helper(const std::function<void()>& body) {
+  std::fflush(nullptr);
+  const pid_t parent = getpid();
+  pid_ = fork();
+  if (pid_ < 0) std::abort();
+  if (pid_ == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1);
+    body();
+    std::fflush(nullptr);
+    _exit(0);
+  }
+}
+
+void Helper::join(int timeout_s) {
+  if (pid_ <= 0) return;
+  const time_t end = time(nullptr) + timeout_s;
+  int st = 0;
+  while (waitpid(pid_, &st, WNOHANG) == 0) {
+    if (time(nullptr) >= end) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, &st, 0);
+      break;
+    }
+    usleep(10000);
+  }
+  pid_ = -1;
+}
+
+void* sharedBytes(size_t n) {
+  void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) std::abort();
+  return p;
+}
+
+void freeSharedBytes(void* p, size_t n) { munmap(p, n); }
 
 std::string randomSecret() {
   unsigned char b[16] = {};

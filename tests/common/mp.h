@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <map>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -37,5 +38,39 @@ std::vector<int> run(const Job& job, const std::function<int(int rank, hcComm_t 
 std::vector<int> runRaw(const Job& job, const std::function<int(int rank)>& body);
 
 int freePort();
+
+// A helper process beside the job (a stranger at the rendezvous, say), forked at construction,
+// before the ranks are: a helper *thread* in the test process could hold a lock (malloc's, a
+// sanitizer's) at the moment the ranks are forked and leave one of them deadlocked. State it
+// shares with the test lives in Shared<T>. join() waits at most timeout_s, then kills it.
+class Helper {
+ public:
+  explicit Helper(const std::function<void()>& body);
+  ~Helper() { join(); }
+  Helper(const Helper&) = delete;
+  Helper& operator=(const Helper&) = delete;
+  void join(int timeout_s = 60);
+
+ private:
+  int pid_ = -1;
+};
+
+// One T in memory shared with forked children (Helper, the ranks); T must be trivially
+// destructible and work across processes (plain data, lock-free atomics).
+void* sharedBytes(size_t n);
+void freeSharedBytes(void* p, size_t n);
+template <class T>
+class Shared {
+ public:
+  Shared() : p_(new (sharedBytes(sizeof(T))) T()) {}
+  ~Shared() { freeSharedBytes(p_, sizeof(T)); }
+  Shared(const Shared&) = delete;
+  Shared& operator=(const Shared&) = delete;
+  T* operator->() const { return p_; }
+  T& operator*() const { return *p_; }
+
+ private:
+  T* p_;
+};
 
 }  // namespace hctest

@@ -308,9 +308,9 @@ TEST(Bootstrap, StrangersCannotJoinOrCrashTheJob) {
   job.node = contiguous(3, 1);
   const int port = freePort();
   job.comm_id = "127.0.0.1:" + std::to_string(port);
-  std::atomic<bool> stop{false};
-  std::thread stranger([&] {
-    for (int i = 0; i < 200 && !stop; ++i) {
+  Shared<std::atomic<bool>> stop;
+  Helper stranger([&] {
+    for (int i = 0; i < 200 && !*stop; ++i) {
       int fd = socket(AF_INET, SOCK_STREAM, 0);
       sockaddr_in a{};
       a.sin_family = AF_INET;
@@ -328,7 +328,7 @@ TEST(Bootstrap, StrangersCannotJoinOrCrashTheJob) {
     }
   });
   auto st = run(job, [&](int, hcComm_t comm) { return checkAllReduce(comm, hcInt32, hcSum, 1000, false, 1); });
-  stop = true;
+  *stop = true;
   stranger.join();
   for (int r = 0; r < job.nranks; ++r) EXPECT_EQ(st[r], 0) << "rank " << r;
 }

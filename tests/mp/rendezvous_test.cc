@@ -108,18 +108,21 @@ TEST(Rendezvous, RandomSecretKeepsStrangersOut) {
   job.node = contiguous(3, 1);
   const int port = freePort();
   job.comm_id = "127.0.0.1:" + std::to_string(port);
-  std::atomic<int> refused{0}, tries{0};
-  std::atomic<bool> stop{false};
-  std::thread stranger([&] {
-    while (!stop) {
+  struct Counts {
+    std::atomic<int> refused{0}, tries{0};
+    std::atomic<bool> stop{false};
+  };
+  Shared<Counts> c;
+  Helper stranger([&] {
+    while (!c->stop) {
       int fd = connectLoopback(port);
       if (fd < 0) break;
       Hello h{kMagic, {}, 1, 3};
       derivedSecret(h.secret);
       uint32_t status = 99;
-      ++tries;
-      if (sendAll(fd, &h, sizeof h) && recv(fd, &status, 4, MSG_WAITALL) == 4 && status != 0) ++refused;
-      if (recv(fd, &status, 4, 0) == 0) ++refused;  // or simply closed
+      ++c->tries;
+      if (sendAll(fd, &h, sizeof h) && recv(fd, &status, 4, MSG_WAITALL) == 4 && status != 0) ++c->refused;
+      if (recv(fd, &status, 4, 0) == 0) ++c->refused;  // or simply closed
       close(fd);
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
@@ -128,10 +131,10 @@ TEST(Rendezvous, RandomSecretKeepsStrangersOut) {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     return checkAllReduce(comm, hcInt32, hcSum, 1000, false, 1);
   });
-  stop = true;
+  c->stop = true;
   stranger.join();
   for (int r = 0; r < job.nranks; ++r) EXPECT_EQ(st[r], 0) << "rank " << r;
-  EXPECT_GT(tries.load(), 0);
+  EXPECT_GT(c->tries.load(), 0);
 }
 
 // Eight strangers each send 64 MiB of garbage without a greeting: the server reads 32 bytes of
@@ -143,7 +146,7 @@ TEST(Rendezvous, GarbageBeforeTheGreetingIsNotBuffered) {
   const int port = freePort();
   job.comm_id = "127.0.0.1:" + std::to_string(port);
   const std::string done = tempPath();
-  std::thread strangers([&] {
+  Helper strangers([&] {
     std::vector<std::thread> ts;
     for (int i = 0; i < 8; ++i)
       ts.emplace_back([&] {
@@ -181,9 +184,12 @@ StrangerRun strangerTakesRankTwo(bool greedy) {
   job.timeout_s = 60;
   const int port = freePort();
   job.comm_id = "127.0.0.1:" + std::to_string(port);
-  std::atomic<size_t> stored{0};
-  std::atomic<bool> logged_in{false};
-  std::thread stranger([&] {
+  struct Seen {
+    std::atomic<size_t> stored{0};
+    std::atomic<bool> logged_in{false};
+  };
+  Shared<Seen> seen;
+  Helper stranger([&] {
     int fd = connectLoopback(port);
     if (fd < 0) return;
     Hello h{kMagic, {}, 2, 3};
@@ -193,7 +199,7 @@ StrangerRun strangerTakesRankTwo(bool greedy) {
       close(fd);
       return;
     }
-    logged_in = true;
+    seen->logged_in = true;
     std::vector<char> value(1 << 20, 'v');
     for (int i = 0; greedy && i < 1024; ++i) {
       std::string key = "junk/" + std::to_string(i);
@@ -202,7 +208,7 @@ StrangerRun strangerTakesRankTwo(bool greedy) {
       if (!sendAll(fd, &r, sizeof r) || !sendAll(fd, key.data(), key.size()) ||
           !sendAll(fd, value.data(), value.size()) || recv(fd, &ok, 4, MSG_WAITALL) != 4)
         break;
-      stored += value.size();
+      seen->stored += value.size();
     }
     std::this_thread::sleep_for(std::chrono::seconds(5));  // stays connected through teardown
     close(fd);
@@ -236,8 +242,8 @@ StrangerRun strangerTakesRankTwo(bool greedy) {
     return took > 7.5 ? 13 : 0;
   });
   stranger.join();
-  out.logged_in = logged_in;
-  out.stored = stored;
+  out.logged_in = seen->logged_in;
+  out.stored = seen->stored;
   std::fprintf(stderr, "%s stranger logged in: %d, stored %zu bytes before it was cut off\n", greedy ? "greedy" : "quiet",
                out.logged_in, out.stored);
   return out;
