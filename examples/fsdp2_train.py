@@ -137,6 +137,9 @@ def main() -> None:
     ap.add_argument("--backend", default="hicoll")
     ap.add_argument("--hsdp", action="store_true", help="2-D mesh: replicate x shard")
     ap.add_argument("--bf16", action="store_true", help="bf16 params, fp32 gradient reduction")
+    ap.add_argument("--pg-alloc", action="store_true",
+                    help="communication buffers from the process group (FSDP2's "
+                         "set_allocate_memory_from_process_group_for_comm; hicoll: node memory)")
     args = ap.parse_args()
 
     if args.backend in ("hicoll", "smddp") or "hicoll" in args.backend:
@@ -154,6 +157,10 @@ def main() -> None:
 
     data = Batches(load_text(args.text), args.seq_len, args.global_batch)
     model = shard(build_model(data.vocab, seq_len=args.seq_len), mesh, args.bf16)
+    if args.pg_alloc:
+        for m in model.modules():
+            if hasattr(m, "set_allocate_memory_from_process_group_for_comm"):
+                m.set_allocate_memory_from_process_group_for_comm(True)
     opt = make_optimizer(model)
     first = last = None
     times = []
@@ -174,7 +181,7 @@ def main() -> None:
         if os.environ.get("FSDP_TRAIN_STEP_TIMES"):
             print("step ms: " + " ".join(f"{t * 1000:.1f}" for t in times), flush=True)
         print(f"backend={args.backend} world={world} {'HSDP' if args.hsdp else 'FSDP'}"
-              f"{' bf16' if args.bf16 else ''}: loss {first:.4f} -> {last:.4f}, "
+              f"{' bf16' if args.bf16 else ''}{' pg-alloc' if args.pg_alloc else ''}: loss {first:.4f} -> {last:.4f}, "
               f"{dt * 1000:.1f} ms/step (median)", flush=True)
     dist.destroy_process_group()
     if rank == 0 and not last < first:

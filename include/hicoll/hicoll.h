@@ -137,6 +137,9 @@ typedef struct {
   int nnodes, local_ranks; /* local_ranks = 0 when nodes have uneven rank counts */
   int node, local_rank;
   hcCollStats coll[hcNumColls];
+  /* Of bytes_intra, what this rank read from local peers' node memory (hcMemAlloc) with plain
+   * loads, per collective: nonzero when the zero-copy path ran. */
+  uint64_t bytes_node_memory[hcNumColls];
 } hcStats;
 #define HC_STATS_INITIALIZER {sizeof(hcStats)}
 
@@ -266,6 +269,16 @@ HC_API hcResult_t hcAllReduce(const void* sendbuff, void* recvbuff, size_t count
 HC_API hcResult_t hcBroadcast(const void* sendbuff, void* recvbuff, size_t count,
                               hcDataType_t datatype, int root, hcComm_t comm, hcStream_t stream);
 HC_API hcResult_t hcBarrier(hcComm_t comm);
+
+/* Node memory (modelled on ncclMemAlloc): host memory the ranks of a node can map. A collective
+ * whose buffers live here moves each byte within the node once, with plain loads and stores
+ * (no process_vm_readv, no staging through the shared segment, no CMA permission needed when
+ * every rank's buffer is node memory). Local calls, independent of communicators: any
+ * communicator uses it, and it may outlive them. Contents are undefined, as malloc's (freed
+ * memory is kept for reuse up to HICOLL_MEM_CACHE_BYTES). hcMemFree(NULL) does nothing; a
+ * pointer hcMemAlloc did not return is hcInvalidArgument. */
+HC_API hcResult_t hcMemAlloc(void** ptr, size_t size);
+HC_API hcResult_t hcMemFree(void* ptr);
 
 /* Size of one element of datatype in bytes (0 for an invalid datatype). */
 HC_API size_t hcTypeSize(hcDataType_t datatype);

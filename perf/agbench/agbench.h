@@ -61,6 +61,7 @@ struct Args {
   bool nodes_given = false, np_given = false;
 
   std::string algo;  // "" (library default), "hier" or "ring"
+  bool node_memory = false;  // --mem node: the buffers come from hcMemAlloc
   std::vector<Baseline> baselines;
   bool has(Baseline b) const;
 

@@ -134,6 +134,12 @@ bool parseArgs(int argc, char** argv, Args* a, int* exit_code) {
       ->check(CLI::Range(0, 65535));
   app.add_option("--algo", a->algo, "hicoll path: sets HICOLL_ALGO")
       ->check(CLI::IsMember({"hier", "ring"}));
+  std::string mem = "heap";
+  app.add_option("--mem", mem,
+                 "where the measured buffers live: heap (private memory) or node (hcMemAlloc: "
+                 "node memory, read by the node's ranks where it lies; every variant uses them)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"heap", "node"}));
   app.add_option("--baseline", baselines,
                  "side by side: mpi (Open MPI on the same ranks), ring (hicoll flat ring), "
                  "memcpy (single-core memcpy bandwidth); repeat or comma-separate")
@@ -147,6 +153,7 @@ bool parseArgs(int argc, char** argv, Args* a, int* exit_code) {
 
   try {
     app.parse(argc, argv);
+    a->node_memory = mem == "node";
     for (const char* c : colls) {
       if (!app.got_subcommand(c)) continue;
       std::string name = c;

@@ -46,8 +46,8 @@ class Runner {
   int run() {
     std::vector<RankInfo> ranks = gatherRankInfo();
     size_t cap = bufferBytes();
-    send_ = std::make_unique<GuardedBuffer>(cap);
-    recv_ = std::make_unique<GuardedBuffer>(cap);
+    send_ = std::make_unique<GuardedBuffer>(cap, a_.node_memory);
+    recv_ = std::make_unique<GuardedBuffer>(cap, a_.node_memory);
     if (me_ == 0) {
       printPreamble(a_, w_, ranks);
       printHeader(a_, w_);

@@ -94,6 +94,7 @@ uint64_t Args::hash() const {
   for (Baseline b : baselines) mix(static_cast<uint64_t>(b) + 77);
   for (char c : algo) mix(static_cast<unsigned char>(c));
   mix(verbose);
+  mix(node_memory);
   return h;
 }
 

@@ -1,5 +1,6 @@
 #include "data.h"
 
+#include <hicoll/hicoll.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -170,17 +171,23 @@ size_t countWrongInput(const Pattern& p, int q, const void* got, size_t first, s
   return countDiff(p, got, first, n, [&p, q](size_t j) { return p.value(q, j); });
 }
 
-GuardedBuffer::GuardedBuffer(size_t bytes) : bytes_(bytes) {
+GuardedBuffer::GuardedBuffer(size_t bytes, bool node_memory) : bytes_(bytes), node_memory_(node_memory) {
   mapped_ = bytes + 2 * kGuardBytes;
-  void* p = ::mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) throw std::bad_alloc();
+  void* p = nullptr;
+  if (node_memory) {
+    if (hcMemAlloc(&p, mapped_) != hcSuccess) throw std::runtime_error(hcGetLastError(nullptr));
+  } else {
+    p = ::mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+  }
   base_ = static_cast<char*>(p);
   data_ = base_ + kGuardBytes;
   std::memset(base_, kGuard, mapped_);  // touch every page before timing
 }
 
 GuardedBuffer::~GuardedBuffer() {
-  if (base_) ::munmap(base_, mapped_);
+  if (base_ && node_memory_) hcMemFree(base_);
+  else if (base_) ::munmap(base_, mapped_);
 }
 
 void GuardedBuffer::poison(size_t n) const {

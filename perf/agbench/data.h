@@ -48,7 +48,8 @@ constexpr size_t kGuardBytes = 4096;
 // either end are counted as wrong elements.
 class GuardedBuffer {
  public:
-  explicit GuardedBuffer(size_t bytes);
+  // node_memory: from hcMemAlloc (the node's ranks can map it) instead of private memory.
+  explicit GuardedBuffer(size_t bytes, bool node_memory = false);
   ~GuardedBuffer();
   GuardedBuffer(const GuardedBuffer&) = delete;
   GuardedBuffer& operator=(const GuardedBuffer&) = delete;
@@ -64,6 +65,7 @@ class GuardedBuffer {
   char* base_ = nullptr;
   char* data_ = nullptr;
   size_t bytes_ = 0, mapped_ = 0;
+  bool node_memory_ = false;
 };
 
 }  // namespace agbench

@@ -53,9 +53,10 @@ void printPreamble(const Args& a, const World& w, const std::vector<RankInfo>& r
   hcGetVersion(&version);
   int nodes = 0;
   for (const RankInfo& r : ranks) nodes = std::max(nodes, r.node + 1);
-  std::printf("# agbench (hicoll %d.%d.%d): %s, %d ranks on %d node(s), host buffers, %s, algo %s\n",
+  std::printf("# agbench (hicoll %d.%d.%d): %s, %d ranks on %d node(s), host buffers (%s), %s, algo %s\n",
               version / 10000, version / 100 % 100, version % 100, collName(a.coll), w.nranks,
-              nodes, w.mode.c_str(), a.algo.empty() ? "default (HICOLL_ALGO)" : a.algo.c_str());
+              nodes, a.node_memory ? "node memory, hcMemAlloc" : "heap", w.mode.c_str(),
+              a.algo.empty() ? "default (HICOLL_ALGO)" : a.algo.c_str());
   std::printf(
       "# nThread 1 nGpus 0 minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d "
       "agg iters: 1 validation: %d graph: 0\n",
@@ -200,16 +201,17 @@ double printFooter(const Args& a, const World& w, const std::vector<Row>& rows,
 void printFinalStats(const std::vector<hcStats>& all) {
   static const char* colls[] = {"allgather", "reducescatter", "allreduce", "broadcast", "barrier"};
   std::printf("# hcCommGetStats of the measured communicator, cumulative (warm-up, timing, check):\n");
-  std::printf("# %4s %4s %5s  %-13s %10s %10s %10s %14s %14s  %s\n", "rank", "node", "local", "coll",
-              "hier", "ring", "fallback", "bytes_intra", "bytes_inter", "last fallback reason");
+  std::printf("# %4s %4s %5s  %-13s %10s %10s %10s %14s %14s %14s  %s\n", "rank", "node", "local", "coll",
+              "hier", "ring", "fallback", "bytes_intra", "of node_mem", "bytes_inter", "last fallback reason");
   for (const hcStats& s : all)
     for (int c = 0; c < hcNumColls; ++c) {
       const hcCollStats& x = s.coll[c];
       if (!x.calls[0] && !x.calls[1] && !x.calls[2]) continue;
-      std::printf("# %4d %4d %5d  %-13s %10llu %10llu %10llu %14llu %14llu  %s\n", s.rank, s.node,
+      std::printf("# %4d %4d %5d  %-13s %10llu %10llu %10llu %14llu %14llu %14llu  %s\n", s.rank, s.node,
                   s.local_rank, colls[c], (unsigned long long)x.calls[0],
                   (unsigned long long)x.calls[1], (unsigned long long)x.calls[2],
-                  (unsigned long long)x.bytes_intra, (unsigned long long)x.bytes_inter,
+                  (unsigned long long)x.bytes_intra, (unsigned long long)s.bytes_node_memory[c],
+                  (unsigned long long)x.bytes_inter,
                   x.last_fallback_reason[0] ? x.last_fallback_reason : "-");
     }
 }
@@ -288,6 +290,7 @@ void writeJson(const Args& a, const World& w, const std::vector<RankInfo>& ranks
     for (int c = 0; c < hcNumColls; ++c)
       r["coll"].push_back({{"calls", {s.coll[c].calls[0], s.coll[c].calls[1], s.coll[c].calls[2]}},
                            {"bytes_intra", s.coll[c].bytes_intra},
+                           {"bytes_node_memory", s.bytes_node_memory[c]},
                            {"bytes_inter", s.coll[c].bytes_inter},
                            {"last_fallback_reason", s.coll[c].last_fallback_reason}});
     j["final_stats"].push_back(r);

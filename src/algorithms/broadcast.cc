@@ -62,8 +62,7 @@ void hierBroadcast(Run& r, const void* send, void* recv, size_t count, int root)
     } else {
       size_t avail = r.readyOf(rl, 1);
       if (copied < avail) {
-        r.shm.read(rl, r.postedAddr(rl) + copied * C, out + copied * C,
-                   chunkLen(copied));
+        r.readPosted(rl, copied * C, out + copied * C, chunkLen(copied));
         c.countBytes(r.a.coll, t.rankAt(n, rl), chunkLen(copied));
         ++copied;
         moved = true;

@@ -23,18 +23,21 @@ void hierAllGather(Run& r, const void* send, void* recv, size_t count) {
   const char* in = static_cast<const char*>(send);
   const bool in_place = in == out + static_cast<size_t>(c.rank) * b;
   // Small blocks go through the shared segment: two memcpys beat a system call per peer.
-  const bool direct = r.shm.directRead() && b > static_cast<size_t>(c.cfg.num(Knob::ShmEagerBytes));
+  const bool small = b <= static_cast<size_t>(c.cfg.num(Knob::ShmEagerBytes));
+  bool direct = r.shm.directRead() && !small;
   // Without single-copy reads (or for small blocks), local peers read this rank's block from
   // its scratch buffer. Small blocks are staged before post(), in the half of the scratch
   // buffer this phase's parity owns: a peer may still be reading the other half (the previous
   // phase), never this one (two phases back), so peers can read as soon as they see the post.
   const size_t half = c.scratch_bytes / 2;
-  const bool early = !direct && b <= half && b <= static_cast<size_t>(c.cfg.num(Knob::ShmEagerBytes));
+  const bool early = !direct && b <= half && small;
   const size_t slot = early ? (r.seq & 1) * half : 0;
   if (early) std::memcpy(r.shm.scratch(me) + slot, in, b);
 
   r.post(in, hcCollAllGather);
   r.waitAllPosted();
+  // Every block in node memory (hcMemAlloc): peers read it where it is, with memcpy.
+  if (!small && !direct && r.allPostedNodeMemory()) direct = true;
 
   // Inter-node: block of (m, my local index) for every other node m into sort slot m.
   Run::Pending sends, recvs;  // recvs keyed by chunk
@@ -92,7 +95,7 @@ void hierAllGather(Run& r, const void* send, void* recv, size_t count) {
           if (l == me) {
             if (!in_place) std::memcpy(dst, in + k * C, chunkLen(k));
           } else if (direct) {
-            r.shm.read(l, r.postedAddr(l) + k * C, dst, chunkLen(k));
+            r.readPosted(l, k * C, dst, chunkLen(k));
             c.countBytes(r.a.coll, owner, chunkLen(k));
           } else {
             std::memcpy(dst, r.shm.scratch(l) + slot + k * C, chunkLen(k));

@@ -16,6 +16,32 @@ namespace hicoll {
 
 namespace {
 
+// One node, every input in node memory (hcMemAlloc): each owner sums its block of every
+// peer's input where it lies, in chunks (one pass over the data, no staging).
+void sumInNodeMemory(Run& r, const char* in, char* out, size_t count) {
+  hcComm& c = r.comm;
+  const size_t b = count * r.esize;
+  const int L = r.shm.localSize(), me = r.shm.localIndex(), n = c.node();
+  const size_t mine = static_cast<size_t>(c.topo.rankAt(n, me)) * b;
+  std::vector<const char*> base(L);
+  for (int l = 0; l < L; ++l) base[l] = l == me ? in : r.mappedPosted(l, 0, b * static_cast<size_t>(c.nranks));
+  const uint64_t all_inputs = L >= 64 ? ~0ull : ((1ull << L) - 1);
+  ReduceSpec spec = r.reduceSpec(all_inputs, true);
+  spec.stream_dst = b >= (8u << 20) && out != in + mine;
+  const size_t C = std::max(r.esize, std::min(b, r.chunkBytes()) / r.esize * r.esize);
+  std::vector<const void*> srcs(L);
+  for (size_t off = 0; off < b; off += C) {
+    const size_t len = std::min(C, b - off);
+    for (int l = 0; l < L; ++l) srcs[l] = base[l] + mine + off;
+    reduceN(spec, out + off, srcs.data(), L, len / r.esize);
+    r.checkDeadline("in the intra-node ReduceScatter");
+  }
+  for (int l = 0; l < L; ++l)
+    if (l != me) c.countBytes(r.a.coll, c.topo.rankAt(n, l), b);
+  c.countNodeMemory(r.a.coll, b * static_cast<size_t>(L - 1));
+  r.finishNode();  // peers read this rank's input until they are done
+}
+
 // One node: every rank copies the chunks it holds of the others' blocks into slots of its
 // scratch buffer, and each owner sums its peers' slots with its own input straight from the
 // shared segment. A memcpy pushes faster than a CMA read pulls (perf/results/copybw.txt).
@@ -27,6 +53,7 @@ void pushReduceScatter(Run& r, const char* in, char* out, size_t count) {
   const int L = r.shm.localSize(), me = r.shm.localIndex(), n = c.node();
   r.post(in, hcCollReduceScatter);
   r.waitAllPosted();
+  if (r.allPostedNodeMemory()) return sumInNodeMemory(r, in, out, count);
   constexpr size_t kDepth = 4;  // chunks of slots per owner
   size_t C = std::min({b, r.chunkBytes(), c.scratch_bytes / (kDepth * L)});
   C = std::max(r.esize, C / r.esize * r.esize);
@@ -93,9 +120,13 @@ void hierReduceScatter(Run& r, const void* send, void* recv, size_t count) {
 
   r.post(in, hcCollReduceScatter);
   r.waitAllPosted();
-  std::vector<const char*> peer_in(L);
-  for (int l = 0; l < L; ++l) peer_in[l] = r.postedAddr(l);
-  // Peers' chunks are copied here (one copy, CMA) and summed from cache.
+  std::vector<const char*> peer_in(L), mapped(L);
+  for (int l = 0; l < L; ++l) {
+    peer_in[l] = r.postedAddr(l);
+    // A peer's input in node memory (hcMemAlloc) is summed where it is, without a copy.
+    if (l != me) mapped[l] = r.mappedPosted(l, 0, b * static_cast<size_t>(c.nranks));
+  }
+  // Other peers' chunks are copied here (one copy, CMA) and summed from cache.
   std::vector<char> tmp(C * L);
   std::vector<const void*> srcs(L);
   const uint64_t all_inputs = L >= 64 ? ~0ull : ((1ull << L) - 1);
@@ -106,6 +137,10 @@ void hierReduceScatter(Run& r, const void* send, void* recv, size_t count) {
     for (int l = 0; l < L; ++l) {
       if (l == me) {
         srcs[l] = in + off;
+      } else if (mapped[l]) {
+        srcs[l] = mapped[l] + off;
+        c.countBytes(r.a.coll, t.rankAt(n, l), len);
+        c.countNodeMemory(r.a.coll, len);
       } else {
         r.shm.read(l, peer_in[l] + off, tmp.data() + l * C, len);
         c.countBytes(r.a.coll, t.rankAt(n, l), len);

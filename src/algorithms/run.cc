@@ -1,6 +1,7 @@
 #include "algorithms/run.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "base/error.h"
 
@@ -65,6 +66,28 @@ bool Run::waitPosted(int local, bool collect) {
 void Run::waitAllPosted() {
   for (int l = 0; l < shm.localSize(); ++l)
     if (l != shm.localIndex()) waitPosted(l);
+}
+
+bool Run::allPostedNodeMemory() const {
+  for (int l = 0; l < shm.localSize(); ++l)
+    if (!board.postedMem(l, seq).valid()) return false;
+  return true;
+}
+
+const char* Run::mappedPosted(int local, size_t off, size_t len) {
+  const NodeMemRef& ref = board.postedMem(local, seq);
+  if (!ref.valid()) return nullptr;
+  return shm.mapPeerMemory(local, ref, postedAddr(local) + off, len);
+}
+
+void Run::readPosted(int local, size_t off, void* dst, size_t len) {
+  if (len == 0) return;
+  if (const char* p = mappedPosted(local, off, len)) {
+    std::memcpy(dst, p, len);
+    comm.countNodeMemory(a.coll, len);
+  } else {
+    shm.read(local, postedAddr(local) + off, dst, len);
+  }
 }
 
 void Run::waitPeersDone() {

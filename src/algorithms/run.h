@@ -55,6 +55,15 @@ struct Run {
   bool waitPosted(int local, bool collect = false);
   void waitAllPosted();
   const char* postedAddr(int local) const { return board.postedAddr(local, seq); }  // its addr0 of this phase
+  // Node memory (hcMemAlloc): did every rank of the node post a region in it this phase? Then
+  // each reads the others' regions with memcpy from its mapping of them (readPosted), no
+  // single-copy reads (CMA) needed. Every rank sees the same posts, so all decide alike.
+  bool allPostedNodeMemory() const;
+  // Peer l's posted region [off, off + len) as mapped here (node memory), or null.
+  const char* mappedPosted(int local, size_t off, size_t len);
+  // One copy of the peer's posted region [off, off + len) into dst: memcpy from node memory,
+  // else the transport's single-copy read.
+  void readPosted(int local, size_t off, void* dst, size_t len);
   void publish(int stream, uint64_t chunks) { board.publish(seq, stream, chunks); }
   uint64_t readyOf(int local, int stream) const { return board.readyOf(local, seq, stream); }
   // done=seq, then wait until every local peer is done: they may be reading this rank's user

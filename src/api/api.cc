@@ -13,6 +13,7 @@
 #include "base/numeric.h"
 #include "bootstrap/rendezvous.h"
 #include "core/comm.h"
+#include "transport/shm/node_memory.h"
 #include "transport/shm/shm_transport.h"
 
 using namespace hicoll;
@@ -219,6 +220,18 @@ hcResult_t hcGetVersion(int* version) {
   if (!version) return hcInvalidArgument;
   *version = HICOLL_VERSION_CODE;
   return hcSuccess;
+}
+
+hcResult_t hcMemAlloc(void** ptr, size_t size) {
+  return guard(nullptr, "hcMemAlloc", [&] {
+    HC_CHECK(ptr, hcInvalidArgument, "hcMemAlloc: ptr is NULL");
+    *ptr = nullptr;
+    *ptr = nodeMemAlloc(size);
+  });
+}
+
+hcResult_t hcMemFree(void* ptr) {
+  return guard(nullptr, "hcMemFree", [&] { nodeMemFree(ptr); });
 }
 
 hcResult_t hcGetUniqueId(hcUniqueId* id) {

@@ -67,6 +67,11 @@
   X(ShmEagerBytes, "HICOLL_SHM_EAGER_BYTES", Size, "4096", "", 0, (INT64_C(16) << 20), Agree,    \
     "AllGather blocks up to this size are copied into the sender's shared segment and read "   \
     "from there with memcpy, instead of one process_vm_readv system call per peer.")            \
+  X(MemCacheBytes, "HICOLL_MEM_CACHE_BYTES", Size, "1073741824", "", 0, (INT64_C(1) << 40),       \
+    Local,                                                                                       \
+    "hcMemAlloc (and the torch plugin's allocate_tensor): freed node memory kept for reuse up "  \
+    "to this many bytes per process, so a training step's buffers are not created and mapped "   \
+    "anew every time. Read at the first allocation.")                                            \
   X(OfiProvider, "HICOLL_OFI_PROVIDER", String, "tcp;ofi_rxm", "", 0, 0, Agree,                  \
     "libfabric provider for inter-node traffic (FI_PROVIDER, when set, takes precedence). "     \
     "EFA in production; tcp;ofi_rxm or net on ordinary Linux.")                                  \

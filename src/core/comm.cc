@@ -244,6 +244,11 @@ char* hcComm::workspace(size_t bytes) {
   return heap_workspace.data();
 }
 
+void hcComm::countNodeMemory(hcColl_t c, size_t bytes) {
+  std::lock_guard<std::mutex> lock(stats_mu);
+  stats.bytes_node_memory[c] += bytes;
+}
+
 void hcComm::countBytes(hcColl_t c, int peer, size_t bytes) {
   std::lock_guard<std::mutex> lock(stats_mu);
   if (topo.node_of[peer] == node()) {

@@ -89,6 +89,7 @@ struct hcComm {
   void explainSymptom(long ms);
   void countCall(hcColl_t c, hcPath_t path, const std::string& fallback_reason = "");
   void countBytes(hcColl_t c, int peer, size_t bytes);
+  void countNodeMemory(hcColl_t c, size_t bytes);  // of those, read from a peer's node memory
   // At least `bytes` of private memory, kept for later calls (grows, never shrinks); valid
   // until the next call of workspace().
   char* workspace(size_t bytes);

@@ -82,8 +82,13 @@ CollPlan planCall(const hcComm& c, const CollArgs& a, const Capabilities& caps) 
   }
   const size_t b = p.block_bytes;
   // ReduceScatter stages outgoing partials through scratch in chunk-sized slots, so any
-  // scratch size works; only its received partials (N blocks) need the sort buffer.
-  if (c.scratch_bytes < b && a.coll != hcCollReduceScatter)
+  // scratch size works; only its received partials (N blocks) need the sort buffer. Across
+  // nodes the AllGather's block is what the network sends (the seed's registered buffer); on
+  // one node the host AllGather stages it there only when peers cannot read it where it lies
+  // (no single-copy reads, or blocks up to HICOLL_SHM_EAGER_BYTES).
+  const bool stages_block = caps.device || N > 1 || !caps.single_copy_reads ||
+                            b <= static_cast<size_t>(c.cfg.num(Knob::ShmEagerBytes));
+  if (c.scratch_bytes < b && a.coll != hcCollReduceScatter && stages_block)
     return fallback(p, Rule::ScratchTooSmall,
                     fmt::format("SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES={} < per-rank block {} bytes", c.scratch_bytes, b));
   if (c.sort_bytes < N * b)

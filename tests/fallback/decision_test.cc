@@ -191,4 +191,29 @@ TEST(Plan, AllReduceSplitHasOneDefinition) {
   EXPECT_TRUE(hicoll::planCall(f.c, call(hcCollAllReduce, 3), host).allreduce_small) << "fewer elements than ranks";
 }
 
+// On one node with single-copy reads the host AllGather reads every block where it lies: a
+// block larger than the scratch buffer stays hierarchical (it took the ring at 64 MiB on 1x2).
+// Across nodes, without CMA, or for blocks small enough to stage, the seed's rule holds.
+TEST(Plan, OneNodeAllGatherNeedsNoScratchForItsBlock) {
+  using hicoll::Capabilities;
+  const std::map<std::string, std::string> small_scratch{{"SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES", "8192"}};
+  Capabilities no_cma;
+  no_cma.single_copy_reads = false;
+  {
+    FakeComm f({"a", "a"}, small_scratch);
+    EXPECT_EQ(hicoll::planCall(f.c, call(hcCollAllGather, 4096), Capabilities{}).path, hcPathHierarchical);
+    EXPECT_EQ(hicoll::planCall(f.c, call(hcCollAllReduce, 100000), Capabilities{}).path, hcPathHierarchical);
+    EXPECT_EQ(hicoll::planCall(f.c, call(hcCollAllGather, 4096), no_cma).rule, Rule::ScratchTooSmall);
+  }
+  {
+    FakeComm f({"a", "a"}, {{"SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES", "8192"}, {"HICOLL_SHM_EAGER_BYTES", "65536"}});
+    EXPECT_EQ(hicoll::planCall(f.c, call(hcCollAllGather, 4096), Capabilities{}).rule, Rule::ScratchTooSmall)
+        << "a 16 KiB block within the eager size is staged";
+  }
+  {
+    FakeComm f({"a", "b"}, small_scratch);
+    EXPECT_EQ(hicoll::planCall(f.c, call(hcCollAllGather, 4096), Capabilities{}).rule, Rule::ScratchTooSmall);
+  }
+}
+
 }  // namespace

@@ -1,6 +1,7 @@
 #include "checks.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -45,12 +46,42 @@ struct Op {
   hcRedOp_t inputKind() const { return kind == hcProd ? hcProd : hcSum; }
 };
 
+bool g_node_memory = false;
+
+// A test buffer: a vector, or node memory (hcMemAlloc) when the checks run on it.
+class Buf {
+ public:
+  explicit Buf(size_t n, char fill = 0) : n_(n) {
+    if (g_node_memory) {
+      if (hcMemAlloc(reinterpret_cast<void**>(&p_), n) != hcSuccess) std::abort();
+      std::memset(p_, fill, n);
+    } else {
+      v_.assign(n, fill);
+      p_ = v_.data();
+    }
+  }
+  ~Buf() {
+    if (g_node_memory) hcMemFree(p_);
+  }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+  char* data() { return p_; }
+  char back() const { return p_[n_ - 1]; }
+
+ private:
+  std::vector<char> v_;
+  char* p_ = nullptr;
+  size_t n_;
+};
+
 }  // namespace
+
+void useNodeMemory(bool on) { g_node_memory = on; }
 
 int checkAllGather(hcComm_t comm, hcDataType_t t, size_t count, bool in_place, int salt) {
   Ctx x(comm);
   const size_t e = hcTypeSize(t);
-  std::vector<char> out(count * x.W * e + 1, 0x5a), in(count * e + 1);
+  Buf out(count * x.W * e + 1, 0x5a), in(count * e + 1);
   void* send = in_place ? out.data() + x.rank * count * e : in.data();
   for (size_t i = 0; i < count; ++i) store(send, t, i, inputValue(t, hcSum, x.rank, i, salt));
   std::string what = std::string("AllGather ") + typeName(t) + " count " + std::to_string(count) +
@@ -68,7 +99,7 @@ int checkReduceScatter(hcComm_t comm, hcDataType_t t, hcRedOp_t builtin, size_t 
   Ctx x(comm);
   Op op(comm, t, builtin);
   const size_t e = hcTypeSize(t);
-  std::vector<char> in(count * x.W * e + 1), out(count * e + 1, 0x5a);
+  Buf in(count * x.W * e + 1), out(count * e + 1, 0x5a);
   for (size_t i = 0; i < count * x.W; ++i) store(in.data(), t, i, inputValue(t, op.inputKind(), x.rank, i, salt));
   void* recv = in_place ? in.data() + x.rank * count * e : out.data();
   std::string what = std::string("ReduceScatter ") + typeName(t) + " " + opName(builtin) + " count " +
@@ -89,7 +120,7 @@ int checkAllReduce(hcComm_t comm, hcDataType_t t, hcRedOp_t builtin, size_t coun
   Ctx x(comm);
   Op op(comm, t, builtin);
   const size_t e = hcTypeSize(t);
-  std::vector<char> in(count * e + 1), out(count * e + 1, 0x5a);
+  Buf in(count * e + 1), out(count * e + 1, 0x5a);
   for (size_t i = 0; i < count; ++i) store(in.data(), t, i, inputValue(t, op.inputKind(), x.rank, i, salt));
   void* recv = in_place ? in.data() : out.data();
   std::string what = std::string("AllReduce ") + typeName(t) + " " + opName(builtin) + " count " +
@@ -108,7 +139,7 @@ int checkAllReduce(hcComm_t comm, hcDataType_t t, hcRedOp_t builtin, size_t coun
 int checkBroadcast(hcComm_t comm, hcDataType_t t, size_t count, int root, bool in_place, int salt) {
   Ctx x(comm);
   const size_t e = hcTypeSize(t);
-  std::vector<char> in(count * e + 1), out(count * e + 1, 0x5a);
+  Buf in(count * e + 1), out(count * e + 1, 0x5a);
   for (size_t i = 0; i < count; ++i) store(in.data(), t, i, inputValue(t, hcSum, root, i, salt));
   void* recv = in_place && x.rank == root ? in.data() : out.data();
   std::string what = std::string("Broadcast ") + typeName(t) + " count " + std::to_string(count) + " root " +

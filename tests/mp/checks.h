@@ -9,6 +9,9 @@
 
 namespace hctest {
 
+// The checks' buffers come from hcMemAlloc (node memory) instead of the heap.
+void useNodeMemory(bool on);
+
 int checkAllGather(hcComm_t comm, hcDataType_t t, size_t count, bool in_place, int salt);
 int checkReduceScatter(hcComm_t comm, hcDataType_t t, hcRedOp_t op, size_t count, bool in_place, int salt);
 int checkAllReduce(hcComm_t comm, hcDataType_t t, hcRedOp_t op, size_t count, bool in_place, int salt);

@@ -92,8 +92,9 @@ TEST(CollectivesPaths, RingAndBounceBuffers) {
   }
 }
 
-// The ring ReduceScatter with 4 KiB chunks: blocks of many more chunks than it keeps under way
-// (every slot reused), ragged last chunks, every op (PreMulSum scales before the first send).
+// The ring ReduceScatter (and AllGather) with 4 KiB chunks: blocks of many more chunks than it
+// keeps under way (every slot reused), ragged last chunks, every op (PreMulSum scales before
+// the first send).
 TEST(CollectivesPaths, RingReduceScatterManyChunks) {
   for (auto l : {Layout{1, 3, false}, Layout{2, 2, true}}) {
     Job job;
@@ -107,6 +108,9 @@ TEST(CollectivesPaths, RingReduceScatterManyChunks) {
           f += checkReduceScatter(comm, hcFloat32, static_cast<hcRedOp_t>(op), count, count == 1025, ++salt);
         f += checkReduceScatter(comm, hcBfloat16, hcSum, count, true, ++salt);
         f += checkAllReduce(comm, hcInt64, hcSum, count * 5, false, ++salt);
+        // The ring AllGather in chunks: many per block, ragged last ones, every step pipelined.
+        f += checkAllGather(comm, hcFloat32, count, false, ++salt);
+        f += checkAllGather(comm, hcBfloat16, count * 3, true, ++salt);
       }
       hcStats s = HC_STATS_INITIALIZER;
       hcCommGetStats(comm, &s);

@@ -57,3 +57,14 @@ def test_backend_strings():
 def test_fsdp2_parity(mode, world, nodes):
     res = launch("fsdp", world, nodes, mode=mode, steps=20)
     assert res[0]["max_rel"] <= (2e-2 if mode == "bf16" else 1e-5)
+
+
+@pytest.mark.parametrize("world,nodes", [(2, 1), (4, 2)], ids=lambda v: str(v))
+def test_node_memory(world, nodes):
+    """allocate_tensor (node memory) and FSDP2 with set_allocate_memory_from_process_group_for_comm."""
+    res = launch("node_memory:run", world, nodes)
+    for r in res:
+        assert r["read"]["allgather"] > 0
+        assert r["fsdp_node_memory_bytes"] > 0, "FSDP2's AllGather read its peers' node memory"
+        if nodes == 1:
+            assert r["read"]["reducescatter"] > 0

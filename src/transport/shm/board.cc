@@ -8,8 +8,11 @@ void NodeBoard::post(uint64_t seq, const CallDesc& desc, const void* addr0) {
   Board::Post& b = shm_.board(shm_.localIndex()).post[seq & 1];
   b.desc = desc;
   b.addr[0] = reinterpret_cast<uint64_t>(addr0);
+  b.mem = addr0 ? nodeMemFind(addr0) : NodeMemRef{};
   b.posted.store(seq, std::memory_order_release);
 }
+
+const NodeMemRef& NodeBoard::postedMem(int local, uint64_t seq) const { return shm_.board(local).post[seq & 1].mem; }
 
 uint64_t NodeBoard::postedSeq(int local, uint64_t seq) const {
   return shm_.board(local).post[seq & 1].posted.load(std::memory_order_acquire);

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "base/coll.h"
+#include "transport/shm/node_memory.h"
 
 namespace hicoll {
 
@@ -22,6 +23,7 @@ struct alignas(64) Board {
     std::atomic<uint64_t> posted{0};  // seq of the phase the fields below describe
     CallDesc desc;                    // the call (and phase): checked against the peers'
     uint64_t addr[2] = {};            // regions exposed to the node, in the owner's address space
+    NodeMemRef mem;                   // the node memory (hcMemAlloc) holding addr[0], if any
   };
   Post post[2];
   // (seq << 24) | chunks ready, per phase parity and stream of data a collective publishes.
@@ -43,6 +45,7 @@ class NodeBoard {
   uint64_t postedSeq(int local, uint64_t seq) const;
   CallDesc postedDesc(int local, uint64_t seq) const;
   const char* postedAddr(int local, uint64_t seq) const;
+  const NodeMemRef& postedMem(int local, uint64_t seq) const;
   // Chunks of stream ready in phase seq: this rank's to publish, a peer's to read (0 before
   // the peer reached the phase).
   void publish(uint64_t seq, int stream, uint64_t chunks);

@@ -226,6 +226,27 @@ void ShmTransport::read(int local, const void* remote, void* dst, size_t len) {
   }
 }
 
+const char* ShmTransport::mapPeerMemory(int local, const NodeMemRef& ref, const void* remote, size_t len) {
+  const uint64_t r = reinterpret_cast<uint64_t>(remote);
+  HC_CHECK(ref.valid() && r >= ref.base && r + len <= ref.base + ref.size, hcInvalidUsage,
+           "shm: rank {} posted {} bytes at {:#x}, outside its node memory [{:#x}, +{})", commRank(local), len, r,
+           ref.base, ref.size);
+  if (pids_[local] == my_pid_) return static_cast<const char*>(remote);  // ranks are threads
+  const auto key = std::make_tuple(local, ref.id[0], ref.id[1]);
+  auto it = peer_mem_.find(key);
+  if (it == peer_mem_.end() || it->second.size() != ref.size) {
+    if (peer_mem_.size() >= 256) peer_mem_.clear();  // buffers come and go; keep what is in use
+    const std::string name = nodeMemName(pids_[local], ref);
+    try {
+      it = peer_mem_.insert_or_assign(key, ShmSegment::open(name, ref.size)).first;
+    } catch (const Error& e) {
+      HC_THROW(hcSystemError, "shm: cannot map rank {}'s node memory (hcMemAlloc, {} bytes): {}", commRank(local),
+               ref.size, e.what());
+    }
+  }
+  return static_cast<const char*>(it->second.base()) + (r - ref.base);
+}
+
 void ShmTransport::checkPeers() {
   auto now = Deadline::Clock::now();
   if (now - last_check_ < std::chrono::milliseconds(20)) return;

@@ -14,11 +14,13 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "base/coll.h"
 #include "base/deadline.h"
 #include "transport/shm/board.h"
+#include "transport/shm/node_memory.h"
 #include "transport/shm/segment.h"
 #include "transport/transport.h"
 
@@ -58,6 +60,10 @@ class ShmTransport : public Transport {
   char* sort(int local);
   // One copy of len bytes at remote (an address in the peer's process) into dst.
   void read(int local, const void* remote, void* dst, size_t len);
+  // The peer's node memory (hcMemAlloc) ref, as mapped here: where [remote, remote + len) of
+  // the peer's address space lies in this process. Throws when ref does not cover it or the
+  // name cannot be mapped (naming the peer).
+  const char* mapPeerMemory(int local, const NodeMemRef& ref, const void* remote, size_t len);
   // True when peers' user buffers can be read directly (CMA, or ranks are threads).
   bool directRead() const { return direct_; }
   // Throws hcRemoteError when a local peer died or aborted.
@@ -96,6 +102,8 @@ class ShmTransport : public Transport {
   int my_pid_ = 0;
   std::vector<int> pidfds_;
   std::vector<std::unique_ptr<Pair>> pairs_;
+  // Peers' node memory mapped here, by (local peer, id); bounded (cleared when it outgrows).
+  std::map<std::tuple<int, uint64_t, uint64_t>, ShmSegment> peer_mem_;
   std::map<ReqId, std::unique_ptr<Req>> reqs_;
   ReqId next_req_ = 1;
   Deadline::Clock::time_point last_check_{};

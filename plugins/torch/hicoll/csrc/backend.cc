@@ -211,6 +211,19 @@ void HicollBackend::shutdown() {
   }
 }
 
+at::Tensor HicollBackend::allocateTensor(long size, at::TensorOptions options) {
+  TORCH_CHECK(size >= 0, "hicoll allocate_tensor: negative size ", size);
+  TORCH_CHECK(!options.has_device() || options.device().is_cpu(),
+              "hicoll allocate_tensor: node memory is host memory; asked for ", options.device());
+  options = options.device(at::kCPU);
+  const size_t bytes = static_cast<size_t>(size) * c10::elementSize(c10::typeMetaToScalarType(options.dtype()));
+  if (bytes == 0) return at::empty({size}, options);
+  void* p = nullptr;
+  const hcResult_t r = hcMemAlloc(&p, bytes);
+  TORCH_CHECK(r == hcSuccess, "hicoll allocate_tensor of ", bytes, " bytes: ", hcGetLastError(nullptr));
+  return at::from_blob(p, {size}, [](void* q) { hcMemFree(q); }, options);
+}
+
 void HicollBackend::abort() {
   if (comm_) hcCommRevoke(comm_);  // a call in flight returns now, not at HICOLL_TIMEOUT_MS
   stopWorker(/*drain=*/false);

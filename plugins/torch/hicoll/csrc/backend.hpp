@@ -101,6 +101,11 @@ class HicollBackend : public c10d::Backend {
                                           const std::vector<int>& ranks,
                                           const c10::intrusive_ptr<Options>& opts) override;
 #endif
+  // FSDP2's set_allocate_memory_from_process_group_for_comm(True): CPU communication buffers
+  // in node memory (hcMemAlloc), which the node's ranks read where they lie; freed (kept for
+  // reuse) when torch frees the tensor. Device buffers are not offered (deviceIdx >= 0).
+  bool supportsTensorAlloc(c10::DeviceIndex deviceIdx) override { return deviceIdx < 0; }
+  at::Tensor allocateTensor(long size, at::TensorOptions options = {}) override;
 #if HICOLL_TORCH_HAS_SHRINK
   bool supportsShrinking() const override { return true; }
   // Survivors only, after a failure: hcCommShrink, then a backend around the new communicator.

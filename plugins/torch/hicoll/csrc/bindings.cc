@@ -23,13 +23,15 @@ std::shared_ptr<py::object> holdPy(py::object obj) {
   });
 }
 
-py::dict collStats(const hcCollStats& c) {
+py::dict collStats(const hcStats& s, hcColl_t coll) {
+  const hcCollStats& c = s.coll[coll];
   py::dict d;
   d["hierarchical"] = c.calls[hcPathHierarchical];
   d["ring"] = c.calls[hcPathRing];
   d["fallback"] = c.calls[hcPathFallback];
   d["bytes_intra"] = c.bytes_intra;
   d["bytes_inter"] = c.bytes_inter;
+  d["bytes_node_memory"] = s.bytes_node_memory[coll];  // of bytes_intra: read from node memory
   d["last_fallback_reason"] = std::string(c.last_fallback_reason);
   return d;
 }
@@ -118,11 +120,11 @@ PYBIND11_MODULE(_C, m) {
         d["local_ranks"] = s.local_ranks;
         d["node"] = s.node;
         d["local_rank"] = s.local_rank;
-        d["allgather"] = collStats(s.coll[hcCollAllGather]);
-        d["reducescatter"] = collStats(s.coll[hcCollReduceScatter]);
-        d["allreduce"] = collStats(s.coll[hcCollAllReduce]);
-        d["broadcast"] = collStats(s.coll[hcCollBroadcast]);
-        d["barrier"] = collStats(s.coll[hcCollBarrier]);
+        d["allgather"] = collStats(s, hcCollAllGather);
+        d["reducescatter"] = collStats(s, hcCollReduceScatter);
+        d["allreduce"] = collStats(s, hcCollAllReduce);
+        d["broadcast"] = collStats(s, hcCollBroadcast);
+        d["barrier"] = collStats(s, hcCollBarrier);
         return d;
       }, "hcCommGetStats of the communicator, as a dict.");
 }
