@@ -1,7 +1,10 @@
 """hicoll vs gloo on CPU tensors (not a test): all_gather_into_tensor and reduce_scatter_tensor,
 1-64 MiB of output per rank, on 1x2 and 2x2 ranks (nodes x ranks per node, HICOLL_TOPO_NODE),
-then the FSDP2 step time of examples/fsdp2_train.py (its median steady-state step; median of
---fsdp-reps runs per backend, alternating). Prints a table; --json writes the figures.
+median busbw of --coll-reps runs per backend, the backends' runs alternating; then the FSDP2
+step time of examples/fsdp2_train.py (its median steady-state step; median of --fsdp-reps runs
+per variant, alternating) for gloo, hicoll, and hicoll with FSDP2's communication buffers from
+the process group (set_allocate_memory_from_process_group_for_comm: node memory). Prints a
+table; --json writes the figures.
 
     .venv/bin/python perf/torch/bench_vs_gloo.py [--max-mib 64] [--iters 5] [--json out.json]
 """
@@ -57,7 +60,8 @@ def rank_main(args) -> None:
 
 
 def fsdp_main(args) -> None:
-    sys.argv = [sys.argv[0], "--backend", args.backend, "--steps", str(args.steps)]
+    sys.argv = [sys.argv[0], "--backend", args.backend, "--steps", str(args.steps)] + (
+        ["--pg-alloc"] if args.pg_alloc else [])
     sys.path.insert(0, os.path.join(REPO, "examples"))
     import fsdp2_train
     fsdp2_train.main()
@@ -95,7 +99,9 @@ def main() -> None:
     ap.add_argument("--max-mib", type=int, default=64)
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--fsdp-reps", type=int, default=3, help="FSDP2 runs per backend and layout")
+    ap.add_argument("--coll-reps", type=int, default=3, help="collective runs per backend and layout")
+    ap.add_argument("--fsdp-reps", type=int, default=3, help="FSDP2 runs per variant and layout")
+    ap.add_argument("--pg-alloc", action="store_true", help=argparse.SUPPRESS)  # fsdp mode
     ap.add_argument("--json")
     args = ap.parse_args()
     if args.mode == "coll":
@@ -105,32 +111,40 @@ def main() -> None:
     extra = ["--max-mib", str(args.max_mib), "--iters", str(args.iters)]
     figures = {"collectives": [], "fsdp": []}
     print(f"{'layout':>6} {'collective':>24} {'MiB':>5} {'gloo busbw':>11} {'hicoll busbw':>13} {'ratio':>6}")
+    def median(v):
+        return sorted(v)[len(v) // 2]
+
     for nodes, per in ((1, 2), (2, 2)):
         world = nodes * per
-        res = {b: json.loads(launch("coll", b, world, nodes, extra).split("RESULT ")[-1])
-               for b in ("gloo", "hicoll")}
-        for g, h in zip(res["gloo"], res["hicoll"]):
-            ratio = h["busbw"] / g["busbw"]
-            print(f"{nodes}x{per:<4} {g['coll']:>24} {g['bytes'] >> 20:5d} {g['busbw']:9.3f}GB "
-                  f"{h['busbw']:11.3f}GB {ratio:6.2f}")
+        runs = {"gloo": [], "hicoll": []}
+        for _ in range(args.coll_reps):  # alternate the backends so drift hits both alike
+            for b in runs:
+                runs[b].append(json.loads(launch("coll", b, world, nodes, extra).split("RESULT ")[-1]))
+        for i, g in enumerate(runs["gloo"][0]):
+            gb = median([r[i]["busbw"] for r in runs["gloo"]])
+            hb = median([r[i]["busbw"] for r in runs["hicoll"]])
+            print(f"{nodes}x{per:<4} {g['coll']:>24} {g['bytes'] >> 20:5d} {gb:9.3f}GB "
+                  f"{hb:11.3f}GB {hb / gb:6.2f}")
             figures["collectives"].append({"layout": f"{nodes}x{per}", "coll": g["coll"],
-                                           "bytes": g["bytes"], "gloo_busbw": g["busbw"],
-                                           "hicoll_busbw": h["busbw"], "ratio": ratio})
+                                           "bytes": g["bytes"], "gloo_busbw": gb,
+                                           "hicoll_busbw": hb, "ratio": hb / gb})
+    variants = {"gloo": ("gloo", []), "hicoll": ("hicoll", []),
+                "hicoll+pg-alloc": ("hicoll", ["--pg-alloc"])}
     for nodes, per in ((1, 2), (2, 2)):
         world = nodes * per
-        ms = {"gloo": [], "hicoll": []}
-        for _ in range(args.fsdp_reps):  # alternate the backends so drift hits both alike
-            for b in ("gloo", "hicoll"):
-                out = launch("fsdp", b, world, nodes, ["--steps", str(args.steps)])
-                ms[b].append(float(out.split(" ms/step")[0].split(",")[-1]))
-        med = {b: sorted(v)[len(v) // 2] for b, v in ms.items()}
-        print(f"FSDP2 step {nodes}x{per}: gloo {med['gloo']:.1f} ms, hicoll {med['hicoll']:.1f} ms, "
-              f"ratio {med['hicoll'] / med['gloo']:.2f}  (runs: gloo "
-              + " ".join(f"{v:.1f}" for v in ms["gloo"]) + ", hicoll "
-              + " ".join(f"{v:.1f}" for v in ms["hicoll"]) + ")")
-        figures["fsdp"].append({"layout": f"{nodes}x{per}", "gloo_ms": med["gloo"],
-                                "hicoll_ms": med["hicoll"], "ratio": med["hicoll"] / med["gloo"],
-                                "runs": ms})
+        ms = {v: [] for v in variants}
+        for _ in range(args.fsdp_reps):  # alternate the variants so drift hits all alike
+            for v, (b, more) in variants.items():
+                out = launch("fsdp", b, world, nodes, ["--steps", str(args.steps)] + more)
+                ms[v].append(float(out.split(" ms/step")[0].split(",")[-1]))
+        med = {v: median(x) for v, x in ms.items()}
+        print(f"FSDP2 step {nodes}x{per}: " + ", ".join(f"{v} {med[v]:.1f} ms" for v in variants)
+              + f"; ratios to gloo: hicoll {med['hicoll'] / med['gloo']:.2f}, with pg-alloc "
+              f"{med['hicoll+pg-alloc'] / med['gloo']:.2f}  (runs: "
+              + "; ".join(f"{v} " + " ".join(f"{x:.1f}" for x in ms[v]) for v in variants) + ")")
+        figures["fsdp"].append({"layout": f"{nodes}x{per}", "median_ms": med, "runs": ms,
+                                "ratio": med["hicoll"] / med["gloo"],
+                                "ratio_pg_alloc": med["hicoll+pg-alloc"] / med["gloo"]})
     if args.json:
         with open(args.json, "w") as f:
             json.dump(figures, f, indent=1)

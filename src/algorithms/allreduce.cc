@@ -1,7 +1,8 @@
 // AllReduce = ReduceScatter + AllGather over blocks of floor(count/W) elements (hierarchical
 // or ring); buffers up to HICOLL_ALLREDUCE_SMALL_BYTES, and the last count % W elements, take
-// the latency path: one AllGather of every rank's whole buffer, then the same local reduction
-// on every rank (bitwise equal).
+// the latency path: one AllGather of every rank's whole buffer (on one node: every rank's
+// buffer staged in its segment), then the same local reduction on every rank (bitwise equal).
+#include <cstring>
 #include <vector>
 
 #include "algorithms/run.h"
@@ -11,14 +12,44 @@ namespace hicoll {
 
 namespace {
 
+// One node: each rank stages its buffer in its segment, in the half of the scratch buffer
+// this phase's parity owns (hierAllGather's eager rule: no peer can still be reading it), and
+// every rank sums all the staged copies, in rank order, straight into recv: one copy in and
+// one pass of sums, no gathered buffer, no system call. Returns false where it does not apply.
+bool sumOnNode(Run& r, const void* send, void* recv, size_t count) {
+  hcComm& c = r.comm;
+  const size_t bytes = count * r.esize, half = c.scratch_bytes / 2;
+  if (c.topo.nnodes != 1 || bytes > half) return false;
+  r.beginPhase();
+  const int L = r.shm.localSize(), me = r.shm.localIndex();
+  const size_t slot = (r.seq & 1) * half;
+  std::memcpy(r.shm.scratch(me) + slot, send, bytes);
+  r.post(send, hcCollAllReduce);
+  r.waitAllPosted();
+  const void* stack[16];
+  std::vector<const void*> heap;
+  const void** srcs = L <= 16 ? stack : (heap.resize(static_cast<size_t>(L)), heap.data());
+  for (int l = 0; l < L; ++l) {
+    const int rank = c.topo.rankAt(0, l);
+    srcs[rank] = l == me ? send : r.shm.scratch(l) + slot;
+    if (l != me) c.countBytes(r.a.coll, rank, bytes);
+  }
+  const uint64_t mask = L >= 64 ? ~0ull : ((1ull << L) - 1);
+  reduceN(r.reduceSpec(mask, true), recv, srcs, L, count);
+  r.finishNode(/*peers_read_only_segment=*/true);
+  return true;
+}
+
 // One AllGather of every rank's whole buffer, then the same local reduction on every rank.
 void gatherAndReduce(Run& r, const void* send, void* recv, size_t count, bool hier) {
+  if (hier && sumOnNode(r, send, recv, count)) return;
   const int W = r.comm.nranks;
   const size_t bytes = count * r.esize;
-  std::vector<char> all(bytes * W);
-  hier ? hierAllGather(r, send, all.data(), count) : ringAllGather(r, send, all.data(), count);
+  // The communicator's workspace: a vector per call was zero-filled and faulted in every time.
+  char* all = r.comm.workspace(bytes * W);
+  hier ? hierAllGather(r, send, all, count) : ringAllGather(r, send, all, count);
   std::vector<const void*> srcs(W);
-  for (int i = 0; i < W; ++i) srcs[i] = all.data() + i * bytes;
+  for (int i = 0; i < W; ++i) srcs[i] = all + i * bytes;
   const uint64_t mask = W >= 64 ? ~0ull : ((1ull << W) - 1);
   reduceN(r.reduceSpec(mask, true), recv, srcs.data(), W, count);
 }
