@@ -177,8 +177,8 @@ int reexecUnderMpirun(const Args& a) {
   cmd.push_back(exe);
   for (size_t k = 1; k < a.argv.size(); ++k) cmd.push_back(a.argv[k]);
   ::setenv("AGBENCH_REEXEC", "1", 1);
-  std::string shown;
-  for (const std::string& w : cmd) shown += (shown.empty() ? "" : " ") + w;
+  std::string shown;  // the machine's paths stay out of printed (and committed) results
+  for (const std::string& w : cmd) shown += (shown.empty() ? "" : " ") + (w == exe ? std::string("agbench") : w);
   std::printf("# agbench: running the ranks under MPI: %s\n", shown.c_str());
   return L::runChild(cmd, launchOptions(a).timeout_s);
 }

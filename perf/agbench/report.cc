@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -226,7 +227,15 @@ void writeJson(const Args& a, const World& w, const std::vector<RankInfo>& ranks
   hcGetVersion(&version);
   j["hicoll_version"] = version;
   j["collective"] = collName(a.coll);
-  j["argv"] = a.argv;
+  // As given, less the machine's paths (committed results carry none): the program's name,
+  // and arguments under the working directory relative to it.
+  std::vector<std::string> argv = a.argv;
+  const std::string cwd = std::filesystem::current_path().string() + "/";
+  for (size_t k = 0; k < argv.size(); ++k) {
+    if (k == 0) argv[k] = std::filesystem::path(argv[k]).filename().string();
+    else if (argv[k].rfind(cwd, 0) == 0) argv[k] = argv[k].substr(cwd.size());
+  }
+  j["argv"] = argv;
   j["mode"] = w.mode;
   j["nranks"] = w.nranks;
   j["algo"] = a.algo.empty() ? "default" : a.algo;
