@@ -296,7 +296,7 @@ void HierEngine::emitReduceScatter(const char* send, char* recv, size_t b, const
   const size_t e = hcTypeSize(a.dtype);
   const size_t q = std::min(chunkBytes(Kind::ReduceScatter, e), b);
   HC_CHECK(q > 0 && q % e == 0, hcInternalError, "device ReduceScatter: no chunk fits");
-  const size_t K = (b + q - 1) / q, N = static_cast<size_t>(N_), L = static_cast<size_t>(L_);
+  const size_t K = (b + q - 1) / q, N = static_cast<size_t>(N_);
   const uint64_t S0 = S_, X0 = X_;
   const bool net = N_ > 1;
   const Topology& t = res_.topo;
