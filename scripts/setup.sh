@@ -11,7 +11,7 @@ log() { echo "== setup: $*"; }
 
 packages=(build-essential cmake ninja-build pkg-config git rsync
   libfabric-dev libfabric-bin libopenmpi-dev openmpi-bin
-  libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev libfmt-dev
+  libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev libfmt-dev
   fortunes-min iproute2 python3-venv)
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
