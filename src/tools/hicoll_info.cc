@@ -33,12 +33,17 @@ static void markdown() {
                 range.c_str(), k.scope == KnobScope::Agree ? "yes" : "", k.doc);
   }
   std::printf("\n## Build-time variables\n\n"
-              "Read by `plugins/torch/setup.py` when the torch plugin is built, not by the library:\n\n"
+              "Read when the torch plugin is built (`pip install`: plugins/torch/CMakeLists.txt and "
+              "plugins/torch/cmake/torch_flags.py), not by the library:\n\n"
               "| Variable | Meaning |\n|---|---|\n"
               "| `HICOLL_BUILD_DIR` | a CMake build directory of this repository: libhicoll.so is taken from it |\n"
               "| `HICOLL_PREFIX` | an installed prefix (include/hicoll, lib/libhicoll.so) instead |\n"
               "| `HICOLL_PLUGIN_CUDA` | 0: build the plugin without CUDA; 1: a missing CUDA toolkit is an error; "
-              "unset: CUDA when torch and a toolkit have it |\n");
+              "auto (unset): CUDA when torch has it and a matching toolkit is usable |\n"
+              "\nThe build derives CMake variables of its own from the interpreter's torch (torch_flags.py; not "
+              "for users to set): `HICOLL_TORCH_VERSION`, `HICOLL_TORCH_INCLUDE_DIRS`, `HICOLL_TORCH_LIBRARY_DIR`, "
+              "`HICOLL_TORCH_LIBRARIES`, `HICOLL_TORCH_CXX11_ABI`, `HICOLL_TORCH_CXX_STANDARD`, "
+              "`HICOLL_PLUGIN_WITH_CUDA`, `HICOLL_PLUGIN_CUDA_WHY`, `HICOLL_PLUGIN_CUDA_HOME`.\n");
   std::printf("\nThe sharded-parameter layer's knobs (`sharded_data_parallel_degree`, `sdp_*`) are\n"
               "fields of `hicoll::sharded::Options` and flags of the training examples, not\n"
               "environment variables.\n");
