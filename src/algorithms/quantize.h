@@ -1,0 +1,47 @@
+// Block quantization for the quantized collectives: int8, symmetric, one fp32 scale per block.
+//
+// A rank's `count` elements of dtype (fp32, bf16 or fp16) become a packed image:
+//   [nblocks x float absmax][count x int8 codes][pad to 8 bytes]
+// with nblocks = ceil(count / block). Code q of element x in a block of absmax a is
+// round-to-nearest-even(x * 127 / a), in [-127, 127]; it dequantizes to q * a / 127, rounded
+// once to the output dtype. So |dequant(quant(x)) - x| <= a / 254 plus the output dtype's
+// rounding (and fp32 arithmetic's, a few ulps of a at most).
+//
+// The block's absmax itself is stored (not a / 127): it is an input value, exact in fp32 for
+// every input dtype, so denormal and huge blocks keep the bound (a / 127 would underflow).
+// fp32 rather than fp16 scales: fp16 cannot hold an fp32 or bf16 block's range; the cost is 4
+// bytes per block (1.6 % at the default block of 256).
+//
+// Non-finite inputs: absmax is taken over the block's finite elements; a NaN or +-Inf element
+// gets the code -128 (symmetric codes never use it) and dequantizes to NaN. A block of zeros
+// (or of non-finite elements only) has absmax 0 and dequantizes to zeros (and NaNs).
+//
+// Deterministic: the same image dequantizes to the same bits on every rank, so replicas that
+// dequantize a gathered image (their own block included) hold identical outputs.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "hicoll/hicoll.h"
+
+namespace hicoll::quant {
+
+constexpr size_t kDefaultBlock = 256;
+constexpr size_t kMaxBlock = size_t{1} << 24;
+constexpr int8_t kNonFinite = -128;
+
+// Whether dtype can be quantized (fp32, bf16, fp16).
+bool quantizable(hcDataType_t dtype);
+
+size_t numBlocks(size_t count, size_t block);
+// Bytes of the packed image of count elements (a multiple of 8; 0 for count 0).
+size_t packedBytes(size_t count, size_t block);
+
+// Writes the packed image of src (count elements of dtype) to dst (packedBytes(count, block)
+// bytes, 4-byte aligned). src and dst must not overlap.
+void quantize(const void* src, size_t count, hcDataType_t dtype, size_t block, void* dst);
+// Reads a packed image of count elements and writes count elements of dtype to dst.
+void dequantize(const void* src, size_t count, hcDataType_t dtype, size_t block, void* dst);
+
+}  // namespace hicoll::quant
