@@ -25,6 +25,7 @@ Agreement::Agreement(hcComm& c, const CallDesc& mine, const std::string& reason,
     piggyback_ = true;
     sent_.assign(P, 0);
     received_.assign(P, 0);
+    got_.assign(P, 0);
     return;
   }
   const uint64_t tag = agreementTag(mine.w[3]);
@@ -59,21 +60,28 @@ int Agreement::stageSend(int peer, const void*& buf, size_t& len, uint64_t& tag)
   return i;
 }
 
-int Agreement::stageRecv(int peer, void*& buf, size_t& len, uint64_t& tag) {
+int Agreement::stageRecv(int peer, void*& buf, size_t& len, uint64_t& tag, size_t*& received) {
   const int i = piggyback_ ? indexOf(peer) : -1;
   if (i < 0 || received_[i]) return -1;
   HC_CHECK(canPiggyback(len), hcInternalError, "agreement: a first message of {} bytes cannot carry the descriptor", len);
   received_[i] = 1;
   c_.agree_in[i].desc = CallDesc{};
   buf = &c_.agree_in[i];
-  len += kHeader;
+  len = sizeof(hcComm::AgreeMsg);
+  got_[i] = 0;
+  received = &got_[i];
   tag = agreementTag(mine_.w[3]);
   return i;
 }
 
 void Agreement::landed(int index, void* dst, size_t len) {
   --left_;
+  const size_t got = got_[index];
+  if (got < kHeader) c_.agree_in[index].desc = CallDesc{};  // no descriptor: shows as a disagreement
   check(static_cast<size_t>(index));
+  // The same call sends the same first message; anything else is a bug, not a user error.
+  HC_CHECK(got == kHeader + len, hcInternalError, "{} sent a first message of {} bytes where {} were due ({})",
+           c_.who(c_.agree_peers[index]), got, kHeader + len, describeCall(mine_));
   if (len) std::memcpy(dst, c_.agree_in[index].body, len);
 }
 

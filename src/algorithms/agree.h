@@ -50,8 +50,10 @@ class Agreement {
   // Piggyback, for Run: the first send to an agreement peer goes from its staging message
   // (buf/len/tag are replaced); the first receive lands in one (buf/len/tag replaced, the index
   // returned for landed). -1 when the message is not the first or the peer not one of them.
+  // The staged receive takes any message up to a whole staging message (irecvUpTo into
+  // *received), so a peer whose call differs is seen by its descriptor, not as a truncation.
   int stageSend(int peer, const void*& buf, size_t& len, uint64_t& tag);
-  int stageRecv(int peer, void*& buf, size_t& len, uint64_t& tag);
+  int stageRecv(int peer, void*& buf, size_t& len, uint64_t& tag, size_t*& received);
   // A staged receive completed: check the descriptor, copy the payload to dst.
   void landed(int index, void* dst, size_t len);
   // A staged receive failed (a size mismatch when the peer's call differs): throws the
@@ -67,6 +69,7 @@ class Agreement {
   std::vector<ReqId> recvs_;  // standalone, by agreement peer, 0 once arrived
   std::vector<ReqId> sends_;
   std::vector<uint8_t> sent_, received_;  // piggyback, by agreement peer
+  std::vector<size_t> got_;               // piggyback: bytes of the staged receive
   size_t left_ = 0;  // descriptors not yet checked + standalone sends not completed
   bool any_valid_ = false;
 };

@@ -114,8 +114,10 @@ void Run::recv(Pending& p, int peer, void* buf, size_t len, uint64_t tag, size_t
   Transport& t = comm.transportTo(peer);
   void* dst = buf;
   const size_t payload = len;
-  const int staged = agreement ? agreement->stageRecv(peer, buf, len, tag) : -1;
-  p.push_back({&t, t.irecv(peer, buf, len, tag), key, peer, staged, dst, payload});
+  size_t* received = nullptr;
+  const int staged = agreement ? agreement->stageRecv(peer, buf, len, tag, received) : -1;
+  const ReqId id = staged >= 0 ? t.irecvUpTo(peer, buf, len, tag, received) : t.irecv(peer, buf, len, tag);
+  p.push_back({&t, id, key, peer, staged, dst, payload});
   track(peer, 1);
 }
 
@@ -125,8 +127,11 @@ bool Run::test(Req& r) {
   try {
     done = r.t->test(r.id);
   } catch (const Error& e) {
-    if (e.code() == hcInvalidUsage) agreement->failed(r.staged);  // throws the disagreement, if that is it
-    throw;
+    if (e.code() != hcInvalidUsage) throw;
+    agreement->failed(r.staged);  // throws the disagreement, if the truncated message shows it
+    // It did not (the provider dropped the message): the peer, which got this rank's shorter
+    // one, sees the difference and says so in its failure notice, which the caller waits for.
+    throw Error(e.code(), e.what(), Error::kSymptom);
   }
   if (done) agreement->landed(r.staged, r.dst, r.len);
   return done;

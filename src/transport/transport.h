@@ -24,6 +24,12 @@ class Transport {
   virtual bool canConnect(int peer) const = 0;
   virtual ReqId isend(int peer, const void* buf, size_t len, uint64_t tag) = 0;
   virtual ReqId irecv(int peer, void* buf, size_t len, uint64_t tag) = 0;
+  // A receive that also takes a shorter message: *received is its length once test() says
+  // complete (it must stay valid until then). Transports that cannot take one receive exactly.
+  virtual ReqId irecvUpTo(int peer, void* buf, size_t capacity, uint64_t tag, size_t* received) {
+    *received = capacity;
+    return irecv(peer, buf, capacity, tag);
+  }
   // Drives progress; true (and the request is released) once it is complete. Throws
   // hicoll::Error (hcRemoteError, hcSystemError, hcInvalidUsage for a length mismatch) naming
   // the peer and the tag.

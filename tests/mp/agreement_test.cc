@@ -93,6 +93,14 @@ TEST(Agreement, CountsThatDiffer) {
     std::vector<float> x(100001, 1.0f);
     return hcAllReduce(x.data(), x.data(), odd ? 100001 : 100000, hcFloat32, hcSum, comm, nullptr);
   }, "count");
+  // Small enough that the descriptor rides on the first message: the rank that receives the
+  // longer one must still name the calls, or relay the peer's notice that does.
+  expectEveryRankFails("allgather 3000/3001", [](hcComm_t comm, int, bool odd) {
+    int W = 0;
+    hcCommCount(comm, &W);
+    std::vector<float> in(3001, 1.0f), out(W * 3001);
+    return hcAllGather(in.data(), out.data(), odd ? 3001 : 3000, hcFloat32, comm, nullptr);
+  }, "count");
 }
 
 TEST(Agreement, DifferentCollectivesDoNotWaitForTheTimeout) {

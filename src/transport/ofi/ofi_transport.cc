@@ -206,6 +206,7 @@ struct Request {
   int peer = -1;
   uint64_t tag = 0;
   size_t len = 0;
+  size_t* received = nullptr;  // irecvUpTo: a shorter message completes it, its length here
   uint32_t pending = 0;  // posted operations not yet completed
   hcResult_t err = hcSuccess;
   std::string msg;
@@ -223,6 +224,11 @@ class OfiTransport final : public Transport {
   }
   ReqId irecv(int peer, void* buf, size_t len, uint64_t tag) override {
     return post(false, peer, buf, len, tag);
+  }
+  ReqId irecvUpTo(int peer, void* buf, size_t capacity, uint64_t tag, size_t* received) override {
+    HC_CHECK(capacity <= max_chunk_, hcInternalError, "rank {} ofi: a receive of up to {} bytes must be one message",
+             rank_, capacity);
+    return post(false, peer, buf, capacity, tag, received);
   }
   bool test(ReqId id) override;
   void progress() override;
@@ -243,7 +249,7 @@ class OfiTransport final : public Transport {
   void warmUp();
   void postNotices();
   void throwIfNoticeArrived();
-  ReqId post(bool send, int peer, void* buf, size_t len, uint64_t tag);
+  ReqId post(bool send, int peer, void* buf, size_t len, uint64_t tag, size_t* received = nullptr);
   void postOp(bool send, Op* op, void* buf, void* desc, int peer, uint64_t tag);
   size_t drainCq();
   void complete(Op* op, size_t len, int err, size_t olen, const std::string& why);
@@ -730,7 +736,7 @@ void OfiTransport::cancelOps(uint32_t req, uint32_t gen) {
 
 // ---- posting ----
 
-ReqId OfiTransport::post(bool send, int peer, void* buf, size_t len, uint64_t tag) {
+ReqId OfiTransport::post(bool send, int peer, void* buf, size_t len, uint64_t tag, size_t* received) {
   const char* what = send ? "send to" : "receive from";
   if (aborted_.load()) throwAborted(what, peer, tag);
   std::lock_guard<std::mutex> lk(mu_);
@@ -766,6 +772,7 @@ ReqId OfiTransport::post(bool send, int peer, void* buf, size_t len, uint64_t ta
     r.peer = peer;
     r.tag = tag;
     r.len = len;
+    r.received = received;
   }
   const size_t chunks = len == 0 ? 1 : (len - 1) / max_chunk_ + 1;
   for (size_t c = 0; c < chunks; ++c) {
@@ -855,7 +862,10 @@ void OfiTransport::complete(Op* op, size_t len, int err, size_t olen, const std:
   freeOp(op);
   if (!r) return;  // its request already failed and was released
   --r->pending;
-  if (err == 0 && (r->send || len == posted)) return;
+  if (err == 0 && (r->send || len == posted || r->received)) {
+    if (r->received) *r->received = offset + len;
+    return;
+  }
   if (!r->send && (err == 0 || err == FI_ETRUNC)) {
     // On truncation tcp and net (1.17) give the overflow in olen, or nothing at all when the
     // message arrived before its receive was posted.
