@@ -661,16 +661,9 @@ void HierEngine::runJob(const Job& job) {
         ++post_s;
         moved = true;
       }
-      for (size_t i = 0; i < pending.size();) {
-        if (t.test(pending[i].id)) {
-          --(pending[i].recv ? left_r : left_s)[pending[i].step];
-          pending[i] = pending.back();
-          pending.pop_back();
-          moved = true;
-        } else {
-          ++i;
-        }
-      }
+      if (completeEach(pending, [&](const Pending& p) { return t.test(p.id); },
+                       [&](const Pending& p) { --(p.recv ? left_r : left_s)[p.step]; }) > 0)
+        moved = true;
       for (; done_r < post_r && left_r[done_r] == 0; ++done_r)
         storeFlag(mine(Counter::Recvd), static_cast<uint32_t>(job.steps[done_r].x));
       for (; done_s < post_s && left_s[done_s] == 0; ++done_s)
