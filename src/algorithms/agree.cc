@@ -137,8 +137,7 @@ bool Agreement::poll(bool collect) {
       check(i);
     }
   }
-  for (ReqId& s : sends_)
-    if (s != 0 && c_.ofi->test(s)) s = 0, --left_;
+  left_ -= completeEach(sends_, [&](ReqId s) { return c_.ofi->test(s); });
   return left_ == 0;
 }
 

@@ -67,7 +67,7 @@ class Agreement {
   CallDesc mine_;
   bool piggyback_ = false;
   std::vector<ReqId> recvs_;  // standalone, by agreement peer, 0 once arrived
-  std::vector<ReqId> sends_;
+  std::vector<ReqId> sends_;  // standalone, not yet completed
   std::vector<uint8_t> sent_, received_;  // piggyback, by agreement peer
   std::vector<size_t> got_;               // piggyback: bytes of the staged receive
   size_t left_ = 0;  // descriptors not yet checked + standalone sends not completed

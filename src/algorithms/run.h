@@ -11,6 +11,7 @@
 #include "core/comm.h"
 #include "plan/plan.h"
 #include "transport/shm/shm_transport.h"
+#include "transport/transport.h"
 
 namespace hicoll {
 
@@ -109,19 +110,10 @@ struct Run {
 
 template <class F>
 size_t Run::poll(Pending& p, F&& done) {
-  size_t n = 0;
-  for (size_t i = 0; i < p.size();) {
-    if (test(p[i])) {
-      track(p[i].peer, -1);
-      done(p[i].key);
-      p[i] = p.back();
-      p.pop_back();
-      ++n;
-    } else {
-      ++i;
-    }
-  }
-  return n;
+  return completeEach(p, [this](Req& r) { return test(r); }, [&](Req& r) {
+    track(r.peer, -1);
+    done(r.key);
+  });
 }
 
 // Algorithms (host buffers, blocking). count = elements per rank block.

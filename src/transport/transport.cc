@@ -1,7 +1,5 @@
 #include "transport/transport.h"
 
-#include <algorithm>
-
 #include "base/error.h"
 
 namespace hicoll {
@@ -9,16 +7,7 @@ namespace hicoll {
 void waitAll(Transport& t, std::vector<ReqId>& reqs, const Deadline& deadline, const std::string& what) {
   Backoff backoff;
   while (!reqs.empty()) {
-    bool any = false;
-    for (size_t i = 0; i < reqs.size();) {
-      if (t.test(reqs[i])) {
-        reqs[i] = reqs.back();
-        reqs.pop_back();
-        any = true;
-      } else {
-        ++i;
-      }
-    }
+    const bool any = completeEach(reqs, [&](ReqId id) { return t.test(id); }) > 0;
     if (reqs.empty()) break;
     if (any) {
       backoff.reset();

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/deadline.h"
@@ -51,6 +52,30 @@ class Transport {
   // Memory that will be sent from / received into often (scratch, sort buffers).
   virtual void registerRegion(void* base, size_t len) { (void)base; (void)len; }
 };
+
+// The one request-polling pass: tests each outstanding request once (test(T&) -> bool), calls
+// done(T&) on every completed one and removes it (swap with the last: the order of what is left
+// changes). Returns how many completed. A throwing test leaves its request in place. done must
+// not add to or remove from reqs.
+template <class T, class TestFn, class DoneFn>
+size_t completeEach(std::vector<T>& reqs, TestFn&& test, DoneFn&& done) {
+  size_t n = 0;
+  for (size_t i = 0; i < reqs.size();) {
+    if (test(reqs[i])) {
+      done(reqs[i]);
+      if (i + 1 != reqs.size()) reqs[i] = std::move(reqs.back());
+      reqs.pop_back();
+      ++n;
+    } else {
+      ++i;
+    }
+  }
+  return n;
+}
+template <class T, class TestFn>
+size_t completeEach(std::vector<T>& reqs, TestFn&& test) {
+  return completeEach(reqs, std::forward<TestFn>(test), [](T&) {});
+}
 
 // Waits for all requests (any order) until the deadline; throws hcTimeout naming `what`.
 void waitAll(Transport& t, std::vector<ReqId>& reqs, const Deadline& deadline, const std::string& what);

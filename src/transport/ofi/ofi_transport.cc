@@ -497,16 +497,7 @@ void OfiTransport::warmUp() {
   Deadline dl(timeout_ms_);
   Backoff bo;
   while (!reqs.empty()) {
-    bool any = false;
-    for (size_t i = 0; i < reqs.size();) {
-      if (test(reqs[i].second)) {
-        reqs[i] = reqs.back();
-        reqs.pop_back();
-        any = true;
-      } else {
-        ++i;
-      }
-    }
+    const bool any = completeEach(reqs, [&](const std::pair<int, ReqId>& r) { return test(r.second); }) > 0;
     if (reqs.empty()) break;
     if (dl.expired()) {
       std::string who;
@@ -598,20 +589,18 @@ void OfiTransport::announceFailure(const std::string& what) {
     post_limit_ms_ = 0;
     Backoff bo;
     size_t done = 0;
-    for (size_t i = 0; i < sends.size() && !dl.expired();) {
-      bool ok = false;
+    auto sent = [&](ReqId id) {
       try {
-        ok = test(sends[i]);
+        return test(id);
       } catch (const Error&) {
-        ok = true;  // failed: nothing more to wait for
+        return true;  // failed: nothing more to wait for
       }
-      if (ok) {
-        ++i;
-        ++done;
-        bo.reset();
-      } else {
-        bo.pause();
-      }
+    };
+    while (!sends.empty() && !dl.expired()) {
+      const size_t n = completeEach(sends, sent);
+      done += n;
+      if (n > 0) bo.reset();
+      else if (!sends.empty()) bo.pause();
     }
     HC_INFO("ofi: rank {} sent its failure notice to {} of {} peers", rank_, done, size_ - 1);
   } catch (const std::exception& e) {

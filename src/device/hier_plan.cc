@@ -1,0 +1,124 @@
+// The device engine's planning: chunk sizes per collective, whether a call can run here
+// (unsupported), the bytes it moves per peer and the sizes of the staging buffers.
+#include "device/hier_engine.h"
+
+#include <algorithm>
+
+#include "base/error.h"
+#include "device/decision.h"
+
+namespace hicoll::dev {
+namespace {
+
+size_t roundChunk(size_t q, size_t esize) {
+  if (q >= 256) return q - q % 256;
+  return q - q % esize;
+}
+
+}  // namespace
+
+BufferSizes bufferSizes(int local_ranks, int nnodes, size_t chunk, size_t scratch_knob, size_t sort_knob) {
+  const size_t D = kDepth, L = static_cast<size_t>(local_ranks), N = static_cast<size_t>(nnodes);
+  BufferSizes s;
+  s.dsort = std::min(sort_knob, D * L * N * chunk);
+  if (N > 1) {
+    s.dwork = (D + 1) * N * chunk;
+    s.hscratch = std::min(scratch_knob, D * N * chunk);
+    s.hsort = std::min(sort_knob, D * N * chunk);
+  }
+  return s;
+}
+
+size_t HierEngine::chunkBytes(Kind k, size_t e) const {
+  const size_t L = static_cast<size_t>(L_), N = static_cast<size_t>(N_);
+  size_t q = res_.chunk_bytes;
+  switch (k) {
+    case Kind::AllGather:
+      q = std::min(q, dslot_ / N);
+      if (N > 1) q = std::min({q, hsslot_, hrslot_ / N});
+      break;
+    case Kind::ReduceScatter:
+      q = std::min(q, dslot_ / (L * N));
+      if (N > 1) q = std::min({q, wslot_ / N, hsslot_ / N, hrslot_ / N});
+      break;
+    case Kind::Broadcast:
+      q = std::min(q, dslot_);
+      if (N > 1) q = std::min({q, hsslot_, hrslot_});
+      break;
+  }
+  return roundChunk(q, e);
+}
+
+size_t HierEngine::chunkFor(const CollArgs& a) const {
+  const size_t e = hcTypeSize(a.dtype);
+  if (e == 0) return 0;
+  switch (a.coll) {
+    case hcCollAllGather: return chunkBytes(Kind::AllGather, e);
+    case hcCollReduceScatter: return chunkBytes(Kind::ReduceScatter, e);
+    case hcCollBroadcast: return chunkBytes(Kind::Broadcast, e);
+    case hcCollAllReduce:
+      if (smallAllReduce(a)) return chunkBytes(Kind::AllGather, e);
+      return std::min(chunkBytes(Kind::AllGather, e), chunkBytes(Kind::ReduceScatter, e));
+    default: return 0;
+  }
+}
+
+bool HierEngine::smallAllReduce(const CollArgs& a) const {
+  return allReduceIsSmall(a.count, hcTypeSize(a.dtype), W_, res_.allreduce_small_bytes, deviceCapabilities());
+}
+
+std::string HierEngine::unsupported(const CollArgs& a) const {
+  const size_t e = hcTypeSize(a.dtype);
+  if (e == 0) return fmt::format("datatype {} has no device kernel", static_cast<int>(a.dtype));
+  if (a.coll != hcCollAllGather && a.coll != hcCollReduceScatter && a.coll != hcCollAllReduce &&
+      a.coll != hcCollBroadcast)
+    return fmt::format("{} has no device path", collName(a.coll));
+  const bool reduces = a.coll == hcCollReduceScatter ||
+                       (a.coll == hcCollAllReduce && !smallAllReduce(a));
+  if (reduces && L_ > kMaxReduceInputs)
+    return fmt::format("{} ranks per node exceed the {} inputs of the device reduction", L_, kMaxReduceInputs);
+  if (reduces && N_ > kMaxReduceInputs)
+    return fmt::format("{} nodes exceed the {} inputs of the device reduction", N_, kMaxReduceInputs);
+  if (chunkFor(a) == 0)
+    return fmt::format("device staging buffers too small for one {}-byte element per chunk ({} nodes x {} local ranks; "
+                       "SMDDP_AG_SORT_BUFFER_SIZE_BYTES / SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES)",
+                       e, N_, L_);
+  return "";
+}
+
+void HierEngine::forEachPeerBytes(const CollArgs& a, const std::function<void(int, size_t)>& fn) const {
+  const Topology& t = res_.topo;
+  const size_t e = hcTypeSize(a.dtype), N = static_cast<size_t>(N_);
+  auto hier = [&](size_t b) {  // AllGather and ReduceScatter move the same bytes
+    for (int p = 0; p < L_; ++p)
+      if (p != l_) fn(t.rankAt(n_, p), N * b);
+    for (int m = 0; m < N_; ++m)
+      if (m != n_) fn(t.rankAt(m, l_), b);
+  };
+  switch (a.coll) {
+    case hcCollAllGather:
+    case hcCollReduceScatter: hier(a.count * e); break;
+    case hcCollAllReduce:
+      if (smallAllReduce(a)) {
+        hier(a.count * e);
+      } else {
+        const size_t bb = allReduceBlock(a.count, W_, deviceCapabilities()) * e;
+        hier(bb);
+        hier(bb);
+      }
+      break;
+    case hcCollBroadcast: {
+      const int n0 = t.node_of[a.root], l0 = t.local_of[a.root];
+      if (l_ != l0) break;
+      for (int p = 0; p < L_; ++p)
+        if (p != l_) fn(t.rankAt(n_, p), a.count * e);
+      if (res_.rank == a.root)
+        for (int m = 0; m < N_; ++m)
+          if (m != n0) fn(t.rankAt(m, l0), a.count * e);
+      break;
+    }
+    default: break;
+  }
+}
+
+}  // namespace hicoll::dev
