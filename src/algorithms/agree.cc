@@ -30,12 +30,14 @@ Agreement::Agreement(hcComm& c, const CallDesc& mine, const std::string& reason,
   }
   const uint64_t tag = agreementTag(mine.w[3]);
   recvs_.assign(P, 0);
+  got_.assign(P, 0);
   for (size_t i = 0; i < P; ++i) {
     hcComm::AgreeMsg& out = c.agree_out[i];
     out.desc = mine;
     std::snprintf(out.body, hcComm::AgreeMsg::kReason, "%s", reason.c_str());
     c.agree_in[i].desc = CallDesc{};  // a size mismatch must not show the last call's
-    recvs_[i] = c.ofi->irecv(c.agree_peers[i], &c.agree_in[i], kStandaloneBytes, tag);
+    // Up to a whole staging message: a peer whose call differs may have piggybacked.
+    recvs_[i] = c.ofi->irecvUpTo(c.agree_peers[i], &c.agree_in[i], sizeof(hcComm::AgreeMsg), tag, &got_[i]);
     sends_.push_back(c.ofi->isend(c.agree_peers[i], &out, kStandaloneBytes, tag));
   }
   left_ += sends_.size();
