@@ -140,6 +140,9 @@ typedef struct {
   /* Of bytes_intra, what this rank read from local peers' node memory (hcMemAlloc) with plain
    * loads, per collective: nonzero when the zero-copy path ran. */
   uint64_t bytes_node_memory[hcNumColls];
+  /* Quantized calls (hcAllGatherQuantized) per collective; they are also counted in coll[],
+   * whose bytes are then the quantized bytes actually moved. */
+  uint64_t quantized_calls[hcNumColls];
 } hcStats;
 #define HC_STATS_INITIALIZER {sizeof(hcStats)}
 
@@ -258,6 +261,28 @@ HC_API hcResult_t hcRedOpDestroy(hcRedOp_t op, hcComm_t comm);
 /* recvbuff holds nranks * sendcount elements in rank order. */
 HC_API hcResult_t hcAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                               hcDataType_t datatype, hcComm_t comm, hcStream_t stream);
+/* Block quantization for the quantized collectives (DeepSpeed ZeRO++'s qwZ format): int8,
+ * symmetric, one fp32 scale (the block's absmax) per block of `block` elements. An element x of
+ * a block of absmax a arrives as round(x * 127 / a) * a / 127, so it is off by at most a / 254
+ * (plus the output type's rounding); NaN and +-Inf arrive as NaN. */
+#define HICOLL_HAS_QUANTIZED 1
+typedef enum { hcQuantInt8Absmax = 0 } hcQuantFormat_t;
+typedef struct {
+  size_t size;            /* sizeof(hcQuant) */
+  hcQuantFormat_t format; /* hcQuantInt8Absmax */
+  size_t block;           /* elements per scale; 0 = 256; at most 2^24 */
+} hcQuant;
+#define HC_QUANT_INITIALIZER {sizeof(hcQuant), hcQuantInt8Absmax, 256}
+
+/* An AllGather that moves each rank's block as int8 codes and scales, on every level (within
+ * the node too), and dequantizes every block into recvbuff, this rank's own included: every
+ * rank holds bit-identical output (the dequantized values, not sendbuff's). datatype: fp32,
+ * bf16 or fp16. sendbuff is not modified; in place as hcAllGather. Every rank must pass the
+ * same count, datatype and block. Host buffers only (stream NULL) for now. */
+HC_API hcResult_t hcAllGatherQuantized(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                       hcDataType_t datatype, const hcQuant* quant, hcComm_t comm,
+                                       hcStream_t stream);
+
 /* sendbuff holds nranks * recvcount elements; rank r receives the reduction of block r. */
 HC_API hcResult_t hcReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                                   hcDataType_t datatype, hcRedOp_t op, hcComm_t comm,

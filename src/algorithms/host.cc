@@ -58,6 +58,7 @@ Capabilities hostCapabilities(const hcComm& c) {
 }
 
 void runHostCollective(hcComm& c, const CollArgs& a) {
+  if (a.quant.block && !a.quant.packed) return runQuantized(c, a);
   const CollPlan p = planCall(c, a, hostCapabilities(c));
   if (p.fallback()) HC_INFO("fallback: {} takes the flat ring: {}", describe(a), p.reason);
   HC_TRACE("{}: path {} ({})", describe(a), p.path == hcPathHierarchical ? "hierarchical" : "ring", ruleName(p.rule));

@@ -16,6 +16,9 @@ void runHostCollective(hcComm& comm, const CollArgs& a);
 // a was rejected on this rank for `why` (its call number set): takes part in the call's
 // agreement with an invalid descriptor, so peers fail this same call, and throws
 // hcInvalidArgument: fatal unless every rank rejected the call (then nothing moved).
+// A quantized call (a.quant.block set, quantized.cc): packs this rank's block, runs the exact
+// collective on the packed images, unpacks.
+void runQuantized(hcComm& comm, const CollArgs& a);
 [[noreturn]] void rejectCall(hcComm& comm, const CollArgs& a, const std::string& why);
 
 }  // namespace hicoll

@@ -1,11 +1,11 @@
 // Block quantization for the quantized collectives: int8, symmetric, one fp32 scale per block.
 //
 // A rank's `count` elements of dtype (fp32, bf16 or fp16) become a packed image:
-//   [nblocks x float absmax][count x int8 codes][pad to 8 bytes]
+//   [nblocks x float absmax][count x int8 codes][zero bytes to a multiple of 8]
 // with nblocks = ceil(count / block). Code q of element x in a block of absmax a is
 // round-to-nearest-even(x * 127 / a), in [-127, 127]; it dequantizes to q * a / 127, rounded
 // once to the output dtype. So |dequant(quant(x)) - x| <= a / 254 plus the output dtype's
-// rounding (and fp32 arithmetic's, a few ulps of a at most).
+// rounding.
 //
 // The block's absmax itself is stored (not a / 127): it is an input value, exact in fp32 for
 // every input dtype, so denormal and huge blocks keep the bound (a / 127 would underflow).

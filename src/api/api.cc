@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "algorithms/host.h"
+#include "algorithms/quantize.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "base/numeric.h"
@@ -128,6 +129,13 @@ void validate(hcComm& c, const CollArgs& a, const char* fn) {
   if (a.coll == hcCollBroadcast)
     HC_CHECK(a.root >= 0 && a.root < c.nranks, hcInvalidArgument, "{}: root {} is outside [0, {})", fn, a.root,
              c.nranks);
+  if (a.quant.block) {
+    HC_CHECK(quant::quantizable(a.dtype), hcInvalidArgument,
+             "{}: datatype {} cannot be quantized (float32, bfloat16 or float16)", fn, dtypeName(a.dtype));
+    HC_CHECK(a.quant.block <= quant::kMaxBlock, hcInvalidArgument, "{}: block {} is above the largest, {}", fn,
+             a.quant.block, quant::kMaxBlock);
+    HC_CHECK(!a.stream, hcUnsupported, "{}: device buffers are not supported yet (host buffers only)", fn);
+  }
   if (a.count == 0 && a.coll != hcCollBarrier) return;
   HC_CHECK(a.count <= SIZE_MAX / e / W, hcInvalidArgument, "{}: count {} overflows", fn, a.count);
   const size_t b = a.count * e;
@@ -440,6 +448,28 @@ hcResult_t hcAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, h
   return collective(comm, "hcAllGather",
                     {.coll = hcCollAllGather, .send = sendbuff, .recv = recvbuff, .count = sendcount,
                      .dtype = datatype, .stream = stream});
+}
+
+hcResult_t hcAllGatherQuantized(const void* sendbuff, void* recvbuff, size_t sendcount, hcDataType_t datatype,
+                                const hcQuant* quant, hcComm_t comm, hcStream_t stream) {
+  const char* fn = "hcAllGatherQuantized";
+  if (bad(comm, fn)) return hcInvalidArgument;
+  CollArgs a{.coll = hcCollAllGather, .send = sendbuff, .recv = recvbuff, .count = sendcount, .dtype = datatype,
+             .stream = stream};
+  // A bad descriptor is this rank's argument error like any other: its peers are told.
+  std::string why;
+  if (!quant || quant->size < offsetof(hcQuant, block) + sizeof(quant->block))
+    why = fmt::format("{}: quant is NULL or its size field is not set (HC_QUANT_INITIALIZER)", fn);
+  else if (quant->format != hcQuantInt8Absmax)
+    why = fmt::format("{}: unknown quantization format {}", fn, static_cast<int>(quant->format));
+  const size_t block = why.empty() && quant->block ? quant->block : quant::kDefaultBlock;
+  a.quant = QuantArgs{.block = block, .dtype = datatype, .count = sendcount};
+  if (why.empty()) return collective(comm, fn, a);
+  return guard(comm, fn, [&] {
+    if (a.stream || comm->nranks == 1) HC_THROW(hcInvalidArgument, "{}", why);
+    a.call = ++comm->calls;
+    rejectCall(*comm, a, why);
+  });
 }
 
 hcResult_t hcReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, hcDataType_t datatype,

@@ -46,6 +46,9 @@ const char* opName(OpKind k) {
 }
 
 std::string describe(const CollArgs& a) {
+  if (a.quant.block)
+    return fmt::format("{}(int8, block {}) #{} of {} x {}", collName(a.coll), a.quant.block, a.call, a.quant.count,
+                       dtypeName(a.quant.dtype));
   std::string s = fmt::format("{} #{} of {} x {}", collName(a.coll), a.call, a.count, dtypeName(a.dtype));
   if (a.coll == hcCollReduceScatter || a.coll == hcCollAllReduce) s += fmt::format(" ({})", opName(a.op.kind));
   if (a.coll == hcCollBroadcast) s += fmt::format(" (root {})", a.root);
@@ -68,12 +71,15 @@ bool reduces(hcColl_t c) { return c == hcCollReduceScatter || c == hcCollAllRedu
 
 CallDesc CallDesc::of(const CollArgs& a, uint64_t flags) {
   CallDesc d;
-  const bool op = reduces(a.coll);
-  d.w[0] = (static_cast<uint64_t>(a.coll) & 0xff) | (static_cast<uint64_t>(a.dtype) & 0xff) << 8 |
+  const bool op = reduces(a.coll), q = a.quant.block != 0;
+  const hcDataType_t dtype = q ? a.quant.dtype : a.dtype;
+  d.w[0] = (static_cast<uint64_t>(a.coll) & 0xff) | (static_cast<uint64_t>(dtype) & 0xff) << 8 |
            (op ? static_cast<uint64_t>(a.op.kind) & 0xff : 0) << 16 |
            ((flags | (a.destroy ? kDestroy : 0)) & 0xf) << 24 |
-           (a.coll == hcCollBroadcast ? static_cast<uint64_t>(static_cast<uint32_t>(a.root)) : 0) << 32;
-  d.w[1] = a.count;
+           (a.coll == hcCollBroadcast ? static_cast<uint64_t>(static_cast<uint32_t>(a.root))
+                                      : static_cast<uint64_t>(a.quant.block & 0xffffffffu))
+               << 32;
+  d.w[1] = q ? a.quant.count : a.count;
   d.w[2] = op && a.op.kind == OpKind::PreMulSum ? bitsOf(a.op.scalar) : 0;
   d.w[3] = a.call;
   return d;
@@ -85,9 +91,11 @@ CollArgs CallDesc::args() const {
   a.dtype = static_cast<hcDataType_t>((w[0] >> 8) & 0xff);
   a.op.kind = static_cast<OpKind>((w[0] >> 16) & 0xff);
   a.op.scalar = a.op.kind == OpKind::PreMulSum ? doubleOf(w[2]) : 1.0;
-  a.root = static_cast<int>(static_cast<uint32_t>(w[0] >> 32));
+  const uint32_t high = static_cast<uint32_t>(w[0] >> 32);
+  a.root = a.coll == hcCollBroadcast ? static_cast<int>(high) : 0;
   a.count = w[1];
   a.call = w[3];
+  if (a.coll != hcCollBroadcast && high) a.quant = {high, a.dtype, a.count};
   return a;
 }
 
@@ -113,6 +121,7 @@ std::string describeCall(const CallDesc& d) {
     what += ")";
   }
   if (a.coll == hcCollBroadcast) what += fmt::format("(root {})", a.root);
+  if (a.quant.block) what += fmt::format("(int8, block {})", a.quant.block);
   return fmt::format("{} #{} of {} x {}", what, a.call, a.count, a.dtype < hcNumTypes ? dtypeName(a.dtype) : "?");
 }
 
@@ -129,6 +138,8 @@ std::string callDifference(const CallDesc& mine, const CallDesc& theirs) {
   if (a.coll == b.coll && reduces(a.coll) && a.op.kind == b.op.kind && mine.w[2] != theirs.w[2])
     add("the pre-multiplied sum's scalar");
   if (a.coll == b.coll && a.coll == hcCollBroadcast && a.root != b.root) add("the root");
+  if (a.coll == b.coll && a.quant.block != b.quant.block)
+    add(a.quant.block && b.quant.block ? "the quantization block" : "quantized or exact");
   return d.empty() ? "the call" : d;
 }
 

@@ -17,6 +17,16 @@ struct RedOp {
   hcRedOp_t handle = hcSum;
 };
 
+// A quantized call (hcAllGatherQuantized): the user's datatype and count, kept while the call
+// itself moves the packed images (dtype uint8, count = bytes per rank) so that descriptors and
+// messages name what the user called.
+struct QuantArgs {
+  size_t block = 0;  // elements per scale; 0: not quantized
+  hcDataType_t dtype = hcFloat32;
+  size_t count = 0;
+  bool packed = false;  // CollArgs::dtype / count describe the images (the call that moves them)
+};
+
 struct CollArgs {
   hcColl_t coll = hcCollAllGather;
   const void* send = nullptr;
@@ -30,6 +40,7 @@ struct CollArgs {
   void* stream = nullptr;  // cudaStream_t; nullptr for host buffers
   uint64_t call = 0;       // call number on the communicator (1, 2, ...; counts calls that communicate)
   bool destroy = false;    // the barrier hcCommDestroy runs (named so in a disagreement)
+  QuantArgs quant;
 };
 
 // What every rank of a call must agree on, packed into four words (the node board carries it
@@ -38,8 +49,10 @@ struct CollArgs {
 struct CallDesc {
   static constexpr uint64_t kInvalid = 1;  // flags: the rank rejected its own arguments
   static constexpr uint64_t kDestroy = 2;  // flags: hcCommDestroy's barrier
-  // w[0]: coll (bits 0-7), dtype (8-15), op (16-23), flags (24-27), phase (28-31), root (32-63);
-  // w[1]: count; w[2]: the pre-multiplied sum's scalar (double bits); w[3]: the call number.
+  // w[0]: coll (bits 0-7), dtype (8-15), op (16-23), flags (24-27), phase (28-31), root of a
+  // Broadcast or a quantized call's block (32-63); w[1]: count; w[2]: the pre-multiplied sum's
+  // scalar (double bits); w[3]: the call number. A quantized call is described by the user's
+  // dtype and count.
   uint64_t w[4] = {};
 
   static CallDesc of(const CollArgs& a, uint64_t flags = 0);

@@ -13,6 +13,7 @@
 #include "base/log.h"
 #include "bootstrap/liveness.h"
 #include "transport/ofi/ofi_transport.h"
+#include "transport/shm/node_memory.h"
 #include "transport/shm/shm_transport.h"
 
 namespace hicoll {
@@ -171,7 +172,12 @@ std::unique_ptr<hcComm> createComm(std::unique_ptr<Bootstrap> bs, std::shared_pt
 
 }  // namespace hicoll
 
-hcComm::~hcComm() = default;
+hcComm::~hcComm() {
+  try {
+    if (quant_buf) hicoll::nodeMemFree(quant_buf);
+  } catch (...) {
+  }
+}
 
 bool hcComm::fail(const std::string& why) {
   std::lock_guard<std::mutex> lock(failure_mu);
@@ -197,6 +203,10 @@ void hcComm::release() {
   bootstrap.reset();
   keepalive.reset();
   std::vector<char>().swap(heap_workspace);
+  if (quant_buf) hicoll::nodeMemFree(quant_buf);
+  quant_buf = nullptr;
+  quant_bytes = 0;
+  std::vector<char>().swap(quant_heap);
   std::vector<hicoll::RedOp>().swap(premul_ops);
   cfg = hicoll::Config();
   std::string().swap(failure_);
@@ -242,6 +252,28 @@ char* hcComm::workspace(size_t bytes) {
     heap_workspace.resize(bytes);
   }
   return heap_workspace.data();
+}
+
+char* hcComm::quantBuffer(size_t bytes) {
+  if (quant_bytes >= bytes) return static_cast<char*>(quant_buf ? quant_buf : quant_heap.data());
+  if (quant_buf) hicoll::nodeMemFree(quant_buf);
+  quant_buf = nullptr;
+  quant_bytes = 0;
+  std::vector<char>().swap(quant_heap);
+  try {
+    quant_buf = hicoll::nodeMemAlloc(bytes);
+  } catch (const hicoll::Error& e) {
+    // Private memory works too (peers then read it with single-copy reads or through scratch).
+    HC_WARN("quantized calls: no node memory for {} bytes ({}); using private memory", bytes, e.what());
+    quant_heap.resize(bytes);
+  }
+  quant_bytes = bytes;
+  return static_cast<char*>(quant_buf ? quant_buf : quant_heap.data());
+}
+
+void hcComm::countQuantized(hcColl_t c) {
+  std::lock_guard<std::mutex> lock(stats_mu);
+  stats.quantized_calls[c]++;
 }
 
 void hcComm::countNodeMemory(hcColl_t c, size_t bytes) {

@@ -93,6 +93,13 @@ struct hcComm {
   // At least `bytes` of private memory, kept for later calls (grows, never shrinks); valid
   // until the next call of workspace().
   char* workspace(size_t bytes);
+  // At least `bytes` of node memory (hcMemAlloc's kind) for the quantized calls' packed images,
+  // kept for later calls (grows, never shrinks): local peers read it where it lies.
+  char* quantBuffer(size_t bytes);
+  void countQuantized(hcColl_t c);
+  void* quant_buf = nullptr;      // node memory, or null: then quant_heap
+  std::vector<char> quant_heap;
+  size_t quant_bytes = 0;
 };
 
 namespace hicoll {

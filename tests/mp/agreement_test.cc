@@ -132,6 +132,29 @@ TEST(Agreement, PreMulSumScalars) {
   }, "scalar");
 }
 
+// A quantized AllGather's block, its datatype, and quantized against exact: each is a
+// disagreement the node board and the network both catch.
+TEST(Agreement, QuantizedAllGathers) {
+  auto gather = [](hcComm_t comm, hcDataType_t t, size_t block, bool quantized) {
+    int W = 0;
+    hcCommCount(comm, &W);
+    std::vector<float> in(3000, 1.5f), out(W * in.size());
+    hcQuant q = HC_QUANT_INITIALIZER;
+    q.block = block;
+    return quantized ? hcAllGatherQuantized(in.data(), out.data(), in.size(), t, &q, comm, nullptr)
+                     : hcAllGather(in.data(), out.data(), in.size(), t, comm, nullptr);
+  };
+  expectEveryRankFails("quantized block 256/2048", [&](hcComm_t comm, int, bool odd) {
+    return gather(comm, hcFloat32, odd ? 2048 : 256, true);
+  }, "quantization block");
+  expectEveryRankFails("quantized bfloat16/float16", [&](hcComm_t comm, int, bool odd) {
+    return gather(comm, odd ? hcFloat16 : hcBfloat16, 256, true);
+  }, "datatype");
+  expectEveryRankFails("quantized/exact", [&](hcComm_t comm, int, bool odd) {
+    return gather(comm, hcFloat32, 256, !odd);
+  }, "quantized or exact");
+}
+
 // In place on some ranks and not on others is a valid call (as in NCCL): it must succeed.
 TEST(Agreement, MixedInPlaceIsValid) {
   for (const Layout& lay : layouts()) {
