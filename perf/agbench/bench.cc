@@ -160,7 +160,8 @@ class Runner {
         recv_->poison(g.recv_count * ts);
         fillInput(p, me_, mine, g.count, ip ? recv + mine * ts : send);
         call(v, g, t, op, ip);
-        wrong += countWrongOutput(p, recv, 0, g.recv_count);
+        wrong += v.quantBlock() ? countOutsideQuantBound(p, recv, g.count, W_, v.quantBlock())
+                                : countWrongOutput(p, recv, 0, g.recv_count);
         wrong += recv_->damagedGuards(g.recv_count * ts, ts);
         if (!ip) wrong += countWrongInput(p, me_, send, mine, g.count);
         break;

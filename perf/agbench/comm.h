@@ -43,6 +43,9 @@ class Variant {
   virtual bool rsInPlaceAtStart() const { return false; }
   // The measured hicoll communicator (statistics), or null.
   virtual hcComm_t comm() const { return nullptr; }
+  // Elements per scale when the variant quantizes (hcAllGatherQuantized), else 0: its output
+  // is checked against the format's error bound instead of bitwise.
+  virtual size_t quantBlock() const { return 0; }
 };
 
 struct HcError : std::runtime_error {
@@ -53,7 +56,8 @@ struct HcError : std::runtime_error {
 void hcCheck(hcResult_t r, hcComm_t comm, const char* call);
 
 std::unique_ptr<Sync> makeHicollSync(hcComm_t comm);
-std::unique_ptr<Variant> makeHicollVariant(hcComm_t comm, std::string name);
+// quant_block > 0: its AllGather is hcAllGatherQuantized with that block (float types only).
+std::unique_ptr<Variant> makeHicollVariant(hcComm_t comm, std::string name, size_t quant_block = 0);
 
 #ifdef AGBENCH_HAVE_MPI
 void mpiInit(int* argc, char*** argv);

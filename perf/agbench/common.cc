@@ -95,6 +95,7 @@ uint64_t Args::hash() const {
   for (char c : algo) mix(static_cast<unsigned char>(c));
   mix(verbose);
   mix(node_memory);
+  mix(quant_block);
   return h;
 }
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <new>
 #include <stdexcept>
@@ -169,6 +170,31 @@ size_t countWrongOutput(const Pattern& p, const void* got, size_t first, size_t 
 
 size_t countWrongInput(const Pattern& p, int q, const void* got, size_t first, size_t n) {
   return countDiff(p, got, first, n, [&p, q](size_t j) { return p.value(q, j); });
+}
+
+size_t countOutsideQuantBound(const Pattern& p, const void* got, size_t per_rank, int nranks, size_t block) {
+  const hcDataType_t dt = p.type().dt;
+  // Half an ulp of the output type, relative to the value.
+  const double half_ulp = dt == hcBfloat16 ? 0x1p-8 : dt == hcFloat16 ? 0x1p-11 : 0x1p-24;
+  auto load = [&](size_t k) -> double {
+    if (dt == hcFloat32) return static_cast<const float*>(got)[k];
+    const uint16_t b = static_cast<const uint16_t*>(got)[k];
+    if (dt == hcBfloat16) return std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
+    return static_cast<double>(std::bit_cast<_Float16>(b));
+  };
+  size_t wrong = 0;
+  for (size_t q = 0; q < static_cast<size_t>(nranks); ++q)
+    for (size_t lo = 0; lo < per_rank; lo += block) {
+      const size_t first = q * per_rank + lo, n = std::min(block, per_rank - lo);
+      double absmax = 0;
+      for (size_t k = 0; k < n; ++k) absmax = std::max(absmax, std::abs(static_cast<double>(p.expected(first + k))));
+      for (size_t k = 0; k < n; ++k) {
+        const double want = static_cast<double>(p.expected(first + k)), have = load(first + k);
+        // Also catches NaN (the comparison is false).
+        if (!(std::abs(have - want) <= absmax / 254 * (1 + 1e-6) + std::abs(have) * half_ulp)) ++wrong;
+      }
+    }
+  return wrong;
 }
 
 GuardedBuffer::GuardedBuffer(size_t bytes, bool node_memory) : bytes_(bytes), node_memory_(node_memory) {

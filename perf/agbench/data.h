@@ -39,6 +39,11 @@ size_t countWrongOutput(const Pattern& p, const void* got, size_t first, size_t 
 // Elements k < n of got that differ from value(q, first + k) (an input left intact).
 size_t countWrongInput(const Pattern& p, int q, const void* got, size_t first, size_t n);
 
+// A quantized AllGather's output (hcAllGatherQuantized, int8 with one absmax per `block`
+// elements of each rank's `per_rank` elements): elements k < nranks * per_rank further from
+// expected(k) than the format's bound, absmax(block) / 254, plus the type's own rounding.
+size_t countOutsideQuantBound(const Pattern& p, const void* got, size_t per_rank, int nranks, size_t block);
+
 // The value written over receive buffers before a checked call; no pattern value equals it.
 constexpr unsigned char kPoison = 0xCD;
 constexpr unsigned char kGuard = 0xA5;

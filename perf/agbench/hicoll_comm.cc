@@ -47,15 +47,19 @@ class HicollSync final : public Sync {
 
 class HicollVariant final : public Variant {
  public:
-  HicollVariant(hcComm_t comm, std::string name) : comm_(comm), name_(std::move(name)) {
+  HicollVariant(hcComm_t comm, std::string name, size_t quant_block)
+      : comm_(comm), name_(std::move(name)), quant_block_(quant_block) {
     hcCheck(hcCommUserRank(comm, &rank_), comm, "hcCommUserRank");
   }
   ~HicollVariant() override {
     for (auto& [dt, op] : premul_) hcRedOpDestroy(op, comm_);
   }
   std::string name() const override { return name_; }
-  bool supports(Coll, const TypeDesc&, int, bool) const override { return true; }
+  bool supports(Coll c, const TypeDesc& t, int, bool) const override {
+    return !quant_block_ || (c == Coll::AllGather && (t.dt == hcFloat32 || t.dt == hcBfloat16 || t.dt == hcFloat16));
+  }
   hcComm_t comm() const override { return comm_; }
+  size_t quantBlock() const override { return quant_block_; }
 
   void run(Coll c, const Geometry& g, const TypeDesc& t, int op, int root, bool in_place,
            char* send, char* recv) override {
@@ -64,7 +68,13 @@ class HicollVariant final : public Variant {
     switch (c) {
       case Coll::AllGather: {
         const char* s = in_place ? recv + static_cast<size_t>(rank_) * g.count * ts : send;
-        r = hcAllGather(s, recv, g.count, t.dt, comm_, nullptr);
+        if (quant_block_) {
+          hcQuant q = HC_QUANT_INITIALIZER;
+          q.block = quant_block_;
+          r = hcAllGatherQuantized(s, recv, g.count, t.dt, &q, comm_, nullptr);
+        } else {
+          r = hcAllGather(s, recv, g.count, t.dt, comm_, nullptr);
+        }
         break;
       }
       case Coll::ReduceScatter: {
@@ -110,6 +120,7 @@ class HicollVariant final : public Variant {
 
   hcComm_t comm_;
   std::string name_;
+  size_t quant_block_ = 0;
   int rank_ = 0;
   std::map<hcDataType_t, hcRedOp_t> premul_;
 };
@@ -118,8 +129,8 @@ class HicollVariant final : public Variant {
 
 std::unique_ptr<Sync> makeHicollSync(hcComm_t comm) { return std::make_unique<HicollSync>(comm); }
 
-std::unique_ptr<Variant> makeHicollVariant(hcComm_t comm, std::string name) {
-  return std::make_unique<HicollVariant>(comm, std::move(name));
+std::unique_ptr<Variant> makeHicollVariant(hcComm_t comm, std::string name, size_t quant_block) {
+  return std::make_unique<HicollVariant>(comm, std::move(name), quant_block);
 }
 
 }  // namespace agbench

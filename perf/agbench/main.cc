@@ -69,7 +69,7 @@ int rankMain(const Args& a, Mode mode, int* argc, char*** argv) {
   if (a.timeout_s > 0 && (mode == Mode::Mpi || mode == Mode::Launcher))
     ::alarm(static_cast<unsigned>(a.timeout_s));  // no supervising parent of ours here
 
-  hcComm_t comm = nullptr, sync_comm = nullptr, ring_comm = nullptr;
+  hcComm_t comm = nullptr, sync_comm = nullptr, ring_comm = nullptr, quant_comm = nullptr;
   std::unique_ptr<Sync> sync;
   std::vector<std::unique_ptr<Variant>> owned;
   World w;
@@ -116,6 +116,11 @@ int rankMain(const Args& a, Mode mode, int* argc, char*** argv) {
       throw std::runtime_error("ranks were given different arguments");
 
     owned.push_back(makeHicollVariant(comm, "hicoll"));
+    if (a.quant_block) {
+      // A communicator of its own, so that each variant's statistics count only its calls.
+      hcCheck(hcCommSplit(comm, 0, w.rank, &quant_comm), comm, "hcCommSplit (quantized variant)");
+      owned.push_back(makeHicollVariant(quant_comm, "hicoll-int8", a.quant_block));
+    }
     if (a.has(Baseline::Ring)) {
       ring_comm = makeRingComm(*sync, cfg);
       owned.push_back(makeHicollVariant(ring_comm, "ring"));
@@ -139,6 +144,7 @@ int rankMain(const Args& a, Mode mode, int* argc, char*** argv) {
   if (rc == 3) {
     // Peers may be blocked in a collective: abort so they fail fast instead of timing out.
     if (ring_comm) hcCommAbort(ring_comm);
+    if (quant_comm) hcCommAbort(quant_comm);
     if (sync_comm) hcCommAbort(sync_comm);
     if (comm) hcCommAbort(comm);
 #ifdef AGBENCH_HAVE_MPI
@@ -147,6 +153,7 @@ int rankMain(const Args& a, Mode mode, int* argc, char*** argv) {
     return rc;
   }
   if (ring_comm) hcCommDestroy(ring_comm);
+  if (quant_comm) hcCommDestroy(quant_comm);
   if (sync_comm) hcCommDestroy(sync_comm);
   if (comm) hcCommDestroy(comm);
 #ifdef AGBENCH_HAVE_MPI

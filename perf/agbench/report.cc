@@ -301,6 +301,7 @@ void writeJson(const Args& a, const World& w, const std::vector<RankInfo>& ranks
                            {"bytes_intra", s.coll[c].bytes_intra},
                            {"bytes_node_memory", s.bytes_node_memory[c]},
                            {"bytes_inter", s.coll[c].bytes_inter},
+                           {"quantized_calls", s.quantized_calls[c]},
                            {"last_fallback_reason", s.coll[c].last_fallback_reason}});
     j["final_stats"].push_back(r);
   }
