@@ -45,6 +45,8 @@ struct Args {
   size_t persistence = 1000;  // the seed's 1e6 would replicate every tensor of this tiny model
   size_t max_live = 1000000000;
   bool hierarchical = true;
+  bool quantized_allgather = false;
+  size_t quant_block = 256;
   double clip = 1.0;
   int grad_accum = 1, batch = 16;
   GptConfig model;
@@ -202,6 +204,8 @@ int shardedMain(const Args& a, const std::vector<uint8_t>& corpus, const std::st
   o.sdp_param_persistence_threshold = a.persistence;
   o.sdp_max_live_parameters = a.max_live;
   o.sdp_hierarchical_allgather = a.hierarchical;
+  o.sdp_quantized_allgather = a.quantized_allgather;
+  o.sdp_quant_block = a.quant_block;
   o.sdp_gradient_clipping = a.clip;
   o.compute_dtype = sh::parseDType(a.precision);
   o.gradient_accumulation_steps = a.grad_accum;
@@ -386,6 +390,10 @@ int main(int argc, char** argv) {
                  "parameters with fewer elements are replicated, not sharded");
   app.add_option("--sdp-max-live-parameters", a.max_live, "gathered elements alive at once");
   app.add_option("--sdp-hierarchical-allgather", a.hierarchical, "true | false");
+  app.add_flag("--sdp-quantized-allgather", a.quantized_allgather,
+               "parameter gathers as int8 + one fp32 scale per block (hcAllGatherQuantized)");
+  app.add_option("--sdp-quant-block", a.quant_block, "elements per scale of the quantized gathers")
+      ->check(CLI::Range(size_t{1}, size_t{1} << 24));
   app.add_option("--sdp-gradient-clipping", a.clip, "global L2 norm clip (0: off)");
   app.add_option("--grad-accum", a.grad_accum, "micro-batches per step")->check(CLI::PositiveNumber);
   app.add_option("--batch", a.batch, "global batch (sequences per micro-batch)")->check(CLI::PositiveNumber);

@@ -57,6 +57,10 @@ struct Options {
   size_t sdp_max_live_parameters = 1000000000;      // gathered elements alive at once
   bool sdp_hierarchical_allgather = true;           // false: partition AllGather uses the ring
   double sdp_gradient_clipping = 1.0;               // global L2 norm; 0 disables
+  // Forward/backward parameter gathers as int8 with one scale per sdp_quant_block elements
+  // (hcAllGatherQuantized, ZeRO++'s qwZ); the master shard and the optimizer stay fp32.
+  bool sdp_quantized_allgather = false;
+  size_t sdp_quant_block = 256;
 
   DType compute_dtype = DType::Float32;
   MemoryKind memory = MemoryKind::Host;

@@ -306,10 +306,16 @@ void issueGather(ShardedParams::Impl& im, int u) {
   const size_t n = sh.shard;
   const hcDataType_t dt = toHc(im.opt.compute_dtype);
   hcComm_t comm = im.agComm();
-  const std::string what = im.describe("AllGather", u, n, "partition");
+  const std::string what = im.describe(im.opt.sdp_quantized_allgather ? "AllGather(int8)" : "AllGather", u, n, "partition");
   ShardedParams::Impl* p = &im;
-  s.gather = im.queue->submit(what, [p, send, recv, n, dt, comm] {
-    p->call([&] { return hcAllGather(send, recv, n, dt, comm, nullptr); }, comm);
+  hcQuant q = HC_QUANT_INITIALIZER;
+  q.block = im.opt.sdp_quant_block;
+  const bool quantized = im.opt.sdp_quantized_allgather;
+  s.gather = im.queue->submit(what, [p, send, recv, n, dt, comm, q, quantized] {
+    p->call([&] {
+      return quantized ? hcAllGatherQuantized(send, recv, n, dt, &q, comm, nullptr)
+                       : hcAllGather(send, recv, n, dt, comm, nullptr);
+    }, comm);
     ++p->n_ag;
   });
   s.live = UnitState::Live::Gathering;

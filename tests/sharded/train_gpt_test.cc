@@ -121,6 +121,23 @@ TEST(TrainGpt, Bf16AndFp16StayCloseToFp32) {
   }
 }
 
+// Parameter gathers as int8 with a scale per 256 (the master shards stay fp32): the curve
+// stays within a percent of the exact one, and it still trains.
+TEST(TrainGpt, QuantizedAllGatherStaysCloseToExact) {
+  const TrainRun& exact = sharded(4);
+  const TrainRun& q = train("--np 4 --nodes 2 --sdp-degree 4 --precision fp32 --sdp-quantized-allgather" + kCommon);
+  ASSERT_EQ(exact.status, 0) << exact.command;
+  ASSERT_EQ(q.status, 0) << q.command;
+  ASSERT_EQ(q.loss.size(), 30u);
+  const double d = maxRelDiff(q, exact, 1, 30);
+  std::fprintf(stderr, "[train_gpt_test] quantized AllGather: max relative loss difference %.3g, final %.5f vs %.5f\n",
+               d, q.loss.at(30), exact.loss.at(30));
+  EXPECT_LE(std::fabs(q.loss.at(30) - exact.loss.at(30)) / exact.loss.at(30), 1e-2);
+  EXPECT_LE(q.loss.at(30), 0.9 * q.loss.at(1));
+  // It did quantize: the curves are not bitwise the same.
+  EXPECT_GT(d, 0.0);
+}
+
 TEST(TrainGpt, ResumeReproducesTheUninterruptedCurveExactly) {
   const fs::path ckpt = scratch() / "d2";
   const TrainRun& part = train("--np 4 --nodes 2 --sdp-degree 2 --steps 15 --seed 7 --launch-timeout 300"
