@@ -128,6 +128,34 @@ def make_optimizer(model):
     return torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
 
 
+def use_pg_alloc(model, on: bool = True) -> None:
+    """FSDP2's communication buffers from the process group (hicoll: node memory)."""
+    for m in model.modules():
+        if hasattr(m, "set_allocate_memory_from_process_group_for_comm"):
+            m.set_allocate_memory_from_process_group_for_comm(on)
+
+
+def use_custom_all_gather(model, comm) -> None:
+    """Every FSDP2 module's parameter all-gather through comm (e.g. hicoll's quantized one)."""
+    for m in model.modules():
+        if hasattr(m, "set_custom_all_gather"):
+            m.set_custom_all_gather(comm)
+
+
+def train_losses(model, opt, data, steps: int, rank: int, world: int, times=None) -> list[float]:
+    """steps of training on this rank's slice of each global batch; the global-batch losses."""
+    out = []
+    for step in range(steps):
+        t0 = time.perf_counter()
+        x, y = data.local_step(step, rank, world)
+        loss = train_step(model, opt, x, y)
+        dist.all_reduce(loss, op=dist.ReduceOp.AVG)  # the global-batch loss
+        out.append(loss.item())
+        if times is not None:
+            times.append(time.perf_counter() - t0)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--text", help="training text (default: the fortunes of fortunes-min)")
@@ -140,6 +168,9 @@ def main() -> None:
     ap.add_argument("--pg-alloc", action="store_true",
                     help="communication buffers from the process group (FSDP2's "
                          "set_allocate_memory_from_process_group_for_comm; hicoll: node memory)")
+    ap.add_argument("--quantized-allgather", action="store_true",
+                    help="parameter all-gathers as int8 + one scale per 256 elements "
+                         "(hicoll.torch.QuantizedAllGather through set_custom_all_gather)")
     args = ap.parse_args()
 
     if args.backend in ("hicoll", "smddp") or "hicoll" in args.backend:
@@ -158,30 +189,25 @@ def main() -> None:
     data = Batches(load_text(args.text), args.seq_len, args.global_batch)
     model = shard(build_model(data.vocab, seq_len=args.seq_len), mesh, args.bf16)
     if args.pg_alloc:
-        for m in model.modules():
-            if hasattr(m, "set_allocate_memory_from_process_group_for_comm"):
-                m.set_allocate_memory_from_process_group_for_comm(True)
+        use_pg_alloc(model)
+    if args.quantized_allgather:
+        import hicoll.torch as ht
+        use_custom_all_gather(model, ht.QuantizedAllGather())
     opt = make_optimizer(model)
-    first = last = None
     times = []
-    for step in range(args.steps):
-        t0 = time.perf_counter()
-        x, y = data.local_step(step, rank, world)
-        loss = train_step(model, opt, x, y)
-        dist.all_reduce(loss, op=dist.ReduceOp.AVG)  # the global-batch loss
-        first = loss.item() if first is None else first
-        last = loss.item()
-        times.append(time.perf_counter() - t0)
-        if rank == 0 and (step % 10 == 0 or step == args.steps - 1):
-            print(f"step {step:4d}  loss {last:.4f}  ({math.exp(last):.1f} ppl)", flush=True)
+    losses = train_losses(model, opt, data, args.steps, rank, world, times)
+    first, last = losses[0], losses[-1]
     if rank == 0:
+        for step in list(range(0, args.steps, 10)) + [args.steps - 1]:
+            print(f"step {step:4d}  loss {losses[step]:.4f}  ({math.exp(losses[step]):.1f} ppl)", flush=True)
         # The first steps build communicators and FSDP's lazy state: the median of the rest.
         steady = sorted(times[2:] if len(times) > 4 else times)
         dt = steady[len(steady) // 2]
         if os.environ.get("FSDP_TRAIN_STEP_TIMES"):
             print("step ms: " + " ".join(f"{t * 1000:.1f}" for t in times), flush=True)
         print(f"backend={args.backend} world={world} {'HSDP' if args.hsdp else 'FSDP'}"
-              f"{' bf16' if args.bf16 else ''}{' pg-alloc' if args.pg_alloc else ''}: loss {first:.4f} -> {last:.4f}, "
+              f"{' bf16' if args.bf16 else ''}{' pg-alloc' if args.pg_alloc else ''}"
+              f"{' int8-allgather' if args.quantized_allgather else ''}: loss {first:.4f} -> {last:.4f}, "
               f"{dt * 1000:.1f} ms/step (median)", flush=True)
     dist.destroy_process_group()
     if rank == 0 and not last < first:

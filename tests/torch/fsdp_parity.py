@@ -41,12 +41,7 @@ def run(mode: str = "fsdp", steps: int = 20) -> dict:
     data = ex.Batches(ex.load_text(), CFG["seq_len"], global_batch=8)
     model = ex.shard(ex.build_model(data.vocab, **CFG), mesh, bf16=(mode == "bf16"))
     opt = ex.make_optimizer(model)
-    losses = []
-    for s in range(steps):
-        x, y = data.local_step(s, RANK, WORLD)
-        loss = ex.train_step(model, opt, x, y)
-        dist.all_reduce(loss, op=dist.ReduceOp.AVG)
-        losses.append(loss.item())
+    losses = ex.train_losses(model, opt, data, steps, RANK, WORLD)
     counts = {}
     for g in {mesh.get_group(d) for d in range(mesh.ndim)}:
         for k, v in ht.hicoll_counts(g).items():

@@ -21,17 +21,8 @@ CFG = dict(dim=64, layers=2, heads=4, seq_len=32)
 
 def fsdp_losses(mesh, data, pg_alloc: bool, steps: int) -> list[float]:
     model = ex.shard(ex.build_model(data.vocab, **CFG), mesh)
-    for m in model.modules():
-        if hasattr(m, "set_allocate_memory_from_process_group_for_comm"):
-            m.set_allocate_memory_from_process_group_for_comm(pg_alloc)
-    opt = ex.make_optimizer(model)
-    out = []
-    for s in range(steps):
-        x, y = data.local_step(s, RANK, WORLD)
-        loss = ex.train_step(model, opt, x, y)
-        dist.all_reduce(loss, op=dist.ReduceOp.AVG)
-        out.append(loss.item())
-    return out
+    ex.use_pg_alloc(model, pg_alloc)
+    return ex.train_losses(model, ex.make_optimizer(model), data, steps, RANK, WORLD)
 
 
 def run(steps: int = 4) -> dict:

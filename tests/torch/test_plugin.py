@@ -60,6 +60,15 @@ def test_fsdp2_parity(mode, world, nodes):
 
 
 @pytest.mark.parametrize("world,nodes", [(2, 1), (4, 2)], ids=lambda v: str(v))
+def test_quantized_allgather(world, nodes):
+    """hicoll.torch.QuantizedAllGather: the bound, the same bits everywhere, FSDP2 through it."""
+    res = launch("quantized:run", world, nodes)
+    for r in res:
+        assert r["fsdp_quantized_calls"] > 0
+        assert r["max_rel"] < 2e-2
+
+
+@pytest.mark.parametrize("world,nodes", [(2, 1), (4, 2)], ids=lambda v: str(v))
 def test_node_memory(world, nodes):
     """allocate_tensor (node memory) and FSDP2 with set_allocate_memory_from_process_group_for_comm."""
     res = launch("node_memory:run", world, nodes)

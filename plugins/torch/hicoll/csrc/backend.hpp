@@ -139,6 +139,10 @@ class HicollBackend : public c10d::Backend {
       const c10d::ReduceScatterOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
+  // hcAllGatherQuantized (int8, one fp32 scale per `block` elements) of CPU float32 /
+  // bfloat16 / float16 tensors; hicoll.torch.QuantizedAllGather calls it for FSDP2.
+  c10::intrusive_ptr<c10d::Work> allgatherQuantized(at::Tensor& output, at::Tensor& input, int64_t block);
+
   // Composed from hicoll's calls (composed.cc).
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
                                         const c10d::ReduceOptions& opts) override;

@@ -33,6 +33,7 @@ py::dict collStats(const hcStats& s, hcColl_t coll) {
   d["bytes_inter"] = c.bytes_inter;
   d["bytes_node_memory"] = s.bytes_node_memory[coll];  // of bytes_intra: read from node memory
   d["last_fallback_reason"] = std::string(c.last_fallback_reason);
+  d["quantized"] = s.quantized_calls[coll];  // of the calls: quantized (hcAllGatherQuantized)
   return d;
 }
 
@@ -88,6 +89,9 @@ PYBIND11_MODULE(_C, m) {
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout_s"),
            py::arg("group_name") = "", py::arg("global_ranks") = std::vector<uint64_t>{},
            py::arg("fallback_factory") = py::none(), py::arg("options") = py::dict())
+      .def("allgather_quantized", &HicollBackend::allgatherQuantized, py::arg("output"), py::arg("input"),
+           py::arg("block") = 256, py::call_guard<py::gil_scoped_release>(),
+           "hcAllGatherQuantized into output (world size x input elements); returns the Work.")
       .def("hicoll_counts", &HicollBackend::hicollCounts,
            "Calls run by hicoll, by c10d op name.")
       .def("fallback_counts", &HicollBackend::fallbackCounts,

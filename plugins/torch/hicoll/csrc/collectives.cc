@@ -31,6 +31,31 @@ c10::intrusive_ptr<c10d::Work> HicollBackend::_allgather_base(at::Tensor& output
                 {input}, reason, run, fb);
 }
 
+c10::intrusive_ptr<c10d::Work> HicollBackend::allgatherQuantized(at::Tensor& output, at::Tensor& input,
+                                                                  int64_t block) {
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "hicoll: allgather_quantized: output and input dtypes differ");
+  TORCH_CHECK(output.numel() == input.numel() * getSize(), "hicoll: allgather_quantized: output has ", output.numel(),
+              " elements, expected world size x input = ", input.numel() * getSize());
+  TORCH_CHECK(input.device().is_cpu() && output.device().is_cpu(),
+              "hicoll: allgather_quantized: CPU tensors only (the device path has no quantized form yet)");
+  const at::ScalarType t = input.scalar_type();
+  TORCH_CHECK(t == at::kFloat || t == at::kBFloat16 || t == at::kHalf,
+              "hicoll: allgather_quantized: ", t, " cannot be quantized (float32, bfloat16 or float16)");
+  TORCH_CHECK(block > 0, "hicoll: allgather_quantized: block must be positive, not ", block);
+  const hcDataType_t dt = *reduceType(t);
+  auto run = [this, output, input, dt, block](hcStream_t s) {
+    throughContiguous(output, false, [&](const at::Tensor& out) {
+      const at::Tensor in = input.contiguous();
+      hcQuant q = HC_QUANT_INITIALIZER;
+      q.block = static_cast<size_t>(block);
+      check(hcAllGatherQuantized(in.data_ptr(), out.data_ptr(), static_cast<size_t>(in.numel()), dt, &q, comm_, s),
+            "allgather_quantized", s);
+    });
+  };
+  return submit(OpType::_ALLGATHER_BASE, "allgather_quantized", {output}, opTimeout(c10d::kUnsetTimeout), {input},
+                std::nullopt, run, nullptr);
+}
+
 c10::intrusive_ptr<c10d::Work> HicollBackend::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
