@@ -210,6 +210,14 @@ void checkBlock(size_t block) {
 
 }  // namespace
 
+// One copy of each kernel per instruction set, picked at load time: the loops are written for
+// auto-vectorization, and AVX2's wider registers and 32->16-bit packs roughly halve their time.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define HC_QUANT_KERNEL __attribute__((target_clones("avx2", "default"), flatten))
+#else
+#define HC_QUANT_KERNEL
+#endif
+
 bool quantizable(hcDataType_t dtype) {
   return dtype == hcFloat32 || dtype == hcBfloat16 || dtype == hcFloat16;
 }
@@ -224,7 +232,7 @@ size_t packedBytes(size_t count, size_t block) {
   return (raw + 7) / 8 * 8;
 }
 
-void quantize(const void* src, size_t count, hcDataType_t dtype, size_t block, void* dst) {
+HC_QUANT_KERNEL void quantize(const void* src, size_t count, hcDataType_t dtype, size_t block, void* dst) {
   checkBlock(block);
   auto* d = static_cast<uint8_t*>(dst);
   switch (dtype) {
@@ -235,7 +243,7 @@ void quantize(const void* src, size_t count, hcDataType_t dtype, size_t block, v
   }
 }
 
-void dequantize(const void* src, size_t count, hcDataType_t dtype, size_t block, void* dst) {
+HC_QUANT_KERNEL void dequantize(const void* src, size_t count, hcDataType_t dtype, size_t block, void* dst) {
   checkBlock(block);
   const auto* s = static_cast<const uint8_t*>(src);
   switch (dtype) {
