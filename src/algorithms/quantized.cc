@@ -1,28 +1,125 @@
 // The quantized collectives: each rank's block is quantized once where it lives, the exact
 // collective moves the packed images (int8 codes and scales) on every level, and every image is
 // dequantized on every rank, its own included, so that all replicas hold the same bits.
+//
+// A large block is cut into pieces of whole quantization blocks, each gathered by its own
+// exact call on a helper thread, so that this thread quantizes the next pieces and
+// dequantizes the last one while the links carry the current one (the compute would
+// otherwise add to the link time). Piece boundaries fall on block boundaries: the images of
+// the pieces hold the same scales and codes as one image of the whole block.
+#include <algorithm>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
 #include "algorithms/host.h"
 #include "algorithms/quantize.h"
 #include "base/error.h"
+#include "base/log.h"
 #include "core/comm.h"
 
 namespace hicoll {
+namespace {
+
+constexpr size_t kMinPieceImage = size_t{1} << 20;  // bytes per rank: below, one piece
+constexpr size_t kMaxPieces = 8;
+
+// Elements per piece (a multiple of block; the last piece may be shorter).
+size_t pieceElems(size_t count, size_t block) {
+  const size_t pieces = std::clamp<size_t>(quant::packedBytes(count, block) / kMinPieceImage, 1, kMaxPieces);
+  const size_t blocks = quant::numBlocks(count, block);
+  return (blocks + pieces - 1) / pieces * block;
+}
+
+}  // namespace
 
 void runQuantized(hcComm& c, const CollArgs& a) {
   HC_CHECK(a.coll == hcCollAllGather, hcInternalError, "{}: no quantized form", describe(a));
+  if (c.topo.nnodes < c.cfg.num(Knob::QuantMinNodes)) {
+    // Exact, still described as the quantized call (so a peer calling otherwise is caught).
+    CollArgs exact = a;
+    exact.quant.packed = true;
+    HC_TRACE("{}: exact on {} node(s) (HICOLL_QUANT_MIN_NODES)", describe(a), c.topo.nnodes);
+    return runHostCollective(c, exact);
+  }
   const size_t block = a.quant.block, W = static_cast<size_t>(c.nranks), R = static_cast<size_t>(c.rank);
-  const size_t P = quant::packedBytes(a.count, block), e = hcTypeSize(a.dtype);
-  char* images = c.quantBuffer(W * P);
-  quant::quantize(a.send, a.count, a.dtype, block, images + R * P);
-  CollArgs wire = a;
-  wire.send = images + R * P;
-  wire.recv = images;
-  wire.dtype = hcUint8;
-  wire.count = P;
-  wire.quant.packed = true;
-  runHostCollective(c, wire);
-  for (size_t j = 0; j < W; ++j)
-    quant::dequantize(images + j * P, a.count, a.dtype, block, static_cast<char*>(a.recv) + j * a.count * e);
+  const size_t e = hcTypeSize(a.dtype), piece = pieceElems(a.count, block);
+  const size_t pieces = (a.count + piece - 1) / piece;
+  // Piece p of rank j: elements [p * piece, + len(p)) of its block; its image at image(p, j).
+  std::vector<size_t> off(pieces + 1, 0);  // bytes of the images of pieces < p, per rank
+  auto len = [&](size_t p) { return std::min(piece, a.count - p * piece); };
+  for (size_t p = 0; p < pieces; ++p) off[p + 1] = off[p] + quant::packedBytes(len(p), block);
+  char* images = c.quantBuffer(W * off[pieces]);
+  auto image = [&](size_t p, size_t j) { return images + W * off[p] + j * (off[p + 1] - off[p]); };
+  const char* src = static_cast<const char*>(a.send);
+  char* dst = static_cast<char*>(a.recv);
+  auto quantizePiece = [&](size_t p) { quant::quantize(src + p * piece * e, len(p), a.dtype, block, image(p, R)); };
+  auto dequantizePiece = [&](size_t p) {
+    for (size_t j = 0; j < W; ++j)
+      quant::dequantize(image(p, j), len(p), a.dtype, block, dst + (j * a.count + p * piece) * e);
+  };
+  // Piece p is its own call, numbered a.call + p (every rank cuts alike).
+  c.calls += pieces - 1;
+  auto gather = [&](size_t p) {
+    CollArgs wire = a;
+    wire.send = image(p, R);
+    wire.recv = image(p, 0);
+    wire.dtype = hcUint8;
+    wire.count = off[p + 1] - off[p];
+    wire.call = a.call + p;
+    wire.quant.packed = true;
+    runHostCollective(c, wire);
+  };
+
+  if (pieces == 1) {
+    quantizePiece(0);
+    gather(0);
+    dequantizePiece(0);
+  } else {
+    std::mutex mu;
+    std::condition_variable cv;
+    size_t quantized = 0, gathered = 0;
+    std::exception_ptr failure;
+    std::thread mover([&] {
+      ScopedLogRank lr(c.rank, c.log_level, c.name.c_str());
+      try {
+        for (size_t p = 0; p < pieces; ++p) {
+          {
+            std::unique_lock<std::mutex> lk(mu);
+            cv.wait(lk, [&] { return quantized > p; });
+          }
+          gather(p);
+          std::lock_guard<std::mutex> lk(mu);
+          gathered = p + 1;
+          cv.notify_all();
+        }
+      } catch (...) {
+        std::lock_guard<std::mutex> lk(mu);
+        failure = std::current_exception();
+        cv.notify_all();
+      }
+    });
+    // Every piece of this rank's block is quantized before any output is written (in place,
+    // the block lies inside recv).
+    for (size_t p = 0; p < pieces; ++p) {
+      quantizePiece(p);
+      std::lock_guard<std::mutex> lk(mu);
+      quantized = p + 1;
+      cv.notify_all();
+    }
+    for (size_t p = 0; p < pieces; ++p) {
+      {
+        std::unique_lock<std::mutex> lk(mu);
+        cv.wait(lk, [&] { return gathered > p || failure; });
+        if (gathered <= p) break;
+      }
+      dequantizePiece(p);
+    }
+    mover.join();
+    if (failure) std::rethrow_exception(failure);
+  }
   c.countQuantized(a.coll);
 }
 

@@ -106,14 +106,17 @@ int quantizedMatrix(int rank, hcComm_t comm) {
   f += checkQuantized(comm, hcFloat32, 600000, 2048, false, 0);
   f += checkQuantized(comm, hcBfloat16, 5000, 1, true, 0);
   f += checkQuantized(comm, hcFloat32, 3000, 3000, false, 7);
+  // Images of more than 1 MiB per rank travel in pieces (whole blocks each).
+  f += checkQuantized(comm, hcFloat32, 2500003, 256, true, 100003);
+  f += checkQuantized(comm, hcBfloat16, 3000000, 2048, false, 0);
   // A zero count moves nothing and succeeds.
   hcQuant q = HC_QUANT_INITIALIZER;
   if (hcAllGatherQuantized(nullptr, nullptr, 0, hcFloat32, &q, comm, nullptr) != hcSuccess) ++f;
   hcStats s = HC_STATS_INITIALIZER;
   hcCommGetStats(comm, &s);
-  // 24 + 3 quantized calls (the zero count does not communicate).
-  if (s.quantized_calls[hcCollAllGather] != 27) {
-    std::fprintf(stderr, "[rank %d] quantized_calls %llu, want 27\n", rank,
+  // 24 + 5 quantized calls (the zero count does not communicate).
+  if (s.quantized_calls[hcCollAllGather] != 29) {
+    std::fprintf(stderr, "[rank %d] quantized_calls %llu, want 29\n", rank,
                  (unsigned long long)s.quantized_calls[hcCollAllGather]);
     ++f;
   }
@@ -128,7 +131,33 @@ void expectAllPass(Job job) {
 TEST(Quantized, AllGatherOnOneNode) {
   Job job;
   job.nranks = 3;
+  job.env["HICOLL_QUANT_MIN_NODES"] = "1";  // by default one node runs it exact (below)
   expectAllPass(job);
+}
+
+// Within a node quantizing costs more than it saves: by default the call is exact there (and
+// still agreed as the quantized call it is).
+TEST(Quantized, OneNodeIsExactByDefault) {
+  Job job;
+  job.nranks = 2;
+  auto st = run(job, [](int rank, hcComm_t comm) {
+    const size_t n = 5000;
+    std::vector<float> in(n), out(2 * n);
+    for (size_t i = 0; i < n; ++i) in[i] = static_cast<float>(inputOf(rank, i, 0));
+    hcQuant q = HC_QUANT_INITIALIZER;
+    if (hcAllGatherQuantized(in.data(), out.data(), n, hcFloat32, &q, comm, nullptr) != hcSuccess) return 1;
+    for (int r = 0; r < 2; ++r)
+      for (size_t i = 0; i < n; ++i)
+        if (out[r * n + i] != static_cast<float>(inputOf(r, i, 0))) return 2;
+    hcStats s = HC_STATS_INITIALIZER;
+    hcCommGetStats(comm, &s);
+    if (s.quantized_calls[hcCollAllGather] != 0 || s.coll[hcCollAllGather].calls[hcPathHierarchical] != 1) return 3;
+    // A peer that calls the exact AllGather instead is still a disagreement.
+    hcResult_t r = rank == 0 ? hcAllGatherQuantized(in.data(), out.data(), n, hcFloat32, &q, comm, nullptr)
+                             : hcAllGather(in.data(), out.data(), n, hcFloat32, comm, nullptr);
+    return r == hcInvalidUsage || r == hcRemoteError ? 0 : 4;
+  });
+  for (int r = 0; r < job.nranks; ++r) EXPECT_EQ(st[r], 0) << "rank " << r;
 }
 
 TEST(Quantized, AllGatherAcrossNodes) {
