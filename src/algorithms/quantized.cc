@@ -23,8 +23,8 @@
 namespace hicoll {
 namespace {
 
-constexpr size_t kMinPieceImage = size_t{1} << 20;  // bytes per rank: below, one piece
-constexpr size_t kMaxPieces = 8;
+constexpr size_t kMinPieceImage = size_t{1} << 19;  // bytes per rank: below, one piece
+constexpr size_t kMaxPieces = 16;
 
 // Elements per piece (a multiple of block; the last piece may be shorter).
 size_t pieceElems(size_t count, size_t block) {
