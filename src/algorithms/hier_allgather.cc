@@ -3,11 +3,33 @@
 // chunks so the sort of chunk k overlaps the exchange of chunk k+1.
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "algorithms/run.h"
 #include "base/error.h"
 
 namespace hicoll {
+namespace {
+
+// Per-call counters, on the stack for the usual sizes: small calls are latency-bound, and
+// their profile showed the allocator.
+class Counters {
+ public:
+  Counters(size_t n, size_t v) : p_(n <= kInline ? inline_ : (heap_.assign(n, v), heap_.data())) {
+    if (n <= kInline) std::fill_n(inline_, n, v);
+  }
+  Counters(const Counters&) = delete;
+  Counters& operator=(const Counters&) = delete;
+  size_t& operator[](size_t i) { return p_[i]; }
+
+ private:
+  static constexpr size_t kInline = 32;
+  size_t inline_[kInline];
+  std::vector<size_t> heap_;
+  size_t* p_;
+};
+
+}  // namespace
 
 void hierAllGather(Run& r, const void* send, void* recv, size_t count) {
   hcComm& c = r.comm;
@@ -41,7 +63,7 @@ void hierAllGather(Run& r, const void* send, void* recv, size_t count) {
 
   // Inter-node: block of (m, my local index) for every other node m into sort slot m.
   Run::Pending sends, recvs;  // recvs keyed by chunk
-  std::vector<size_t> chunk_left(K, N - 1);
+  Counters chunk_left(K, N == 1 ? 0 : N - 1);
   char* my_sort = r.shm.sort(me);
   size_t staged = direct || early ? K : 0;  // chunks of my block in my scratch
   const char* src_net = direct ? in : r.shm.scratch(me) + slot;
@@ -57,10 +79,9 @@ void hierAllGather(Run& r, const void* send, void* recv, size_t count) {
       r.send(sends, peer, src_net + k * C, chunkLen(k), r.tag(0, static_cast<unsigned>(k)));
     }
   };
-  if (N == 1) std::fill(chunk_left.begin(), chunk_left.end(), 0);
 
   // Intra-node work items: (local peer, chunk) for the sort blocks and the own-node blocks.
-  std::vector<size_t> sort_done(L, 0), own_done(L, 0);
+  Counters sort_done(L, 0), own_done(L, 0);
   size_t received_prefix = N == 1 ? K : 0;
   if (N == 1) r.publish(1, K);
   Backoff backoff;
