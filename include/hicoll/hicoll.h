@@ -140,7 +140,8 @@ typedef struct {
   /* Of bytes_intra, what this rank read from local peers' node memory (hcMemAlloc) with plain
    * loads, per collective: nonzero when the zero-copy path ran. */
   uint64_t bytes_node_memory[hcNumColls];
-  /* Quantized calls (hcAllGatherQuantized) per collective; they are also counted in coll[],
+  /* Quantized calls (hcAllGatherQuantized, hcReduceScatterQuantized) per collective, counted
+   * when quantization ran; they are also counted in coll[],
    * whose bytes are then the quantized bytes actually moved. */
   uint64_t quantized_calls[hcNumColls];
 } hcStats;
@@ -282,6 +283,19 @@ typedef struct {
 HC_API hcResult_t hcAllGatherQuantized(const void* sendbuff, void* recvbuff, size_t sendcount,
                                        hcDataType_t datatype, const hcQuant* quant, hcComm_t comm,
                                        hcStream_t stream);
+
+/* A ReduceScatter whose partial sums cross nodes as int8 codes and scales (the gradients'
+ * direction): within a node the sums stay exact (peers' inputs are read where they lie); each
+ * node's partial of a block is quantized once, sent to the block's owner, and dequantized
+ * there and summed in fp32 with the owner's node partial, rounded once to datatype. The result
+ * is off by at most the sum over the other nodes of absmax(their partial's block) / 254, plus
+ * the rounding of datatype. op: hcSum, hcAvg or a pre-multiplied sum; datatype fp32, bf16 or
+ * fp16. The flat ring (HICOLL_ALGO=ring, fallbacks) and communicators of fewer than
+ * HICOLL_QUANT_MIN_NODES nodes run it exactly (hcStats.quantized_calls counts the quantized
+ * ones). Host buffers only. */
+HC_API hcResult_t hcReduceScatterQuantized(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                           hcDataType_t datatype, hcRedOp_t op, const hcQuant* quant,
+                                           hcComm_t comm, hcStream_t stream);
 
 /* sendbuff holds nranks * recvcount elements; rank r receives the reduction of block r. */
 HC_API hcResult_t hcReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,

@@ -9,8 +9,10 @@
 #include <algorithm>
 #include <cstring>
 
+#include "algorithms/quantize.h"
 #include "algorithms/run.h"
 #include "base/error.h"
+#include "base/numeric.h"
 
 namespace hicoll {
 
@@ -99,6 +101,29 @@ void pushReduceScatter(Run& r, const char* in, char* out, size_t count) {
   r.finishNode();
 }
 
+// The final sum of a quantized ReduceScatter's chunk: this node's partial (in dtype) plus the
+// other nodes' partials, dequantized to fp32, summed in fp32 and rounded once to dtype.
+void sumQuantizedParts(const Run& r, char* out, const std::vector<const char*>& images, size_t n,
+                       std::vector<float>& acc, std::vector<float>& tmp) {
+  const hcDataType_t dt = r.a.dtype;
+  acc.resize(n);
+  tmp.resize(n);
+  for (size_t i = 0; i < n; ++i)
+    acc[i] = dt == hcFloat32 ? reinterpret_cast<const float*>(out)[i]
+             : dt == hcBfloat16 ? num::bf16ToFloat(reinterpret_cast<const uint16_t*>(out)[i])
+                                : num::halfToFloat(reinterpret_cast<const uint16_t*>(out)[i]);
+  for (const char* img : images) {
+    quant::dequantize(img, n, hcFloat32, r.a.quant.block, tmp.data());
+    for (size_t i = 0; i < n; ++i) acc[i] += tmp[i];
+  }
+  const float div = r.a.op.kind == OpKind::Avg ? static_cast<float>(r.comm.nranks) : 1.0f;
+  for (size_t i = 0; i < n; ++i) {
+    const float v = acc[i] / div;
+    if (dt == hcFloat32) reinterpret_cast<float*>(out)[i] = v;
+    else reinterpret_cast<uint16_t*>(out)[i] = dt == hcBfloat16 ? num::floatToBf16(v) : num::floatToHalf(v);
+  }
+}
+
 }  // namespace
 
 void hierReduceScatter(Run& r, const void* send, void* recv, size_t count) {
@@ -117,6 +142,15 @@ void hierReduceScatter(Run& r, const void* send, void* recv, size_t count) {
   C = std::max(r.esize, C / r.esize * r.esize);
   const size_t K = (b + C - 1) / C;
   auto chunkLen = [&](size_t k) { return std::min(C, b - k * C); };
+  // hcReduceScatterQuantized: the partials cross nodes as int8 images (each no larger than its
+  // chunk, so it lands where the chunk would); the node's own sums stay exact. Chunks too
+  // small for an image to be smaller go exact (every rank decides alike from the call).
+  const size_t qblock = r.a.quant.exact ? 0 : r.a.quant.block;
+  auto imageLen = [&](size_t k) { return quant::packedBytes(chunkLen(k) / r.esize, qblock); };
+  const bool quantized = qblock && imageLen(0) < chunkLen(0) && imageLen(K - 1) <= chunkLen(K - 1);
+  auto wireLen = [&](size_t k) { return quantized ? imageLen(k) : chunkLen(k); };
+  std::vector<char> image(quantized ? quant::packedBytes(C / r.esize, qblock) : 0);
+  std::vector<float> qacc, qtmp;
 
   r.post(in, hcCollReduceScatter);
   r.waitAllPosted();
@@ -158,7 +192,7 @@ void hierReduceScatter(Run& r, const void* send, void* recv, size_t count) {
   for (size_t k = 0; k < K; ++k)
     for (int m = 0; m < N; ++m) {
       if (m == n) continue;
-      r.recv(recvs, t.rankAt(m, me), my_sort + m * b + k * C, chunkLen(k), r.tag(1, static_cast<unsigned>(k)), k);
+      r.recv(recvs, t.rankAt(m, me), my_sort + m * b + k * C, wireLen(k), r.tag(1, static_cast<unsigned>(k)), k);
     }
   // Outgoing partials: a ring of chunk slots in scratch, each free again once its send completes.
   const size_t slots = std::clamp<size_t>(c.scratch_bytes / C, 1, 64);
@@ -188,7 +222,11 @@ void hierReduceScatter(Run& r, const void* send, void* recv, size_t count) {
         char* slot = r.shm.scratch(me) + next_slot * C;
         int owner = t.rankAt(work_m, me);
         nodePartial(owner, work_k, slot, false);
-        r.send(sends, owner, slot, chunkLen(work_k), r.tag(1, static_cast<unsigned>(work_k)), next_slot);
+        if (quantized) {  // the image replaces the partial in its slot
+          quant::quantize(slot, chunkLen(work_k) / r.esize, r.a.dtype, qblock, image.data());
+          std::memcpy(slot, image.data(), imageLen(work_k));
+        }
+        r.send(sends, owner, slot, wireLen(work_k), r.tag(1, static_cast<unsigned>(work_k)), next_slot);
         slot_busy[next_slot] = true;
         next_slot = (next_slot + 1) % slots;
       }
@@ -201,15 +239,23 @@ void hierReduceScatter(Run& r, const void* send, void* recv, size_t count) {
     // Final sums, in chunk order, once all partials of a chunk are here.
     while (finals < K && own_done[finals] && chunk_left[finals] == 0) {
       const size_t k = finals++;
-      std::vector<const void*> parts{out + k * C};
-      for (int m = 0; m < N; ++m)
-        if (m != n) parts.push_back(my_sort + m * b + k * C);
-      reduceN(r.reduceSpec(0, true), out + k * C, parts.data(), N, chunkLen(k) / r.esize);
+      if (quantized) {
+        std::vector<const char*> images;
+        for (int m = 0; m < N; ++m)
+          if (m != n) images.push_back(my_sort + m * b + k * C);
+        sumQuantizedParts(r, out + k * C, images, chunkLen(k) / r.esize, qacc, qtmp);
+      } else {
+        std::vector<const void*> parts{out + k * C};
+        for (int m = 0; m < N; ++m)
+          if (m != n) parts.push_back(my_sort + m * b + k * C);
+        reduceN(r.reduceSpec(0, true), out + k * C, parts.data(), N, chunkLen(k) / r.esize);
+      }
       moved = true;
     }
     r.idle(moved, backoff, "in the hierarchical ReduceScatter");
   }
   r.finishNode();
+  if (quantized) c.countQuantized(hcCollReduceScatter);
 }
 
 }  // namespace hicoll

@@ -36,13 +36,17 @@ size_t pieceElems(size_t count, size_t block) {
 }  // namespace
 
 void runQuantized(hcComm& c, const CollArgs& a) {
-  HC_CHECK(a.coll == hcCollAllGather, hcInternalError, "{}: no quantized form", describe(a));
-  if (c.topo.nnodes < c.cfg.num(Knob::QuantMinNodes)) {
-    // Exact, still described as the quantized call (so a peer calling otherwise is caught).
-    CollArgs exact = a;
-    exact.quant.packed = true;
-    HC_TRACE("{}: exact on {} node(s) (HICOLL_QUANT_MIN_NODES)", describe(a), c.topo.nnodes);
-    return runHostCollective(c, exact);
+  HC_CHECK(a.coll == hcCollAllGather || a.coll == hcCollReduceScatter, hcInternalError, "{}: no quantized form",
+           describe(a));
+  if (c.topo.nnodes < c.cfg.num(Knob::QuantMinNodes) || a.coll == hcCollReduceScatter) {
+    // The ReduceScatter quantizes inside the hierarchical path (its inter-node hop); below
+    // HICOLL_QUANT_MIN_NODES either runs exact, still described as the quantized call (so a
+    // peer calling otherwise is caught).
+    CollArgs run = a;
+    run.quant.packed = true;
+    run.quant.exact = c.topo.nnodes < c.cfg.num(Knob::QuantMinNodes);
+    if (run.quant.exact) HC_TRACE("{}: exact on {} node(s) (HICOLL_QUANT_MIN_NODES)", describe(a), c.topo.nnodes);
+    return runHostCollective(c, run);
   }
   const size_t block = a.quant.block, W = static_cast<size_t>(c.nranks), R = static_cast<size_t>(c.rank);
   const size_t e = hcTypeSize(a.dtype), piece = pieceElems(a.count, block);

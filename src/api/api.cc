@@ -135,6 +135,10 @@ void validate(hcComm& c, const CollArgs& a, const char* fn) {
     HC_CHECK(a.quant.block <= quant::kMaxBlock, hcInvalidArgument, "{}: block {} is above the largest, {}", fn,
              a.quant.block, quant::kMaxBlock);
     HC_CHECK(!a.stream, hcUnsupported, "{}: device buffers are not supported yet (host buffers only)", fn);
+    HC_CHECK(a.coll != hcCollReduceScatter || a.op.kind == OpKind::Sum || a.op.kind == OpKind::Avg ||
+                 a.op.kind == OpKind::PreMulSum,
+             hcInvalidArgument, "{}: reduction op {} has no quantized form (sum, avg or a pre-multiplied sum)", fn,
+             opName(a.op.kind));
   }
   if (a.count == 0 && a.coll != hcCollBarrier) return;
   HC_CHECK(a.count <= SIZE_MAX / e / W, hcInvalidArgument, "{}: count {} overflows", fn, a.count);
@@ -466,6 +470,28 @@ hcResult_t hcAllGatherQuantized(const void* sendbuff, void* recvbuff, size_t sen
   a.quant = QuantArgs{.block = block, .dtype = datatype, .count = sendcount};
   if (why.empty()) return collective(comm, fn, a);
   return guard(comm, fn, [&] {
+    if (a.stream || comm->nranks == 1) HC_THROW(hcInvalidArgument, "{}", why);
+    a.call = ++comm->calls;
+    rejectCall(*comm, a, why);
+  });
+}
+
+hcResult_t hcReduceScatterQuantized(const void* sendbuff, void* recvbuff, size_t recvcount, hcDataType_t datatype,
+                                    hcRedOp_t op, const hcQuant* quant, hcComm_t comm, hcStream_t stream) {
+  const char* fn = "hcReduceScatterQuantized";
+  if (bad(comm, fn)) return hcInvalidArgument;
+  CollArgs a{.coll = hcCollReduceScatter, .send = sendbuff, .recv = recvbuff, .count = recvcount,
+             .dtype = datatype, .stream = stream};
+  std::string why;
+  if (!quant || quant->size < offsetof(hcQuant, block) + sizeof(quant->block))
+    why = fmt::format("{}: quant is NULL or its size field is not set (HC_QUANT_INITIALIZER)", fn);
+  else if (quant->format != hcQuantInt8Absmax)
+    why = fmt::format("{}: unknown quantization format {}", fn, static_cast<int>(quant->format));
+  const size_t block = why.empty() && quant->block ? quant->block : quant::kDefaultBlock;
+  a.quant = QuantArgs{.block = block, .dtype = datatype, .count = recvcount};
+  if (why.empty()) return collective(comm, fn, a, &op);
+  return guard(comm, fn, [&] {
+    a.op = resolveOp(*comm, op);
     if (a.stream || comm->nranks == 1) HC_THROW(hcInvalidArgument, "{}", why);
     a.call = ++comm->calls;
     rejectCall(*comm, a, why);

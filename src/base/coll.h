@@ -25,6 +25,7 @@ struct QuantArgs {
   hcDataType_t dtype = hcFloat32;
   size_t count = 0;
   bool packed = false;  // CollArgs::dtype / count describe the images (the call that moves them)
+  bool exact = false;   // a quantized call run exactly (HICOLL_QUANT_MIN_NODES)
 };
 
 struct CollArgs {

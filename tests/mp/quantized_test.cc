@@ -202,6 +202,125 @@ TEST(Quantized, SendsFewerBytes) {
   for (int r = 0; r < job.nranks; ++r) EXPECT_EQ(st[r], 0) << "rank " << r;
 }
 
+// One hcReduceScatterQuantized checked on this rank against the exact sum in double: off by at
+// most the other nodes' partials' absmax / 254 (taken over the whole block: an upper bound of
+// every quantization block's) plus the rounding of the type, of the partials and of the sum.
+// L: ranks per node (contiguous). Returns the failures.
+int checkQuantizedRS(hcComm_t comm, hcDataType_t t, hcRedOp_t op, size_t count, int L, bool in_place) {
+  int W = 0, R = 0;
+  hcCommCount(comm, &W);
+  hcCommUserRank(comm, &R);
+  const size_t e = hcTypeSize(t), N = static_cast<size_t>(W / L);
+  std::vector<char> send(W * count * e), recv(count * e + 1, 0x5a);
+  auto value = [&](int q, size_t i) {  // as the type holds it
+    char tmp[8];
+    store(tmp, t, 0, inputOf(q, i, 0) * 8);
+    return load(tmp, t, 0);
+  };
+  for (size_t i = 0; i < W * count; ++i) store(send.data(), t, i, value(R, i));
+  hcQuant qz = HC_QUANT_INITIALIZER;
+  char* out = in_place ? send.data() + R * count * e : recv.data();
+  hcResult_t r = hcReduceScatterQuantized(send.data(), out, count, t, op, &qz, comm, nullptr);
+  const std::string what = std::string("quantized ReduceScatter ") + typeName(t) + " " + opName(op) + " count " +
+                           std::to_string(count) + (in_place ? " in place" : "");
+  if (r != hcSuccess) {
+    std::fprintf(stderr, "[rank %d] %s: %s (%s)\n", R, what.c_str(), hcGetErrorString(r), hcGetLastError(comm));
+    return 1;
+  }
+  const size_t my_node = static_cast<size_t>(R / L);
+  std::vector<double> absmax(N, 0);
+  auto partial = [&](size_t m, size_t i) {
+    double p = 0;
+    for (int l = 0; l < L; ++l) p += value(static_cast<int>(m) * L + l, R * count + i);
+    return p;
+  };
+  for (size_t m = 0; m < N; ++m)
+    for (size_t i = 0; i < count; ++i) absmax[m] = std::max(absmax[m], std::abs(partial(m, i)));
+  const double div = op == hcAvg ? W : 1;
+  size_t wrong = 0, inexact = 0;
+  for (size_t i = 0; i < count; ++i) {
+    double want = 0, tol = 0;
+    for (size_t m = 0; m < N; ++m) {
+      const double p = partial(m, i);
+      want += p;
+      tol += std::abs(p) * halfUlp(t) + (m == my_node ? 0 : absmax[m] / 254);
+    }
+    want /= div;
+    tol = tol / div + std::abs(want) * 2 * halfUlp(t) + 1e-30;
+    const double got = load(out, t, i);
+    if (got != want) ++inexact;
+    if (!(std::abs(got - want) <= tol) && wrong++ < 5)
+      std::fprintf(stderr, "[rank %d] %s: element %zu: got %.9g want %.9g (tolerance %.3g)\n", R, what.c_str(), i, got,
+                   want, tol);
+  }
+  if (!in_place && recv.back() != 0x5a) ++wrong;
+  return wrong ? 1 : 0;
+}
+
+int quantizedReduceScatters(int rank, hcComm_t comm, int L) {
+  int f = 0;
+  for (hcDataType_t t : {hcFloat32, hcBfloat16})
+    for (hcRedOp_t op : {hcSum, hcAvg})
+      for (size_t count : {size_t{1000}, size_t{600000}}) f += checkQuantizedRS(comm, t, op, count, L, count > 1000);
+  hcStats s = HC_STATS_INITIALIZER;
+  hcCommGetStats(comm, &s);
+  const uint64_t want = s.nnodes > 1 ? 8 : 0;  // one node: nothing crosses a link, nothing quantized
+  if (s.quantized_calls[hcCollReduceScatter] != want) {
+    std::fprintf(stderr, "[rank %d] quantized ReduceScatters %llu, want %llu\n", rank,
+                 (unsigned long long)s.quantized_calls[hcCollReduceScatter], (unsigned long long)want);
+    ++f;
+  }
+  // A tiny block (its image would not be smaller) crosses exactly; so does a max, refused.
+  f += checkQuantizedRS(comm, hcBfloat16, hcSum, 3, L, false);
+  hcQuant q = HC_QUANT_INITIALIZER;
+  std::vector<float> in(s.nranks * 10, 1.0f), out(10);
+  if (hcReduceScatterQuantized(in.data(), out.data(), 10, hcFloat32, hcMax, &q, comm, nullptr) != hcInvalidArgument ||
+      std::string(hcGetLastError(comm)).find("no quantized form") == std::string::npos)
+    ++f;
+  return f;
+}
+
+TEST(Quantized, ReduceScatterAcrossNodes) {
+  Job job;
+  job.nranks = 4;
+  job.node = contiguous(2, 2);
+  auto st = run(job, [](int rank, hcComm_t comm) { return quantizedReduceScatters(rank, comm, 2); });
+  for (int r = 0; r < job.nranks; ++r) EXPECT_EQ(st[r], 0) << "rank " << r;
+}
+
+TEST(Quantized, ReduceScatterOnOneNodeIsExact) {
+  Job job;
+  job.nranks = 2;
+  auto st = run(job, [](int rank, hcComm_t comm) { return quantizedReduceScatters(rank, comm, 2); });
+  for (int r = 0; r < job.nranks; ++r) EXPECT_EQ(st[r], 0) << "rank " << r;
+}
+
+// The partials crossing nodes are images: about a quarter of fp32's bytes.
+TEST(Quantized, ReduceScatterSendsFewerBytes) {
+  Job job;
+  job.nranks = 4;
+  job.node = contiguous(2, 2);
+  auto st = run(job, [](int rank, hcComm_t comm) {
+    const size_t n = 1 << 18;
+    std::vector<float> in(4 * n, 1.0f + rank), out(n);
+    auto inter = [&] {
+      hcStats s = HC_STATS_INITIALIZER;
+      hcCommGetStats(comm, &s);
+      return s.coll[hcCollReduceScatter].bytes_inter;
+    };
+    hcQuant q = HC_QUANT_INITIALIZER;
+    const uint64_t b0 = inter();
+    if (hcReduceScatter(in.data(), out.data(), n, hcFloat32, hcSum, comm, nullptr) != hcSuccess) return 1;
+    const uint64_t exact = inter() - b0;
+    if (hcReduceScatterQuantized(in.data(), out.data(), n, hcFloat32, hcSum, &q, comm, nullptr) != hcSuccess) return 2;
+    const uint64_t quant = inter() - b0 - exact;
+    std::fprintf(stderr, "[rank %d] ReduceScatter bytes to the other node: exact %llu, quantized %llu\n", rank,
+                 (unsigned long long)exact, (unsigned long long)quant);
+    return exact > 0 && quant * 100 < exact * 27 && quant * 100 > exact * 25 ? 0 : 3;
+  });
+  for (int r = 0; r < job.nranks; ++r) EXPECT_EQ(st[r], 0) << "rank " << r;
+}
+
 // Arguments this rank can see are wrong: a clear error on every rank.
 TEST(Quantized, BadArgumentsFailOnEveryRank) {
   Job job;
