@@ -62,7 +62,7 @@ struct Args {
 
   std::string algo;  // "" (library default), "hier" or "ring"
   bool node_memory = false;  // --mem node: the buffers come from hcMemAlloc
-  size_t quant_block = 0;    // --quant B: also measure hcAllGatherQuantized (block B)
+  size_t quant_block = 0;    // --quant B: also measure the quantized call (block B)
   std::vector<Baseline> baselines;
   bool has(Baseline b) const;
 

@@ -141,9 +141,9 @@ bool parseArgs(int argc, char** argv, Args* a, int* exit_code) {
       ->capture_default_str()
       ->check(CLI::IsMember({"heap", "node"}));
   app.add_option("--quant", a->quant_block,
-                 "AllGather only: also measure hicoll-int8, hcAllGatherQuantized with this many "
-                 "elements per scale (float types; checked against the format's error bound), "
-                 "side by side with the exact call")
+                 "also measure hicoll-int8, hcAllGatherQuantized / hcReduceScatterQuantized "
+                 "(sum, avg) with this many elements per scale (float types; checked against "
+                 "the format's error bound), side by side with the exact call")
       ->check(CLI::Range(size_t{1}, size_t{1} << 24));
   app.add_option("--baseline", baselines,
                  "side by side: mpi (Open MPI on the same ranks), ring (hicoll flat ring), "
@@ -200,8 +200,8 @@ bool parseArgs(int argc, char** argv, Args* a, int* exit_code) {
       Baseline v = s == "mpi" ? Baseline::Mpi : s == "ring" ? Baseline::Ring : Baseline::Memcpy;
       if (!a->has(v)) a->baselines.push_back(v);
     }
-    if (a->quant_block && a->coll != Coll::AllGather)
-      throw CLI::ValidationError("--quant", "only AllGather has a quantized form");
+    if (a->quant_block && a->coll != Coll::AllGather && a->coll != Coll::ReduceScatter)
+      throw CLI::ValidationError("--quant", "only AllGather and ReduceScatter have a quantized form");
     if (a->has(Baseline::Ring) && a->algo == "ring")
       throw CLI::ValidationError("--baseline ring", "the main path is already the ring");
     if (a->node_rank >= 0 && a->master_port == 0)

@@ -172,7 +172,8 @@ class Runner {
         fillInput(p, me_, 0, g.send_count, ip ? recv : send);
         call(v, g, t, op, ip);
         const char* res = ip && !v.rsInPlaceAtStart() ? recv + mine * ts : recv;
-        wrong += countWrongOutput(p, res, mine, g.count);
+        wrong += v.quantBlock() ? countOutsideQuantBoundRS(p, res, mine, g.count, W_)
+                                : countWrongOutput(p, res, mine, g.count);
         wrong += recv_->damagedGuards(used, ts);
         if (!ip) wrong += countWrongInput(p, me_, send, 0, g.send_count);
         break;

@@ -197,6 +197,27 @@ size_t countOutsideQuantBound(const Pattern& p, const void* got, size_t per_rank
   return wrong;
 }
 
+size_t countOutsideQuantBoundRS(const Pattern& p, const void* got, size_t first, size_t n, int nranks) {
+  const hcDataType_t dt = p.type().dt;
+  const double half_ulp = dt == hcBfloat16 ? 0x1p-8 : dt == hcFloat16 ? 0x1p-11 : 0x1p-24;
+  auto load = [&](size_t k) -> double {
+    if (dt == hcFloat32) return static_cast<const float*>(got)[k];
+    const uint16_t b = static_cast<const uint16_t*>(got)[k];
+    if (dt == hcBfloat16) return std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
+    return static_cast<double>(std::bit_cast<_Float16>(b));
+  };
+  double absmax = 0;
+  for (size_t k = 0; k < n; ++k)
+    for (int q = 0; q < nranks; ++q) absmax = std::max(absmax, std::abs(static_cast<double>(p.value(q, first + k))));
+  size_t wrong = 0;
+  for (size_t k = 0; k < n; ++k) {
+    const double want = static_cast<double>(p.expected(first + k)), have = load(k);
+    const double tol = nranks * absmax / 254 * (1 + 1e-6) + (std::abs(want) + nranks * absmax) * 2 * half_ulp;
+    if (!(std::abs(have - want) <= tol)) ++wrong;
+  }
+  return wrong;
+}
+
 GuardedBuffer::GuardedBuffer(size_t bytes, bool node_memory) : bytes_(bytes), node_memory_(node_memory) {
   mapped_ = bytes + 2 * kGuardBytes;
   void* p = nullptr;

@@ -44,6 +44,12 @@ size_t countWrongInput(const Pattern& p, int q, const void* got, size_t first, s
 // expected(k) than the format's bound, absmax(block) / 254, plus the type's own rounding.
 size_t countOutsideQuantBound(const Pattern& p, const void* got, size_t per_rank, int nranks, size_t block);
 
+// A quantized ReduceScatter's output (hcReduceScatterQuantized): elements k < n (global index
+// first + k) further from expected than nranks * max|input| / 254 (every partial that crossed
+// a node is off by at most its absmax / 254, and a partial sums at most nranks inputs) plus
+// the type's rounding.
+size_t countOutsideQuantBoundRS(const Pattern& p, const void* got, size_t first, size_t n, int nranks);
+
 // The value written over receive buffers before a checked call; no pattern value equals it.
 constexpr unsigned char kPoison = 0xCD;
 constexpr unsigned char kGuard = 0xA5;

@@ -55,8 +55,9 @@ class HicollVariant final : public Variant {
     for (auto& [dt, op] : premul_) hcRedOpDestroy(op, comm_);
   }
   std::string name() const override { return name_; }
-  bool supports(Coll c, const TypeDesc& t, int, bool) const override {
-    return !quant_block_ || (c == Coll::AllGather && (t.dt == hcFloat32 || t.dt == hcBfloat16 || t.dt == hcFloat16));
+  bool supports(Coll c, const TypeDesc& t, int op, bool) const override {
+    const bool fp = t.dt == hcFloat32 || t.dt == hcBfloat16 || t.dt == hcFloat16;
+    return !quant_block_ || (fp && (c == Coll::AllGather || (c == Coll::ReduceScatter && (op == hcSum || op == hcAvg))));
   }
   hcComm_t comm() const override { return comm_; }
   size_t quantBlock() const override { return quant_block_; }
@@ -80,7 +81,13 @@ class HicollVariant final : public Variant {
       case Coll::ReduceScatter: {
         const char* s = in_place ? recv : send;
         char* d = in_place ? recv + static_cast<size_t>(rank_) * g.count * ts : recv;
-        r = hcReduceScatter(s, d, g.count, t.dt, redop(op, t), comm_, nullptr);
+        if (quant_block_) {
+          hcQuant q = HC_QUANT_INITIALIZER;
+          q.block = quant_block_;
+          r = hcReduceScatterQuantized(s, d, g.count, t.dt, redop(op, t), &q, comm_, nullptr);
+        } else {
+          r = hcReduceScatter(s, d, g.count, t.dt, redop(op, t), comm_, nullptr);
+        }
         break;
       }
       case Coll::AllReduce:
