@@ -46,6 +46,7 @@ struct Args {
   size_t max_live = 1000000000;
   bool hierarchical = true;
   bool quantized_allgather = false;
+  bool quantized_reducescatter = false;
   size_t quant_block = 256;
   double clip = 1.0;
   int grad_accum = 1, batch = 16;
@@ -205,6 +206,7 @@ int shardedMain(const Args& a, const std::vector<uint8_t>& corpus, const std::st
   o.sdp_max_live_parameters = a.max_live;
   o.sdp_hierarchical_allgather = a.hierarchical;
   o.sdp_quantized_allgather = a.quantized_allgather;
+  o.sdp_quantized_reducescatter = a.quantized_reducescatter;
   o.sdp_quant_block = a.quant_block;
   o.sdp_gradient_clipping = a.clip;
   o.compute_dtype = sh::parseDType(a.precision);
@@ -392,7 +394,9 @@ int main(int argc, char** argv) {
   app.add_option("--sdp-hierarchical-allgather", a.hierarchical, "true | false");
   app.add_flag("--sdp-quantized-allgather", a.quantized_allgather,
                "parameter gathers as int8 + one fp32 scale per block (hcAllGatherQuantized)");
-  app.add_option("--sdp-quant-block", a.quant_block, "elements per scale of the quantized gathers")
+  app.add_flag("--sdp-quantized-reducescatter", a.quantized_reducescatter,
+               "gradient ReduceScatters with int8 partials across nodes (hcReduceScatterQuantized)");
+  app.add_option("--sdp-quant-block", a.quant_block, "elements per scale of the quantized collectives")
       ->check(CLI::Range(size_t{1}, size_t{1} << 24));
   app.add_option("--sdp-gradient-clipping", a.clip, "global L2 norm clip (0: off)");
   app.add_option("--grad-accum", a.grad_accum, "micro-batches per step")->check(CLI::PositiveNumber);

@@ -60,6 +60,9 @@ struct Options {
   // Forward/backward parameter gathers as int8 with one scale per sdp_quant_block elements
   // (hcAllGatherQuantized, ZeRO++'s qwZ); the master shard and the optimizer stay fp32.
   bool sdp_quantized_allgather = false;
+  // Gradient ReduceScatters with int8 partials across nodes (hcReduceScatterQuantized; sums
+  // stay fp32 within the node and at the owner).
+  bool sdp_quantized_reducescatter = false;
   size_t sdp_quant_block = 256;
 
   DType compute_dtype = DType::Float32;

@@ -57,7 +57,7 @@ void validate(const Options& o, int world) {
   if (!(o.sdp_gradient_clipping >= 0) || !std::isfinite(o.sdp_gradient_clipping))
     fail("sdp_gradient_clipping=" + std::to_string(o.sdp_gradient_clipping) +
          " must be a finite number >= 0 (0 disables clipping)");
-  if (o.sdp_quantized_allgather && (o.sdp_quant_block < 1 || o.sdp_quant_block > (size_t{1} << 24)))
+  if ((o.sdp_quantized_allgather || o.sdp_quantized_reducescatter) && (o.sdp_quant_block < 1 || o.sdp_quant_block > (size_t{1} << 24)))
     fail("sdp_quant_block=" + std::to_string(o.sdp_quant_block) + " must lie in [1, 16777216]");
   if (o.gradient_accumulation_steps < 1)
     fail("gradient_accumulation_steps=" + std::to_string(o.gradient_accumulation_steps) +

@@ -442,9 +442,12 @@ void ShardedParams::reduceGrad(int u) {
   const std::vector<ShardInfo::Bucket> buckets = sh.buckets(im.opt.sdp_reduce_bucket_size);
   float* acc = s.grad_acc.f32();
   hcComm_t comm = im.part.get();
-  const std::string what = im.describe("ReduceScatter", u, sh.shard, "partition");
+  const bool quantized = im.opt.sdp_quantized_reducescatter;
+  const std::string what = im.describe(quantized ? "ReduceScatter(int8)" : "ReduceScatter", u, sh.shard, "partition");
   Impl* p = &im;
-  im.queue->submit(what, [p, fg, buckets, acc, scale, dt, es, comm, sh] {
+  hcQuant q = HC_QUANT_INITIALIZER;
+  q.block = im.opt.sdp_quant_block;
+  im.queue->submit(what, [p, fg, buckets, acc, scale, dt, es, comm, sh, quantized, q] {
     const size_t maxc = buckets.front().count;
     Buffer recv(p->mem, Cat::Transient, maxc * es);
     Buffer pack;
@@ -458,9 +461,10 @@ void ShardedParams::reduceGrad(int u) {
                       b.count * es);
         send = pack.data();
       }
-      p->call([&] { return hcReduceScatter(send, recv.data(), b.count, toHc(dt), hcSum, comm,
-                                           nullptr); },
-              comm);
+      p->call([&] {
+        return quantized ? hcReduceScatterQuantized(send, recv.data(), b.count, toHc(dt), hcSum, &q, comm, nullptr)
+                         : hcReduceScatter(send, recv.data(), b.count, toHc(dt), hcSum, comm, nullptr);
+      }, comm);
       ++p->n_rs;
       accumulate(dt, recv.data(), scale, acc + b.local, b.count);
     }

@@ -121,21 +121,23 @@ TEST(TrainGpt, Bf16AndFp16StayCloseToFp32) {
   }
 }
 
-// Parameter gathers as int8 with a scale per 256 (the master shards stay fp32): the curve
-// stays within a percent of the exact one, and it still trains.
-TEST(TrainGpt, QuantizedAllGatherStaysCloseToExact) {
+// Parameter gathers, and then also the gradient ReduceScatters, as int8 with a scale per 256
+// (the master shards stay fp32): the curve stays within a percent of the exact one, and it
+// still trains.
+TEST(TrainGpt, QuantizedCollectivesStayCloseToExact) {
   const TrainRun& exact = sharded(4);
-  const TrainRun& q = train("--np 4 --nodes 2 --sdp-degree 4 --precision fp32 --sdp-quantized-allgather" + kCommon);
   ASSERT_EQ(exact.status, 0) << exact.command;
-  ASSERT_EQ(q.status, 0) << q.command;
-  ASSERT_EQ(q.loss.size(), 30u);
-  const double d = maxRelDiff(q, exact, 1, 30);
-  std::fprintf(stderr, "[train_gpt_test] quantized AllGather: max relative loss difference %.3g, final %.5f vs %.5f\n",
-               d, q.loss.at(30), exact.loss.at(30));
-  EXPECT_LE(std::fabs(q.loss.at(30) - exact.loss.at(30)) / exact.loss.at(30), 1e-2);
-  EXPECT_LE(q.loss.at(30), 0.9 * q.loss.at(1));
-  // It did quantize: the curves are not bitwise the same.
-  EXPECT_GT(d, 0.0);
+  for (const char* flags : {" --sdp-quantized-allgather", " --sdp-quantized-allgather --sdp-quantized-reducescatter"}) {
+    const TrainRun& q = train(std::string("--np 4 --nodes 2 --sdp-degree 4 --precision fp32") + flags + kCommon);
+    ASSERT_EQ(q.status, 0) << q.command;
+    ASSERT_EQ(q.loss.size(), 30u);
+    const double d = maxRelDiff(q, exact, 1, 30);
+    std::fprintf(stderr, "[train_gpt_test]%s: max relative loss difference %.3g, final %.5f vs %.5f\n", flags, d,
+                 q.loss.at(30), exact.loss.at(30));
+    EXPECT_LE(std::fabs(q.loss.at(30) - exact.loss.at(30)) / exact.loss.at(30), 1e-2) << flags;
+    EXPECT_LE(q.loss.at(30), 0.9 * q.loss.at(1)) << flags;
+    EXPECT_GT(d, 0.0) << flags << ": it did quantize, the curves are not bitwise the same";
+  }
 }
 
 TEST(TrainGpt, ResumeReproducesTheUninterruptedCurveExactly) {
