@@ -43,10 +43,27 @@ def check_direct(qag, n: int, block: int, dtype: torch.dtype) -> None:
     assert torch.equal(out.view(torch.uint8), ref.view(torch.uint8)), f"rank {RANK}: other bits than rank 0"
 
 
-def fsdp_losses(mesh, data, steps: int, comm=None) -> list[float]:
+def check_reduce_scatter(qrs, n: int, dtype: torch.dtype, op) -> None:
+    inp = torch.cat([shard_of(RANK * WORLD + j, n, dtype) for j in range(WORLD)])
+    out = torch.empty(n, dtype=dtype)
+    qrs(out, inp, dist.group.WORLD, op)
+    parts = [torch.cat([shard_of(r * WORLD + j, n, dtype) for j in range(WORLD)]).double()[RANK * n:(RANK + 1) * n]
+             for r in range(WORLD)]
+    want = sum(parts) / (WORLD if op == dist.ReduceOp.AVG else 1)
+    # Every partial that crossed a node is off by <= its absmax / 254 (a node sums <= WORLD inputs).
+    tol = WORLD * max(p.abs().max().item() for p in parts) / 254 + want.abs() * 4 * HALF_ULP[dtype]
+    bad = ((out.double() - want).abs() > tol).sum().item()
+    assert bad == 0, f"rank {RANK}: quantized reduce-scatter {dtype} {op}: {bad} elements outside the bound"
+
+
+def fsdp_losses(mesh, data, steps: int, comm=None, rs=None) -> list[float]:
     model = ex.shard(ex.build_model(data.vocab, **CFG), mesh)
     if comm is not None:
         ex.use_custom_all_gather(model, comm)
+    if rs is not None:
+        for m in model.modules():
+            if hasattr(m, "set_custom_reduce_scatter"):
+                m.set_custom_reduce_scatter(rs)
     return ex.train_losses(model, ex.make_optimizer(model), data, steps, RANK, WORLD)
 
 
@@ -77,5 +94,20 @@ def run(steps: int = 12) -> dict:
     assert quant != exact, "the quantized run is not bitwise the exact one"
     assert rel < 2e-2, (rel, quant, exact)
     assert quant[-1] < quant[0], quant
+
+    qrs = ht.QuantizedReduceScatter()
+    for dtype in (torch.float32, torch.bfloat16):
+        for op in (dist.ReduceOp.SUM, dist.ReduceOp.AVG):
+            check_reduce_scatter(qrs, 70001, dtype, op)
+    assert qrs.quantized_calls == 4 and qrs.exact_calls == 0, (qrs.quantized_calls, qrs.exact_calls)
+    out = torch.empty(10)
+    qrs(out, torch.full((10 * WORLD,), float(RANK)), dist.group.WORLD, dist.ReduceOp.MAX)  # exact, warned
+    assert qrs.exact_calls == 1 and torch.equal(out, torch.full((10,), float(WORLD - 1))), out
+    both_qrs = ht.QuantizedReduceScatter()
+    both = fsdp_losses(mesh, data, steps, ht.QuantizedAllGather(), both_qrs)
+    assert both_qrs.quantized_calls > 0, "FSDP2 called the custom reduce-scatter"
+    rel_both = max(abs(a - b) / abs(b) for a, b in zip(both, exact))
+    assert rel_both < 2e-2, (rel_both, both, exact)
     dist.destroy_process_group()
-    return {"max_rel": rel, "fsdp_quantized_calls": fsdp_qag.quantized_calls, "exact": exact, "quantized": quant}
+    return {"max_rel": rel, "max_rel_both": rel_both, "fsdp_quantized_calls": fsdp_qag.quantized_calls,
+            "exact": exact, "quantized": quant, "both": both}

@@ -246,6 +246,55 @@ class QuantizedAllGather(_FsdpAllGather):
         return None
 
 
+try:
+    from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter as _FsdpReduceScatter
+except ImportError:
+    _FsdpReduceScatter = object
+
+
+class QuantizedReduceScatter(_FsdpReduceScatter):
+    """A reduce-scatter whose partial sums cross nodes as int8 with one fp32 scale per `block`
+    elements (hcReduceScatterQuantized), for FSDP2's gradients::
+
+        model.set_custom_reduce_scatter(hicoll.torch.QuantizedReduceScatter())
+
+    Within a node the sums stay exact; each node's partial is quantized once and summed in fp32
+    at its owner. On one node (or with HICOLL_QUANT_MIN_NODES above the group's nodes) it is
+    exact. Inputs it cannot quantize (dtype, device, an op other than sum or avg, no hicoll CPU
+    backend) take the exact reduce-scatter, with one warning per reason."""
+
+    def __init__(self, block: int = 256):
+        if block < 1:
+            raise ValueError(f"QuantizedReduceScatter: block must be positive, not {block}")
+        self.block = int(block)
+        self.quantized_calls = 0
+        self.exact_calls = 0
+        self._logged = set()
+
+    def allocate(self, size, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        return torch.empty(*size, dtype=dtype, device=device)
+
+    def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group=None, op=None,
+                 async_op: bool = False):
+        op = dist.ReduceOp.SUM if op is None else op
+        why = QuantizedAllGather._why_exact(self, output_tensor, input_tensor, group)
+        if why is None and op != dist.ReduceOp.SUM and op != dist.ReduceOp.AVG:
+            why = f"op {op} is quantized only as a sum or an average"
+        if why is None:
+            self.quantized_calls += 1
+            work = backend_of(group).reducescatter_quantized(output_tensor, input_tensor, op, self.block)
+        else:
+            if why not in self._logged:
+                self._logged.add(why)
+                logger.warning("QuantizedReduceScatter: exact reduce-scatter: %s", why)
+            self.exact_calls += 1
+            work = dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group, async_op=True)
+        if async_op:
+            return work
+        work.wait()
+        return None
+
+
 _register()
 # Before the interpreter finalizes: finish and join every group's worker, so none of them
 # runs (or drops a Python-owned tensor) after Python stopped accepting threads.

@@ -142,6 +142,10 @@ class HicollBackend : public c10d::Backend {
   // hcAllGatherQuantized (int8, one fp32 scale per `block` elements) of CPU float32 /
   // bfloat16 / float16 tensors; hicoll.torch.QuantizedAllGather calls it for FSDP2.
   c10::intrusive_ptr<c10d::Work> allgatherQuantized(at::Tensor& output, at::Tensor& input, int64_t block);
+  // hcReduceScatterQuantized (int8 partials across nodes; sum, avg, pre-multiplied sum) of CPU
+  // float32 / bfloat16 / float16 tensors; hicoll.torch.QuantizedReduceScatter calls it.
+  c10::intrusive_ptr<c10d::Work> reducescatterQuantized(at::Tensor& output, at::Tensor& input,
+                                                        const c10d::ReduceOp& op, int64_t block);
 
   // Composed from hicoll's calls (composed.cc).
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,

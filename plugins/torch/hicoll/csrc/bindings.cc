@@ -92,6 +92,9 @@ PYBIND11_MODULE(_C, m) {
       .def("allgather_quantized", &HicollBackend::allgatherQuantized, py::arg("output"), py::arg("input"),
            py::arg("block") = 256, py::call_guard<py::gil_scoped_release>(),
            "hcAllGatherQuantized into output (world size x input elements); returns the Work.")
+      .def("reducescatter_quantized", &HicollBackend::reducescatterQuantized, py::arg("output"), py::arg("input"),
+           py::arg("op"), py::arg("block") = 256, py::call_guard<py::gil_scoped_release>(),
+           "hcReduceScatterQuantized of input (world size x output elements) into output; returns the Work.")
       .def("hicoll_counts", &HicollBackend::hicollCounts,
            "Calls run by hicoll, by c10d op name.")
       .def("fallback_counts", &HicollBackend::fallbackCounts,

@@ -56,6 +56,36 @@ c10::intrusive_ptr<c10d::Work> HicollBackend::allgatherQuantized(at::Tensor& out
                 std::nullopt, run, nullptr);
 }
 
+c10::intrusive_ptr<c10d::Work> HicollBackend::reducescatterQuantized(at::Tensor& output, at::Tensor& input,
+                                                                      const ReduceOp& op, int64_t block) {
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(),
+              "hicoll: reducescatter_quantized: output and input dtypes differ");
+  TORCH_CHECK(input.numel() == output.numel() * getSize(), "hicoll: reducescatter_quantized: input has ",
+              input.numel(), " elements, expected world size x output = ", output.numel() * getSize());
+  TORCH_CHECK(input.device().is_cpu() && output.device().is_cpu(),
+              "hicoll: reducescatter_quantized: CPU tensors only (the device path has no quantized form yet)");
+  const at::ScalarType t = input.scalar_type();
+  TORCH_CHECK(t == at::kFloat || t == at::kBFloat16 || t == at::kHalf, "hicoll: reducescatter_quantized: ", t,
+              " cannot be quantized (float32, bfloat16 or float16)");
+  TORCH_CHECK(op.op_ == ReduceOp::SUM || op.op_ == ReduceOp::AVG || op.op_ == ReduceOp::PREMUL_SUM,
+              "hicoll: reducescatter_quantized: only sum, avg and premul_sum have a quantized form");
+  TORCH_CHECK(block > 0, "hicoll: reducescatter_quantized: block must be positive, not ", block);
+  auto run = [this, output, input, op, block](hcStream_t s) {
+    throughContiguous(output, false, [&](const at::Tensor& out) {
+      const at::Tensor in = input.contiguous();
+      hcQuant q = HC_QUANT_INITIALIZER;
+      q.block = static_cast<size_t>(block);
+      withRedOp(op, in.scalar_type(), [&](hcRedOp_t r, hcDataType_t dt) {
+        check(hcReduceScatterQuantized(in.data_ptr(), out.data_ptr(), static_cast<size_t>(out.numel()), dt, r, &q,
+                                       comm_, s),
+              "reducescatter_quantized", s);
+      });
+    });
+  };
+  return submit(OpType::_REDUCE_SCATTER_BASE, "reducescatter_quantized", {output}, opTimeout(c10d::kUnsetTimeout),
+                {input}, std::nullopt, run, nullptr);
+}
+
 c10::intrusive_ptr<c10d::Work> HicollBackend::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
