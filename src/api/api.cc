@@ -198,6 +198,26 @@ hcResult_t collective(hcComm_t comm, const char* fn, CollArgs a, const hcRedOp_t
   return guard(comm, fn, [&] { runColl(*comm, a, fn, op); });
 }
 
+// The body of the quantized entry points: the descriptor is read here, and a bad one is this
+// rank's argument error like any other (its peers are told).
+hcResult_t quantized(hcComm_t comm, const char* fn, CollArgs a, const hcQuant* quant, const hcRedOp_t* op = nullptr) {
+  if (bad(comm, fn)) return hcInvalidArgument;
+  std::string why;
+  if (!quant || quant->size < offsetof(hcQuant, block) + sizeof(quant->block))
+    why = fmt::format("{}: quant is NULL or its size field is not set (HC_QUANT_INITIALIZER)", fn);
+  else if (quant->format != hcQuantInt8Absmax)
+    why = fmt::format("{}: unknown quantization format {}", fn, static_cast<int>(quant->format));
+  a.quant = QuantArgs{.block = why.empty() && quant->block ? quant->block : quant::kDefaultBlock,
+                      .dtype = a.dtype, .count = a.count};
+  if (why.empty()) return collective(comm, fn, a, op);
+  return guard(comm, fn, [&] {
+    if (op) a.op = resolveOp(*comm, *op);
+    if (a.stream || comm->nranks == 1) HC_THROW(hcInvalidArgument, "{}", why);
+    a.call = ++comm->calls;
+    rejectCall(*comm, a, why);
+  });
+}
+
 hcResult_t initWith(hcComm_t* out, const char* fn, const std::function<std::unique_ptr<hcComm>()>& make) {
   if (!out) {
     t_last_error = std::string(fn) + ": comm is NULL";
@@ -456,46 +476,18 @@ hcResult_t hcAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, h
 
 hcResult_t hcAllGatherQuantized(const void* sendbuff, void* recvbuff, size_t sendcount, hcDataType_t datatype,
                                 const hcQuant* quant, hcComm_t comm, hcStream_t stream) {
-  const char* fn = "hcAllGatherQuantized";
-  if (bad(comm, fn)) return hcInvalidArgument;
-  CollArgs a{.coll = hcCollAllGather, .send = sendbuff, .recv = recvbuff, .count = sendcount, .dtype = datatype,
-             .stream = stream};
-  // A bad descriptor is this rank's argument error like any other: its peers are told.
-  std::string why;
-  if (!quant || quant->size < offsetof(hcQuant, block) + sizeof(quant->block))
-    why = fmt::format("{}: quant is NULL or its size field is not set (HC_QUANT_INITIALIZER)", fn);
-  else if (quant->format != hcQuantInt8Absmax)
-    why = fmt::format("{}: unknown quantization format {}", fn, static_cast<int>(quant->format));
-  const size_t block = why.empty() && quant->block ? quant->block : quant::kDefaultBlock;
-  a.quant = QuantArgs{.block = block, .dtype = datatype, .count = sendcount};
-  if (why.empty()) return collective(comm, fn, a);
-  return guard(comm, fn, [&] {
-    if (a.stream || comm->nranks == 1) HC_THROW(hcInvalidArgument, "{}", why);
-    a.call = ++comm->calls;
-    rejectCall(*comm, a, why);
-  });
+  return quantized(comm, "hcAllGatherQuantized",
+                   {.coll = hcCollAllGather, .send = sendbuff, .recv = recvbuff, .count = sendcount,
+                    .dtype = datatype, .stream = stream},
+                   quant);
 }
 
 hcResult_t hcReduceScatterQuantized(const void* sendbuff, void* recvbuff, size_t recvcount, hcDataType_t datatype,
                                     hcRedOp_t op, const hcQuant* quant, hcComm_t comm, hcStream_t stream) {
-  const char* fn = "hcReduceScatterQuantized";
-  if (bad(comm, fn)) return hcInvalidArgument;
-  CollArgs a{.coll = hcCollReduceScatter, .send = sendbuff, .recv = recvbuff, .count = recvcount,
-             .dtype = datatype, .stream = stream};
-  std::string why;
-  if (!quant || quant->size < offsetof(hcQuant, block) + sizeof(quant->block))
-    why = fmt::format("{}: quant is NULL or its size field is not set (HC_QUANT_INITIALIZER)", fn);
-  else if (quant->format != hcQuantInt8Absmax)
-    why = fmt::format("{}: unknown quantization format {}", fn, static_cast<int>(quant->format));
-  const size_t block = why.empty() && quant->block ? quant->block : quant::kDefaultBlock;
-  a.quant = QuantArgs{.block = block, .dtype = datatype, .count = recvcount};
-  if (why.empty()) return collective(comm, fn, a, &op);
-  return guard(comm, fn, [&] {
-    a.op = resolveOp(*comm, op);
-    if (a.stream || comm->nranks == 1) HC_THROW(hcInvalidArgument, "{}", why);
-    a.call = ++comm->calls;
-    rejectCall(*comm, a, why);
-  });
+  return quantized(comm, "hcReduceScatterQuantized",
+                   {.coll = hcCollReduceScatter, .send = sendbuff, .recv = recvbuff, .count = recvcount,
+                    .dtype = datatype, .stream = stream},
+                   quant, &op);
 }
 
 hcResult_t hcReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, hcDataType_t datatype,
