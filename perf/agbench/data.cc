@@ -172,16 +172,21 @@ size_t countWrongInput(const Pattern& p, int q, const void* got, size_t first, s
   return countDiff(p, got, first, n, [&p, q](size_t j) { return p.value(q, j); });
 }
 
+namespace {
+// Element k of a float buffer of dtype dt, and half an ulp of dt relative to a value.
+double loadFloat(hcDataType_t dt, const void* got, size_t k) {
+  if (dt == hcFloat32) return static_cast<const float*>(got)[k];
+  const uint16_t b = static_cast<const uint16_t*>(got)[k];
+  if (dt == hcBfloat16) return std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
+  return static_cast<double>(std::bit_cast<_Float16>(b));
+}
+double halfUlp(hcDataType_t dt) { return dt == hcBfloat16 ? 0x1p-8 : dt == hcFloat16 ? 0x1p-11 : 0x1p-24; }
+}  // namespace
+
 size_t countOutsideQuantBound(const Pattern& p, const void* got, size_t per_rank, int nranks, size_t block) {
   const hcDataType_t dt = p.type().dt;
-  // Half an ulp of the output type, relative to the value.
-  const double half_ulp = dt == hcBfloat16 ? 0x1p-8 : dt == hcFloat16 ? 0x1p-11 : 0x1p-24;
-  auto load = [&](size_t k) -> double {
-    if (dt == hcFloat32) return static_cast<const float*>(got)[k];
-    const uint16_t b = static_cast<const uint16_t*>(got)[k];
-    if (dt == hcBfloat16) return std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
-    return static_cast<double>(std::bit_cast<_Float16>(b));
-  };
+  const double half_ulp = halfUlp(dt);
+  auto load = [&](size_t k) { return loadFloat(dt, got, k); };
   size_t wrong = 0;
   for (size_t q = 0; q < static_cast<size_t>(nranks); ++q)
     for (size_t lo = 0; lo < per_rank; lo += block) {
@@ -199,13 +204,8 @@ size_t countOutsideQuantBound(const Pattern& p, const void* got, size_t per_rank
 
 size_t countOutsideQuantBoundRS(const Pattern& p, const void* got, size_t first, size_t n, int nranks) {
   const hcDataType_t dt = p.type().dt;
-  const double half_ulp = dt == hcBfloat16 ? 0x1p-8 : dt == hcFloat16 ? 0x1p-11 : 0x1p-24;
-  auto load = [&](size_t k) -> double {
-    if (dt == hcFloat32) return static_cast<const float*>(got)[k];
-    const uint16_t b = static_cast<const uint16_t*>(got)[k];
-    if (dt == hcBfloat16) return std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
-    return static_cast<double>(std::bit_cast<_Float16>(b));
-  };
+  const double half_ulp = halfUlp(dt);
+  auto load = [&](size_t k) { return loadFloat(dt, got, k); };
   double absmax = 0;
   for (size_t k = 0; k < n; ++k)
     for (int q = 0; q < nranks; ++q) absmax = std::max(absmax, std::abs(static_cast<double>(p.value(q, first + k))));
