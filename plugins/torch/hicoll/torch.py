@@ -192,25 +192,17 @@ def stats(group=None, device: str = "cpu") -> dict:
 
 try:  # the FSDP2 custom-collective interface (torch >= 2.8)
     from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather as _FsdpAllGather
-except ImportError:  # older torch: a plain object with the same two methods
-    _FsdpAllGather = object
+    from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter as _FsdpReduceScatter
+except ImportError:  # older torch: plain objects with the same two methods
+    _FsdpAllGather = _FsdpReduceScatter = object
 
 
-class QuantizedAllGather(_FsdpAllGather):
-    """An all-gather that moves each rank's shard as int8 with one fp32 scale per `block`
-    elements (hcAllGatherQuantized: ZeRO++'s qwZ), for FSDP2::
-
-        model.set_custom_all_gather(hicoll.torch.QuantizedAllGather())
-
-    Every rank receives the same dequantized values (its own shard too), off by at most
-    absmax(block) / 254 per element; the sharded parameters stay exact. Inputs it cannot
-    quantize (not float32/bfloat16/float16, e.g. FSDP2's uint8 buffers of mixed dtypes, or a
-    group without a hicoll CPU backend) take the exact all-gather, logged once per reason.
-    Also callable directly: qag(output, input, group)."""
+class _QuantizedComm:
+    """What the quantized FSDP2 collectives share: the block, the counts, the warn-once log."""
 
     def __init__(self, block: int = 256):
         if block < 1:
-            raise ValueError(f"QuantizedAllGather: block must be positive, not {block}")
+            raise ValueError(f"{type(self).__name__}: block must be positive, not {block}")
         self.block = int(block)
         self.quantized_calls = 0
         self.exact_calls = 0
@@ -228,6 +220,32 @@ class QuantizedAllGather(_FsdpAllGather):
             return "the group has no hicoll CPU backend"
         return None
 
+    def _exact(self, why: str) -> None:
+        if why not in self._logged:
+            self._logged.add(why)
+            logger.warning("%s: exact collective: %s", type(self).__name__, why)
+        self.exact_calls += 1
+
+    @staticmethod
+    def _finish(work, async_op: bool):
+        if async_op:
+            return work
+        work.wait()
+        return None
+
+
+class QuantizedAllGather(_QuantizedComm, _FsdpAllGather):
+    """An all-gather that moves each rank's shard as int8 with one fp32 scale per `block`
+    elements (hcAllGatherQuantized: ZeRO++'s qwZ), for FSDP2::
+
+        model.set_custom_all_gather(hicoll.torch.QuantizedAllGather())
+
+    Every rank receives the same dequantized values (its own shard too), off by at most
+    absmax(block) / 254 per element; the sharded parameters stay exact. Inputs it cannot
+    quantize (not float32/bfloat16/float16, e.g. FSDP2's uint8 buffers of mixed dtypes, or a
+    group without a hicoll CPU backend) take the exact all-gather, logged once per reason.
+    Also callable directly: qag(output, input, group)."""
+
     def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group=None,
                  async_op: bool = False):
         why = self._why_exact(output_tensor, input_tensor, group)
@@ -235,24 +253,12 @@ class QuantizedAllGather(_FsdpAllGather):
             self.quantized_calls += 1
             work = backend_of(group).allgather_quantized(output_tensor, input_tensor, self.block)
         else:
-            if why not in self._logged:
-                self._logged.add(why)
-                logger.warning("QuantizedAllGather: exact all-gather: %s", why)
-            self.exact_calls += 1
+            self._exact(why)
             work = dist.all_gather_into_tensor(output_tensor, input_tensor, group=group, async_op=True)
-        if async_op:
-            return work
-        work.wait()
-        return None
+        return self._finish(work, async_op)
 
 
-try:
-    from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter as _FsdpReduceScatter
-except ImportError:
-    _FsdpReduceScatter = object
-
-
-class QuantizedReduceScatter(_FsdpReduceScatter):
+class QuantizedReduceScatter(_QuantizedComm, _FsdpReduceScatter):
     """A reduce-scatter whose partial sums cross nodes as int8 with one fp32 scale per `block`
     elements (hcReduceScatterQuantized), for FSDP2's gradients::
 
@@ -263,36 +269,19 @@ class QuantizedReduceScatter(_FsdpReduceScatter):
     exact. Inputs it cannot quantize (dtype, device, an op other than sum or avg, no hicoll CPU
     backend) take the exact reduce-scatter, with one warning per reason."""
 
-    def __init__(self, block: int = 256):
-        if block < 1:
-            raise ValueError(f"QuantizedReduceScatter: block must be positive, not {block}")
-        self.block = int(block)
-        self.quantized_calls = 0
-        self.exact_calls = 0
-        self._logged = set()
-
-    def allocate(self, size, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        return torch.empty(*size, dtype=dtype, device=device)
-
     def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group=None, op=None,
                  async_op: bool = False):
         op = dist.ReduceOp.SUM if op is None else op
-        why = QuantizedAllGather._why_exact(self, output_tensor, input_tensor, group)
+        why = self._why_exact(output_tensor, input_tensor, group)
         if why is None and op != dist.ReduceOp.SUM and op != dist.ReduceOp.AVG:
             why = f"op {op} is quantized only as a sum or an average"
         if why is None:
             self.quantized_calls += 1
             work = backend_of(group).reducescatter_quantized(output_tensor, input_tensor, op, self.block)
         else:
-            if why not in self._logged:
-                self._logged.add(why)
-                logger.warning("QuantizedReduceScatter: exact reduce-scatter: %s", why)
-            self.exact_calls += 1
+            self._exact(why)
             work = dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group, async_op=True)
-        if async_op:
-            return work
-        work.wait()
-        return None
+        return self._finish(work, async_op)
 
 
 _register()
