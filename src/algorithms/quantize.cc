@@ -212,7 +212,8 @@ void checkBlock(size_t block) {
 
 // One copy of each kernel per instruction set, picked at load time: the loops are written for
 // auto-vectorization, and AVX2's wider registers and 32->16-bit packs roughly halve their time.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// Not under ThreadSanitizer: the clones' ifunc resolvers run before its runtime is up.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define HC_QUANT_KERNEL __attribute__((target_clones("avx2", "default"), flatten))
 #else
 #define HC_QUANT_KERNEL
