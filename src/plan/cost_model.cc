@@ -1,0 +1,157 @@
+#include "plan/cost_model.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace hicoll {
+
+const char* algoName(Algo a) { return a == Algo::Hier ? "hier" : "ring"; }
+
+double Prediction::total() const { return latency + std::max({link, cpu, window}) + fill + after; }
+
+const char* Prediction::bound() const {
+  const double bulk = std::max({link, cpu, window});
+  if (after > bulk && after > latency) return "after";
+  if (latency >= bulk) return "latency";
+  if (bulk == link) return "link";
+  return bulk == cpu ? "cpu" : "window";
+}
+
+std::string Prediction::terms() const {
+  return fmt::format("{:.1f} us = latency {:.1f} + max(link {:.1f}, cpu {:.1f}, window {:.1f}) + fill {:.1f} + after {:.1f}",
+                     total() * 1e6, latency * 1e6, link * 1e6, cpu * 1e6, window * 1e6, fill * 1e6, after * 1e6);
+}
+
+namespace {
+
+struct Ctx {
+  const MachineFigures& m;
+  const Shape& s;
+  size_t N, L, W;
+  double share;  // CPU work stretches when the host's ranks outnumber its cores
+};
+
+size_t chunks(size_t b, size_t chunk) { return b == 0 ? 0 : (b + chunk - 1) / std::max<size_t>(chunk, 1); }
+
+// Inter-node CPU work of one rank: bytes out and in, and the messages they take.
+double netCpu(const Ctx& c, double bytes_each_way, double messages) {
+  return 2 * bytes_each_way * c.m.net_cpu_s_per_B + 2 * messages * c.m.net_msg_s;
+}
+
+
+// Hierarchical AllGather of a b-byte block per rank: every rail peer's block over the link in
+// one hop (to the sort buffer), then every block of the node copied into rank order.
+Prediction hierAllGather(const Ctx& c, size_t b, bool in_place) {
+  Prediction p;
+  const size_t C = std::min(b, c.s.chunk), K = chunks(b, C);
+  p.latency = c.m.call_s + (c.L > 1 ? 2 * c.m.shm_alpha_s : 0) + (c.N > 1 ? c.m.net_alpha_s : 0);
+  const double copies = static_cast<double>((c.W - 1) * b + (in_place ? 0 : b));
+  p.cpu = copies / c.m.copy_Bps;
+  if (c.N > 1) {
+    const double out = static_cast<double>((c.N - 1) * b);  // this rank, each way
+    p.link = out * static_cast<double>(c.L) / c.m.net_Bps;
+    p.cpu += netCpu(c, out, static_cast<double>((c.N - 1) * K));
+    p.window = static_cast<double>(K) / static_cast<double>(c.s.window) * 2 * c.m.net_alpha_s;
+    // The drain: the last chunk's received blocks copied into rank order (the network stack's
+    // work overlaps the transfer).
+    p.fill = static_cast<double>(C * (c.N - 1) * c.L) / c.m.copy_Bps * c.share;
+  }
+  p.cpu *= c.share;
+  return p;
+}
+
+// Hierarchical ReduceScatter: each rank sums its rail's blocks over the node (reading the
+// peers' inputs), sends the N-1 partials to their owners' rail peers, sums the N it receives.
+Prediction hierReduceScatter(const Ctx& c, size_t b) {
+  Prediction p;
+  const size_t C = std::min(b, c.s.chunk), K = chunks(b, C);
+  p.latency = c.m.call_s + (c.L > 1 ? 2 * c.m.shm_alpha_s : 0) + (c.N > 1 ? c.m.net_alpha_s : 0);
+  const double B = static_cast<double>(b);
+  if (c.N == 1) {  // pushed through scratch: L-1 copies out, a sum of L inputs
+    p.cpu = (static_cast<double>(c.L - 1) * B) / c.m.copy_Bps + static_cast<double>(c.L) * B / c.m.reduce_Bps;
+  } else {
+    const double out = static_cast<double>(c.N - 1) * B;
+    p.cpu = static_cast<double>(c.N * c.L) * B / c.m.reduce_Bps  // the rail's sums over the node
+            + static_cast<double>(c.N) * B / c.m.reduce_Bps      // the owner's sum of N partials
+            + out / c.m.copy_Bps                                 // partials staged for the network
+            + netCpu(c, out, static_cast<double>((c.N - 1) * K));
+    p.link = out * static_cast<double>(c.L) / c.m.net_Bps;
+    p.window = static_cast<double>(K) / static_cast<double>(c.s.window) * 2 * c.m.net_alpha_s;
+    // The start (the first chunk summed over the node) and the drain (the owner's last sum).
+    p.fill = (static_cast<double>(c.N * c.L + c.N) * static_cast<double>(C) / c.m.reduce_Bps) * c.share;
+  }
+  p.cpu *= c.share;
+  return p;
+}
+
+// The flat ring: W-1 steps to the next rank, chunks pipelined along the chain. Across nodes
+// one rank per node sends over the link (contiguous ranks), and every block crosses it.
+Prediction ring(const Ctx& c, size_t b, bool in_place, bool sums) {
+  Prediction p;
+  const size_t C = std::min(b, c.s.chunk), K = chunks(b, C), steps = c.W - 1;
+  const double B = static_cast<double>(b), hops = static_cast<double>(steps);
+  // A block's way round: N of the W hops cross nodes.
+  const double hop = c.N > 1 ? (static_cast<double>(c.N) * c.m.net_alpha_s + static_cast<double>(c.W - c.N) * c.m.shm_alpha_s) /
+                                   static_cast<double>(c.W)
+                             : c.m.shm_alpha_s;
+  p.latency = c.m.call_s + (c.L > 1 ? c.m.shm_alpha_s : 0) + hops * hop;
+  p.cpu = hops * B / c.m.copy_Bps + (in_place || sums ? 0 : B / c.m.copy_Bps);
+  if (sums) p.cpu += hops * 2 * B / c.m.reduce_Bps;
+  if (c.N > 1) {
+    p.link = hops * B * static_cast<double>(std::max(1, c.s.ring_cross)) / c.m.net_Bps;
+    p.cpu += netCpu(c, hops * B, hops * static_cast<double>(K));
+    p.window = hops * static_cast<double>(K) / static_cast<double>(c.s.window) * 2 * c.m.net_alpha_s;
+  }
+  p.cpu *= c.share;
+  // Every link works on every step at once, so the chain adds no bulk of its own (its hops'
+  // latencies are in latency); the drain is the last chunk's copy (and sum).
+  p.fill = static_cast<double>(C) * (1 / c.m.copy_Bps + (sums ? 2 / c.m.reduce_Bps : 0)) * c.share;
+  return p;
+}
+
+// Phases in sequence: the second's whole time comes after the first.
+Prediction then(Prediction a, const Prediction& b) {
+  a.after += b.total();
+  return a;
+}
+
+Prediction gatherAndSum(const Ctx& c, Algo algo, size_t bytes) {
+  const double B = static_cast<double>(bytes);
+  if (algo == Algo::Hier && c.N == 1 && bytes <= c.s.scratch / 2) {  // staged, summed in place
+    Prediction p;
+    p.latency = c.m.call_s + (c.L > 1 ? c.m.shm_alpha_s : 0);
+    p.cpu = (B / c.m.copy_Bps + static_cast<double>(c.L) * B / c.m.reduce_Bps) * c.share;
+    return p;
+  }
+  Prediction p = algo == Algo::Hier ? hierAllGather(c, bytes, false) : ring(c, bytes, false, false);
+  p.after += static_cast<double>(c.W) * B / c.m.reduce_Bps * c.share;  // the sum, after the gather
+  return p;
+}
+
+}  // namespace
+
+Prediction predict(const MachineFigures& m, const Shape& s, hcColl_t coll, Algo algo, size_t bytes, bool in_place,
+                   bool allreduce_small) {
+  const size_t N = static_cast<size_t>(std::max(1, s.nodes)), L = static_cast<size_t>(std::max(1, s.local));
+  const Ctx c{m, s, N, L, N * L, std::max(1.0, static_cast<double>(s.host_ranks) / std::max(1, s.cores))};
+  const size_t b = bytes / c.W;  // per-rank block
+  switch (coll) {
+    case hcCollAllGather: return algo == Algo::Hier ? hierAllGather(c, b, in_place) : ring(c, b, in_place, false);
+    case hcCollReduceScatter: return algo == Algo::Hier ? hierReduceScatter(c, b) : ring(c, b, false, true);
+    case hcCollAllReduce: {
+      if (allreduce_small) return gatherAndSum(c, algo, bytes);
+      const Prediction rs = algo == Algo::Hier ? hierReduceScatter(c, b) : ring(c, b, false, true);
+      const Prediction ag = algo == Algo::Hier ? hierAllGather(c, b, true) : ring(c, b, true, false);
+      return then(rs, ag);
+    }
+    default: {
+      Prediction p;
+      p.latency = m.call_s + (N > 1 ? m.net_alpha_s : 0) + (L > 1 ? 2 * m.shm_alpha_s : 0);
+      return p;
+    }
+  }
+}
+
+}  // namespace hicoll

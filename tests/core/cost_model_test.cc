@@ -1,0 +1,141 @@
+// The cost model's terms (plan/cost_model.h) and the model file's parser (base/machine_figures.h).
+#include <gtest/gtest.h>
+
+#include "base/error.h"
+#include "plan/cost_model.h"
+#include "base/machine_figures.h"
+#include "plan/plan.h"
+
+namespace {
+
+using namespace hicoll;
+
+MachineFigures figures() {
+  MachineFigures m;
+  m.call_s = 1e-6;
+  m.shm_alpha_s = 2e-6;
+  m.copy_Bps = 5e9;
+  m.reduce_Bps = 4e9;
+  m.net_alpha_s = 40e-6;
+  m.net_Bps = 125e6;  // 1 Gbit/s
+  m.net_cpu_s_per_B = 0.4e-9;
+  m.net_msg_s = 5e-6;
+  return m;
+}
+
+Shape shape(int N, int L, int host_ranks = 1, int cores = 64) {
+  Shape s;
+  s.nodes = N;
+  s.local = L;
+  s.host_ranks = host_ranks;
+  s.cores = cores;
+  s.chunk = 256 << 10;
+  s.window = 4;
+  return s;
+}
+
+TEST(CostModel, LinkTermsAreTheBytesOverTheBusiestLink) {
+  const MachineFigures m = figures();
+  const size_t bytes = 64u << 20, b = bytes / 4;
+  // 2 x 2: the hierarchical exchange puts L x (N-1) blocks on each node's link, the ring
+  // (contiguous ranks: one hop leaves each node) W-1 blocks.
+  Prediction h = predict(m, shape(2, 2), hcCollAllGather, Algo::Hier, bytes, false);
+  Prediction r = predict(m, shape(2, 2), hcCollAllGather, Algo::Ring, bytes, false);
+  EXPECT_DOUBLE_EQ(h.link, 2.0 * b / m.net_Bps);
+  EXPECT_DOUBLE_EQ(r.link, 3.0 * b / m.net_Bps);
+  EXPECT_STREQ(h.bound(), "link");
+  EXPECT_LT(h.total(), r.total());
+  // Interleaved ranks: every ring hop leaves its node, two per node.
+  Shape inter = shape(2, 2);
+  inter.ring_cross = 2;
+  EXPECT_DOUBLE_EQ(predict(m, inter, hcCollAllGather, Algo::Ring, bytes, false).link, 6.0 * b / m.net_Bps);
+  // ReduceScatter moves the same bytes over the links as the AllGather.
+  EXPECT_DOUBLE_EQ(predict(m, shape(2, 2), hcCollReduceScatter, Algo::Hier, bytes, false).link, h.link);
+  // One node: no link, no network latency.
+  Prediction one = predict(m, shape(1, 4), hcCollAllGather, Algo::Hier, bytes, false);
+  EXPECT_EQ(one.link, 0);
+  EXPECT_DOUBLE_EQ(one.latency, m.call_s + 2 * m.shm_alpha_s);
+  EXPECT_STREQ(one.bound(), "cpu");
+}
+
+TEST(CostModel, SmallCallsAreLatencyBoundAndTheRingPaysPerStep) {
+  const MachineFigures m = figures();
+  Prediction h = predict(m, shape(4, 1), hcCollAllGather, Algo::Hier, 64, false);
+  Prediction r = predict(m, shape(4, 1), hcCollAllGather, Algo::Ring, 64, false);
+  EXPECT_STREQ(h.bound(), "latency");
+  EXPECT_DOUBLE_EQ(h.latency, m.call_s + m.net_alpha_s);  // one hop to every rail peer
+  EXPECT_DOUBLE_EQ(r.latency, m.call_s + 3 * m.net_alpha_s);  // W-1 hops in turn
+  EXPECT_LT(h.total(), r.total());
+}
+
+TEST(CostModel, RanksBeyondTheHostsCoresStretchTheCpuTerm) {
+  const MachineFigures m = figures();
+  Prediction alone = predict(m, shape(1, 4, 4, 4), hcCollReduceScatter, Algo::Hier, 64u << 20, false);
+  Prediction shared = predict(m, shape(1, 4, 4, 2), hcCollReduceScatter, Algo::Hier, 64u << 20, false);
+  EXPECT_NEAR(shared.cpu, 2 * alone.cpu, 1e-12);
+}
+
+TEST(CostModel, AllReduceSplitsTradeLatencyForBytes) {
+  const MachineFigures m = figures();
+  const Shape s = shape(2, 2);
+  // Tiny buffers: the latency path's one exchange beats RS + AG's two; large buffers: RS + AG
+  // moves 2 (W-1)/W of the buffer instead of W times it.
+  EXPECT_LT(predict(m, s, hcCollAllReduce, Algo::Hier, 256, false, true).total(),
+            predict(m, s, hcCollAllReduce, Algo::Hier, 256, false, false).total());
+  EXPECT_GT(predict(m, s, hcCollAllReduce, Algo::Hier, 1u << 20, false, true).total(),
+            predict(m, s, hcCollAllReduce, Algo::Hier, 1u << 20, false, false).total());
+  // RS + AG is the two phases in turn.
+  const size_t bytes = 16u << 20;
+  const double rs = predict(m, s, hcCollReduceScatter, Algo::Hier, bytes, false).total();
+  const double ag = predict(m, s, hcCollAllGather, Algo::Hier, bytes, true).total();
+  EXPECT_NEAR(predict(m, s, hcCollAllReduce, Algo::Hier, bytes, false).total(), rs + ag, 1e-12);
+}
+
+TEST(CostModel, WindowCoversTheRoundTrip) {
+  MachineFigures m = figures();
+  Shape s = shape(2, 2);
+  EXPECT_EQ(modelWindow(m, s, 4), 4u) << "1 Gbit/s, 40 us: a chunk covers each flow's share";
+  m.net_Bps = 400e9 / 8;  // 400 Gbit/s, 15 us
+  m.net_alpha_s = 15e-6;
+  s.local = 1;
+  // 2 x 15 us x 50 GB/s = 1.5 MB in flight on one flow: 6 chunks of 256 KiB, plus one.
+  EXPECT_EQ(modelWindow(m, s, 4), 7u);
+  EXPECT_EQ(modelWindow(m, shape(1, 4), 4), 4u) << "no network";
+}
+
+TEST(ModelFile, RoundTripsAndNamesWhatIsWrong) {
+  const MachineFigures m = figures();
+  const MachineFigures back = parseFigures(figuresJson(m, "test"), "t.json");
+  EXPECT_EQ(back.net_Bps, m.net_Bps);
+  EXPECT_EQ(back.net_cpu_s_per_B, m.net_cpu_s_per_B);
+  EXPECT_EQ(back.source, "t.json");
+  auto error = [](const std::string& text) {
+    try {
+      parseFigures(text, "f.json");
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), hcInvalidArgument);
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string good = figuresJson(m);
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string t = good;
+    t.replace(t.find(from), from.size(), to);
+    return t;
+  };
+  EXPECT_NE(error("{").find("f.json: not JSON"), std::string::npos);
+  EXPECT_NE(error("[1]").find("not a JSON object"), std::string::npos);
+  EXPECT_NE(error(with("\"version\": 1", "\"version\": 2")).find("version 2"), std::string::npos);
+  EXPECT_NE(error(with("\"net_Bps\"", "\"net_bps\"")).find("no field 'net_Bps'"), std::string::npos);
+  EXPECT_NE(error(with("\"call_s\": 1e-06", "\"call_s\": \"fast\"")).find("'call_s' is not a number"),
+            std::string::npos);
+  EXPECT_NE(error(with("\"copy_Bps\": 5000000000.0", "\"copy_Bps\": 0")).find("'copy_Bps' = 0 is out of range"),
+            std::string::npos);
+  EXPECT_NE(error(with("\"call_s\": 1e-06", "\"call_s\": -1")).find("'call_s' = -1"), std::string::npos);
+  EXPECT_NE(error(with("\"version\": 1", "\"version\": 1, \"extra\": 3")).find("unknown field 'extra'"),
+            std::string::npos);
+  EXPECT_NE(error("{}").find("version 0"), std::string::npos);
+}
+
+}  // namespace
