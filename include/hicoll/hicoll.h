@@ -144,6 +144,9 @@ typedef struct {
    * when quantization ran; they are also counted in coll[],
    * whose bytes are then the quantized bytes actually moved. */
   uint64_t quantized_calls[hcNumColls];
+  /* The cost model's prediction for the last host AllGather / ReduceScatter / AllReduce, in
+   * microseconds, on the path it took (0: not modelled). HICOLL_ALGO=auto chooses by it. */
+  double predicted_us[hcNumColls];
 } hcStats;
 #define HC_STATS_INITIALIZER {sizeof(hcStats)}
 

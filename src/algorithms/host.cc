@@ -1,6 +1,7 @@
 // Host-buffer collectives: plan the call (plan/plan.h), agree it with the peers, run the path
 // it names, count it.
 #include <algorithm>
+#include <cstdint>
 
 #include "algorithms/host.h"
 #include "algorithms/run.h"
@@ -57,12 +58,29 @@ Capabilities hostCapabilities(const hcComm& c) {
   return caps;
 }
 
+namespace {
+
+// HICOLL_DEBUG=INFO: what the model chose and why, once per shape (a training step repeats
+// its shapes; a sweep logs each size once).
+void logModelChoice(hcComm& c, const CollArgs& a, const CollPlan& p) {
+  if (logLevel() < LogLevel::kInfo) return;
+  const uint64_t key = (a.count << 12) ^ (static_cast<uint64_t>(a.dtype) << 4) ^ a.coll;
+  if (c.model_logged.size() >= 256 || !c.model_logged.insert(key).second) return;
+  HC_INFO("cost model: {} takes the {} path{}, predicted {} ({}-bound; figures: {})", describe(a),
+          p.path == hcPathHierarchical ? "hierarchical" : "ring",
+          a.coll == hcCollAllReduce ? (p.allreduce_small ? " (latency split)" : " (RS + AG)") : "",
+          p.predicted.terms(), p.predicted.bound(), c.model.source);
+}
+
+}  // namespace
+
 void runHostCollective(hcComm& c, const CollArgs& a) {
   if (a.quant.block && !a.quant.packed) return runQuantized(c, a);
   const CollPlan p = planCall(c, a, hostCapabilities(c));
   if (p.fallback()) HC_INFO("fallback: {} takes the flat ring: {}", describe(a), p.reason);
   HC_TRACE("{}: path {} ({})", describe(a), p.path == hcPathHierarchical ? "hierarchical" : "ring", ruleName(p.rule));
-  c.countCall(a.coll, p.path, p.reason);
+  if (p.modelled && c.cfg.algoAuto()) logModelChoice(c, a, p);
+  c.countCall(a.coll, p.path, p.reason, p.modelled ? p.predicted.total() : 0);
   try {
     Agreement ag(c, CallDesc::of(a), "", piggybacks(c, a, p));
     Run r(c, a, &p, &ag);

@@ -153,6 +153,7 @@ void Config::derive() {
     if (listHas(Knob::ForceFallback, name)) force_fallback_mask_ |= 1u << coll;
   }
   algo_ring_ = str(Knob::Algo) == "ring";
+  algo_auto_ = str(Knob::Algo) == "auto";
 }
 
 namespace {

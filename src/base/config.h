@@ -59,6 +59,7 @@ class Config {
   // HICOLL_FORCE_FALLBACK as a bit per hcColl_t, and HICOLL_ALGO=ring: parsed once, read per call.
   uint32_t forceFallbackMask() const { return force_fallback_mask_; }
   bool algoRing() const { return algo_ring_; }
+  bool algoAuto() const { return algo_auto_; }
   // Values that must agree across ranks (KnobScope::Agree), hashed; 0 for the others. Ranks
   // compare them per knob, so a difference names the knob.
   std::vector<uint64_t> consistencyHashes() const;
@@ -69,6 +70,7 @@ class Config {
   void derive();
   uint32_t force_fallback_mask_ = 0;
   bool algo_ring_ = false;
+  bool algo_auto_ = false;
   std::vector<std::string> raw_ = std::vector<std::string>(static_cast<size_t>(Knob::Count));
   std::vector<int64_t> num_ = std::vector<int64_t>(static_cast<size_t>(Knob::Count));
   std::vector<bool> from_default_ = std::vector<bool>(static_cast<size_t>(Knob::Count), true);

@@ -25,8 +25,12 @@
     "Node label of this rank. Ranks with the same label form one node. Default: the host "     \
     "name. Lets tests simulate several nodes on one machine.")                                  \
   X(Algo, "HICOLL_ALGO", Enum, "auto", "auto|hier|ring", 0, 0, Agree,                            \
-    "Algorithm for host buffers: hier (hierarchical), ring (flat ring), or auto (hier when "    \
-    "the configuration supports it).")                                                           \
+    "Algorithm for host buffers: hier (hierarchical whenever the configuration supports it, "   \
+    "fixed rules), ring (flat ring), or auto: the path, the AllReduce latency-path split and "   \
+    "the network window with the lowest time the cost model predicts (HICOLL_MODEL_FILE).")     \
+  X(ModelFile, "HICOLL_MODEL_FILE", String, "", "", 0, 0, Agree,                                 \
+    "Machine figures of the cost model (JSON, written by agbench --calibrate). Empty: defaults " \
+    "for HICOLL_OFI_PROVIDER. Every rank must read the same contents.")                         \
   X(ForceFallback, "HICOLL_FORCE_FALLBACK", List, "",                                            \
     "allgather|reducescatter|allreduce|broadcast|all", 0, 0, Agree,                              \
     "Collectives forced onto the fallback path (NCCL for device buffers, flat ring for host "   \

@@ -1,17 +1,20 @@
 // Communicator creation: configuration, the ranks' identities, topology, transports.
 #include "core/comm.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cstddef>
 #include <cstring>
+#include <fstream>
 #include <thread>
 
 #include "base/error.h"
 #include "base/log.h"
 #include "bootstrap/liveness.h"
+#include "base/machine_figures.h"
 #include "transport/ofi/ofi_transport.h"
 #include "transport/shm/node_memory.h"
 #include "transport/shm/shm_transport.h"
@@ -25,9 +28,43 @@ struct RankInfo {
   char host[128];
   char label[128];
   uint64_t knob_hash[kMaxKnobs];
+  uint64_t kernel;  // hash of the boot id: ranks on one kernel share its cores
   int32_t pid;
-  int32_t pad;
+  int32_t cores;
 };
+
+uint64_t bootIdHash() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(in, id);
+  char host[128] = {};
+  gethostname(host, sizeof host - 1);
+  return std::hash<std::string>()(id.empty() ? std::string(host) : id);
+}
+
+int usableCores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+// The model's host facts, alike on every rank (from the exchanged infos).
+void hostFacts(hcComm& c, const std::vector<RankInfo>& all) {
+  int most = 1, cores = 1 << 30;
+  for (const RankInfo& i : all) {
+    int same = 0;
+    for (const RankInfo& j : all) same += j.kernel == i.kernel;
+    most = std::max(most, same);
+    cores = std::min(cores, std::max(1, static_cast<int>(i.cores)));
+  }
+  c.host_ranks = most;
+  c.host_cores = cores;
+  const Topology& t = c.topo;
+  std::vector<int> leaving(t.nnodes, 0);
+  for (int r = 0; r < t.nranks; ++r)
+    if (t.node_of[r] != t.node_of[(r + 1) % t.nranks]) ++leaving[t.node_of[r]];
+  c.ring_cross = std::max(1, *std::max_element(leaving.begin(), leaving.end()));
+}
 
 void copyString(char* dst, size_t cap, const std::string& s) {
   std::snprintf(dst, cap, "%s", s.c_str());
@@ -52,7 +89,8 @@ void checkConsistency(Bootstrap& bs, const Config& cfg, const std::vector<RankIn
       list += fmt::format("{}rank {} has '{}'", shown ? ", " : "", r, &values[r * sizeof mine]);
       ++shown;
     }
-    HC_THROW(hcInvalidUsage, "{} must be the same on every rank: {}", table[k].name, list);
+    HC_THROW(hcInvalidUsage, "{} must be the same on every rank{}: {}", table[k].name,
+             table[k].id == Knob::ModelFile ? " (the file's contents too)" : "", list);
   }
 }
 
@@ -109,11 +147,31 @@ std::unique_ptr<hcComm> createComm(std::unique_ptr<Bootstrap> bs, std::shared_pt
            label, sizeof mine.label - 1);
   copyString(mine.label, sizeof mine.label, label);
   auto hashes = c->cfg.consistencyHashes();
+  std::string model_error;
+  const std::string model_path = c->cfg.str(Knob::ModelFile);
+  if (model_path.empty()) {
+    c->model = defaultFigures(c->cfg.str(Knob::OfiProvider));
+  } else {
+    // A file this rank cannot use must not throw before the exchange (the others would wait
+    // out the timeout): its hash then differs from theirs, which names the knob everywhere.
+    std::string text;
+    try {
+      c->model = loadFigures(model_path, &text);
+    } catch (const Error& e) {
+      model_error = e.what();
+      text = "unusable: " + model_error;
+    }
+    // The contents must agree, not the path (each node may keep its own copy).
+    hashes[static_cast<size_t>(Knob::ModelFile)] = std::hash<std::string>()(text);
+  }
   std::copy(hashes.begin(), hashes.end(), mine.knob_hash);
   mine.pid = getpid();
+  mine.kernel = bootIdHash();
+  mine.cores = usableCores();
   std::vector<RankInfo> all(c->nranks);
   bs->allgather(&mine, all.data(), sizeof mine);
   checkConsistency(*bs, c->cfg, all);
+  HC_CHECK(model_error.empty(), hcInvalidArgument, "{}", model_error);  // the same error on every rank
 
   std::vector<std::string> labels, hosts;
   for (const RankInfo& i : all) {
@@ -121,6 +179,7 @@ std::unique_ptr<hcComm> createComm(std::unique_ptr<Bootstrap> bs, std::shared_pt
     hosts.emplace_back(i.host);
   }
   c->topo = Topology::build(labels, hosts);
+  hostFacts(*c, all);
   c->bootstrap = std::move(bs);
   c->agree_peers = agreementPeers(c->topo, c->rank);
   c->agree_in.resize(c->agree_peers.size());
@@ -239,9 +298,10 @@ hicoll::Transport& hcComm::transportTo(int peer) {
   return *ofi;
 }
 
-void hcComm::countCall(hcColl_t c, hcPath_t path, const std::string& reason) {
+void hcComm::countCall(hcColl_t c, hcPath_t path, const std::string& reason, double predicted_s) {
   std::lock_guard<std::mutex> lock(stats_mu);
   stats.coll[c].calls[path]++;
+  stats.predicted_us[c] = predicted_s * 1e6;
   if (!reason.empty())
     std::snprintf(stats.coll[c].last_fallback_reason, sizeof stats.coll[c].last_fallback_reason, "%s", reason.c_str());
 }

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -13,10 +14,12 @@
 #include "base/config.h"
 #include "core/device.h"
 #include "base/topology.h"
+#include "base/machine_figures.h"
 #include "transport/transport.h"
 
 namespace hicoll {
 class ShmTransport;
+struct PlanMemos;  // plan/plan.h: planCall's last plans
 }
 
 struct hcComm {
@@ -30,6 +33,13 @@ struct hcComm {
   std::shared_ptr<void> keepalive;  // e.g. the rendezvous server: outlives the bootstrap below
   std::unique_ptr<hicoll::Bootstrap> bootstrap;
   hicoll::Topology topo;
+  // The cost model's figures (HICOLL_MODEL_FILE or the provider's defaults) and what the
+  // creation exchange says of the hosts: the ranks sharing one host's cores (one kernel, as
+  // emulated nodes do), its cores, the most ring hops that leave one node.
+  hicoll::MachineFigures model;
+  int host_ranks = 1, host_cores = 1, ring_cross = 1;
+  mutable std::shared_ptr<hicoll::PlanMemos> plan_memo;  // made by planCall on first use
+  std::set<uint64_t> model_logged;  // shapes whose model choice HICOLL_DEBUG=INFO has shown
   // Remote ranks every call is agreed with (rail peers; ring neighbours on uneven nodes), and
   // the messages that carry the descriptors, one in and one out per peer: a descriptor and a
   // reason, or a descriptor and the payload of the call's first message to that peer
@@ -87,7 +97,7 @@ struct hcComm {
   // After an error that is a symptom (a broken link): waits up to ms for a failure notice that
   // names the cause, and throws it if one arrives.
   void explainSymptom(long ms);
-  void countCall(hcColl_t c, hcPath_t path, const std::string& fallback_reason = "");
+  void countCall(hcColl_t c, hcPath_t path, const std::string& fallback_reason = "", double predicted_s = 0);
   void countBytes(hcColl_t c, int peer, size_t bytes);
   void countNodeMemory(hcColl_t c, size_t bytes);  // of those, read from a peer's node memory
   // At least `bytes` of private memory, kept for later calls (grows, never shrinks); valid

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/comm.h"
 
@@ -17,6 +18,7 @@ const char* ruleName(Rule r) {
     case Rule::ScratchTooSmall: return "scratch buffer too small";
     case Rule::SortTooSmall: return "sort buffer too small";
     case Rule::NoSingleCopyReads: return "no single-copy reads";
+    case Rule::ModelChoseRing: return "cost model";
   }
   return "?";
 }
@@ -30,7 +32,88 @@ CollPlan fallback(CollPlan p, Rule r, std::string reason) {
   return p;
 }
 
+bool modelledColl(hcColl_t coll) {
+  return coll == hcCollAllGather || coll == hcCollReduceScatter || coll == hcCollAllReduce;
+}
+
+bool inPlace(const hcComm& c, const CollArgs& a) {
+  const size_t b = a.count * hcTypeSize(a.dtype);
+  const char* s = static_cast<const char*>(a.send);
+  const char* r = static_cast<const char*>(a.recv);
+  const size_t off = static_cast<size_t>(c.rank) * b;
+  switch (a.coll) {
+    case hcCollAllGather: return s == r + off;
+    case hcCollReduceScatter: return s + off == r;
+    default: return s == r;
+  }
+}
+
+size_t callBytes(const hcComm& c, const CollArgs& a) {
+  const size_t b = a.count * hcTypeSize(a.dtype);
+  return a.coll == hcCollAllReduce ? b : b * static_cast<size_t>(c.nranks);
+}
+
+// HICOLL_ALGO=auto on a path the rules allow: the model picks the split of an AllReduce (when
+// HICOLL_ALLREDUCE_SMALL_BYTES is not set and both are possible), then hierarchical or ring.
+void modelChoice(const hcComm& c, const CollArgs& a, const Capabilities& caps, CollPlan& p) {
+  const Shape s = modelShape(c, p.chunk_bytes, p.net_window);
+  const size_t bytes = callBytes(c, a), e = hcTypeSize(a.dtype);
+  const size_t N = static_cast<size_t>(c.topo.nnodes);
+  if (a.coll == hcCollAllReduce && c.cfg.isDefault(Knob::AllReduceSmallBytes) && a.count >= static_cast<size_t>(c.nranks) &&
+      c.nranks <= caps.max_reduce_inputs) {
+    // The latency path stages the whole buffer as the block: only where the buffers hold it.
+    const bool small_fits = bytes <= c.scratch_bytes && N * bytes <= c.sort_bytes;
+    const bool small = small_fits && predict(c.model, s, a.coll, Algo::Hier, bytes, false, true).total() <
+                                         predict(c.model, s, a.coll, Algo::Hier, bytes, false, false).total();
+    // Across nodes without single-copy reads the RS + AG split cannot run (it reads in place).
+    const bool large_fits = caps.single_copy_reads || N == 1;
+    if (small != p.allreduce_small && (small || large_fits)) {
+      p.allreduce_small = small;
+      p.block_bytes = small ? bytes : p.allreduce_block * e;
+    }
+  }
+  const double hier = predict(c.model, s, a.coll, Algo::Hier, bytes, false, p.allreduce_small).total();
+  const double ring = predict(c.model, s, a.coll, Algo::Ring, bytes, false, p.allreduce_small).total();
+  if (ring < hier) {
+    p.path = hcPathRing;
+    p.rule = Rule::ModelChoseRing;
+    p.reason = fmt::format("cost model: ring {:.1f} us < hierarchical {:.1f} us", ring * 1e6, hier * 1e6);
+  }
+}
+
+// The prediction of the path the plan takes (for the statistics and the logs).
+void modelPrediction(const hcComm& c, const CollArgs& a, CollPlan& p) {
+  if (!modelledColl(a.coll) || !c.topo.uniform) return;
+  const Shape s = modelShape(c, p.chunk_bytes, p.net_window);
+  p.predicted = predict(c.model, s, a.coll, p.path == hcPathHierarchical ? Algo::Hier : Algo::Ring, callBytes(c, a),
+                        inPlace(c, a), p.allreduce_small);
+  p.modelled = true;
+}
+
 }  // namespace
+
+Shape modelShape(const hcComm& c, size_t chunk_bytes, size_t net_window) {
+  Shape s;
+  s.nodes = c.topo.nnodes;
+  s.local = c.topo.uniform ? c.topo.localSize(0) : 1;
+  s.host_ranks = c.host_ranks;
+  s.cores = c.host_cores;
+  s.ring_cross = c.ring_cross;
+  s.chunk = chunk_bytes;
+  s.window = net_window;
+  s.scratch = c.scratch_bytes;
+  return s;
+}
+
+size_t modelWindow(const MachineFigures& m, const Shape& s, size_t floor) {
+  if (s.nodes < 2) return floor;
+  // Each rank exchanges with N-1 rail peers, the node's L ranks at once: that many flows share
+  // the link, and each needs its share of the bandwidth-delay product in flight.
+  const double flows = static_cast<double>(s.local) * (s.nodes - 1);
+  const double bdp = 2 * m.net_alpha_s * m.net_Bps / flows;
+  const size_t w = static_cast<size_t>(std::ceil(bdp / static_cast<double>(std::max<size_t>(s.chunk, 1)))) + 1;
+  return std::clamp(w, floor, size_t{1024});
+}
 
 bool allReduceIsSmall(size_t count, size_t e, int nranks, size_t small_bytes, const Capabilities& caps) {
   // The host's block rounds down: with fewer elements than ranks there is no block at all.
@@ -43,7 +126,10 @@ size_t allReduceBlock(size_t count, int nranks, const Capabilities& caps) {
   return caps.device ? (count + W - 1) / W : count / W;
 }
 
-CollPlan planCall(const hcComm& c, const CollArgs& a, const Capabilities& caps) {
+namespace {
+
+// What the rules allow, and under HICOLL_ALGO=auto what the model chooses among it.
+CollPlan planRules(const hcComm& c, const CollArgs& a, const Capabilities& caps) {
   CollPlan p;
   const size_t e = hcTypeSize(a.dtype);
   const Topology& t = c.topo;
@@ -52,6 +138,9 @@ CollPlan planCall(const hcComm& c, const CollArgs& a, const Capabilities& caps) 
   if (N > 1) chunk = std::min(chunk, c.cfg.num(Knob::NetChunkBytes));
   p.chunk_bytes = static_cast<size_t>(chunk);
   p.net_window = static_cast<size_t>(c.cfg.num(Knob::NetWindow));
+  const bool model_decides = !caps.device && c.cfg.algoAuto() && t.uniform && modelledColl(a.coll);
+  if (model_decides && c.cfg.isDefault(Knob::NetWindow))
+    p.net_window = modelWindow(c.model, modelShape(c, p.chunk_bytes, p.net_window), p.net_window);
 
   if (a.coll == hcCollAllReduce) {
     p.allreduce_small = allReduceIsSmall(a.count, e, c.nranks,
@@ -100,6 +189,25 @@ CollPlan planCall(const hcComm& c, const CollArgs& a, const Capabilities& caps) 
   const bool reads_in_place = a.coll == hcCollReduceScatter || (a.coll == hcCollAllReduce && !p.allreduce_small);
   if (!caps.device && N > 1 && !caps.single_copy_reads && reads_in_place)
     return fallback(p, Rule::NoSingleCopyReads, no_cma);
+  if (model_decides) modelChoice(c, a, caps, p);
+  return p;
+}
+
+}  // namespace
+
+CollPlan planCall(const hcComm& c, const CollArgs& a, const Capabilities& caps) {
+  if (caps.device) return planRules(c, a, caps);
+  // Host calls repeat their shape (a training step's buckets): the last plan per collective is
+  // kept, as the model's few predictions cost more than a small call's other work.
+  if (!c.plan_memo) c.plan_memo = std::make_shared<PlanMemos>();
+  PlanMemo& m = c.plan_memo->of[a.coll];
+  const bool ip = inPlace(c, a);
+  if (m.valid && m.count == a.count && m.dtype == a.dtype && m.in_place == ip &&
+      m.single_copy_reads == caps.single_copy_reads && m.max_reduce_inputs == caps.max_reduce_inputs)
+    return m.plan;
+  CollPlan p = planRules(c, a, caps);
+  modelPrediction(c, a, p);
+  m = PlanMemo{true, a.count, a.dtype, ip, caps.single_copy_reads, caps.max_reduce_inputs, p};
   return p;
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "base/coll.h"
+#include "plan/cost_model.h"
 
 struct hcComm;
 
@@ -23,6 +24,7 @@ enum class Rule {
   ScratchTooSmall,    // SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES < the per-rank block
   SortTooSmall,       // SMDDP_AG_SORT_BUFFER_SIZE_BYTES < nodes x the per-rank block
   NoSingleCopyReads,  // the path reads local peers' buffers in place and cannot (host, CMA)
+  ModelChoseRing,     // HICOLL_ALGO=auto: the cost model predicts the ring faster
 };
 const char* ruleName(Rule r);
 
@@ -49,14 +51,39 @@ struct CollPlan {
   // beyond those received from the rail peers (HICOLL_NET_WINDOW).
   size_t chunk_bytes = 0;
   size_t net_window = 0;
+  // The cost model's time for this call on its path (host AllGather, ReduceScatter, AllReduce
+  // on uniform nodes; modelled false otherwise). Under HICOLL_ALGO=auto the path, the AllReduce
+  // split and the window are the ones it predicts fastest, from values alike on every rank
+  // (never the in-place flag, which may differ).
+  bool modelled = false;
+  Prediction predicted;
 
   bool fallback() const { return path == hcPathFallback; }
+};
+
+// The last host plan of a collective on a communicator, with what it was made for.
+struct PlanMemo {
+  bool valid = false;
+  size_t count = 0;
+  hcDataType_t dtype = hcFloat32;
+  bool in_place = false, single_copy_reads = true;
+  int max_reduce_inputs = 0;
+  CollPlan plan;
+};
+struct PlanMemos {
+  PlanMemo of[hcNumColls];
 };
 
 // The AllReduce split, one definition for every path (the device engine asks it too):
 // small_bytes is HICOLL_ALLREDUCE_SMALL_BYTES.
 bool allReduceIsSmall(size_t count, size_t elem_bytes, int nranks, size_t small_bytes, const Capabilities& caps);
 size_t allReduceBlock(size_t count, int nranks, const Capabilities& caps);  // elements per rank
+
+// The model's view of comm: its nodes, hosts and the plan's chunking.
+Shape modelShape(const hcComm& comm, size_t chunk_bytes, size_t net_window);
+// The window that keeps a round trip's worth of chunks in flight on each rail flow, never
+// below floor (the measured default).
+size_t modelWindow(const MachineFigures& m, const Shape& s, size_t floor);
 
 // The plan of a (a validated call) on comm, for a path with these capabilities.
 CollPlan planCall(const hcComm& comm, const CollArgs& a, const Capabilities& caps);

@@ -216,4 +216,57 @@ TEST(Plan, OneNodeAllGatherNeedsNoScratchForItsBlock) {
   }
 }
 
+// HICOLL_ALGO=auto: the plan's path and AllReduce split are the ones the cost model predicts
+// fastest (from values alike on every rank, never the in-place flag), and its prediction is
+// the chosen path's.
+TEST(Plan, AutoTakesWhatTheModelPredictsFastest) {
+  using hicoll::Algo;
+  hicoll::MachineFigures m;  // 1 Gbit/s links, as calibrated on the emulator
+  m.net_Bps = 122e6;
+  m.net_alpha_s = 33e-6;
+  m.net_cpu_s_per_B = 0.37e-9;
+  int ring_chosen = 0, checked = 0;
+  for (const auto& labels : {std::vector<std::string>{"a", "b"}, {"a", "a", "b", "b"}, {"a", "b", "c", "d"}})
+    for (double reduce_Bps : {8e9, 1e6}) {  // a slow sum makes the ring's fewer sums win somewhere
+      FakeComm f(labels, {});
+      f.c.model = m;
+      f.c.model.reduce_Bps = reduce_Bps;
+      for (hcColl_t coll : {hcCollAllGather, hcCollReduceScatter, hcCollAllReduce})
+        for (size_t count = 16; count <= (size_t{16} << 20); count *= 8) {
+          const CollPlan p = hicoll::planCall(f.c, call(coll, count), hicoll::Capabilities{});
+          ASSERT_TRUE(p.modelled);
+          const hicoll::Shape s = hicoll::modelShape(f.c, p.chunk_bytes, p.net_window);
+          const size_t bytes = coll == hcCollAllReduce ? count * 4 : count * 4 * labels.size();
+          auto t = [&](Algo a, bool small) { return predict(f.c.model, s, coll, a, bytes, false, small).total(); };
+          if (coll == hcCollAllReduce && count >= labels.size())
+            EXPECT_EQ(p.allreduce_small, t(Algo::Hier, true) < t(Algo::Hier, false)) << count;
+          const bool ring = t(Algo::Ring, p.allreduce_small) < t(Algo::Hier, p.allreduce_small);
+          EXPECT_EQ(p.path, ring ? hcPathRing : hcPathHierarchical) << coll << " " << count;
+          if (ring) {
+            EXPECT_EQ(p.rule, Rule::ModelChoseRing);
+            EXPECT_NE(p.reason.find("cost model: ring"), std::string::npos) << p.reason;
+          }
+          ring_chosen += ring;
+          ++checked;
+        }
+    }
+  EXPECT_GT(ring_chosen, 0) << "the ring never won: the test would not see a wrong choice";
+  EXPECT_LT(ring_chosen, checked);
+
+  // The fixed rules: HICOLL_ALGO=hier keeps the hierarchical path and the configured split.
+  FakeComm fixed({"a", "a", "b", "b"}, {{"HICOLL_ALGO", "hier"}});
+  fixed.c.model = m;
+  CollPlan p = hicoll::planCall(fixed.c, call(hcCollAllReduce, 16384), hicoll::Capabilities{});
+  EXPECT_EQ(p.path, hcPathHierarchical);
+  EXPECT_TRUE(p.allreduce_small) << "64 KiB is within HICOLL_ALLREDUCE_SMALL_BYTES";
+  // auto on the same 2x2: RS + AG (half the bytes per link) is predicted faster at 64 KiB,
+  // unless the threshold is set by hand.
+  FakeComm autom({"a", "a", "b", "b"}, {});
+  autom.c.model = m;
+  EXPECT_FALSE(hicoll::planCall(autom.c, call(hcCollAllReduce, 16384), hicoll::Capabilities{}).allreduce_small);
+  FakeComm pinned({"a", "a", "b", "b"}, {{"HICOLL_ALLREDUCE_SMALL_BYTES", "65536"}});
+  pinned.c.model = m;
+  EXPECT_TRUE(hicoll::planCall(pinned.c, call(hcCollAllReduce, 16384), hicoll::Capabilities{}).allreduce_small);
+}
+
 }  // namespace

@@ -1,0 +1,123 @@
+// The cost model's file (HICOLL_MODEL_FILE) at communicator creation, and its predictions in
+// the statistics, with ranks as processes on simulated nodes.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "../common/mp.h"
+
+namespace {
+
+using hctest::contiguous;
+using hctest::Job;
+using hctest::runRaw;
+
+std::string figures(double net_Bps) {
+  return "{\"version\": 1, \"call_s\": 1e-6, \"shm_alpha_s\": 2e-6, \"copy_Bps\": 5e9, \"reduce_Bps\": 4e9, "
+         "\"net_alpha_s\": 4e-5, \"net_Bps\": " + std::to_string(net_Bps) +
+         ", \"net_cpu_s_per_B\": 4e-10, \"net_msg_s\": 5e-6}\n";
+}
+
+std::string writeFile(const std::string& tag, const std::string& text) {
+  const std::string path = "/tmp/hicoll_model_test_" + std::to_string(::getpid()) + "_" + tag + ".json";
+  std::ofstream(path) << text;
+  return path;
+}
+
+// Creation on every rank; 0 when the error is `want` and names every word in `names`.
+int createFails(hcResult_t want, const std::vector<std::string>& names) {
+  hcComm_t comm = nullptr;
+  const hcResult_t r = hcCommInitFromEnv(&comm);
+  const std::string msg = hcGetLastError(nullptr);
+  if (r == hcSuccess) {
+    hcCommDestroy(comm);
+    return 11;
+  }
+  std::fprintf(stderr, "%s: %s\n", hcGetErrorString(r), msg.c_str());
+  if (r != want) return 12;
+  for (const std::string& n : names)
+    if (msg.find(n) == std::string::npos) return 13;
+  return 0;
+}
+
+TEST(ModelFile, ContentsThatDifferFailCreationOnEveryRank) {
+  const std::string a = writeFile("a", figures(1.25e8)), b = writeFile("b", figures(2.5e8)),
+                    a2 = writeFile("a2", figures(1.25e8));
+  Job job;
+  job.nranks = 2;
+  job.node = contiguous(2, 1);
+  job.env["HICOLL_TIMEOUT_MS"] = "20000";
+  job.rank_env[0]["HICOLL_MODEL_FILE"] = a;
+  job.rank_env[1]["HICOLL_MODEL_FILE"] = b;
+  auto st = runRaw(job, [&](int) { return createFails(hcInvalidUsage, {"HICOLL_MODEL_FILE", "contents"}); });
+  EXPECT_EQ(st[0], 0);
+  EXPECT_EQ(st[1], 0);
+  // The same contents under another path are the same figures.
+  job.rank_env[1]["HICOLL_MODEL_FILE"] = a2;
+  st = runRaw(job, [&](int) {
+    hcComm_t comm = nullptr;
+    if (hcCommInitFromEnv(&comm) != hcSuccess) return 21;
+    return hcCommDestroy(comm) == hcSuccess ? 0 : 22;
+  });
+  EXPECT_EQ(st[0], 0);
+  EXPECT_EQ(st[1], 0);
+  // A file one rank cannot read: every rank fails at once, naming the variable.
+  job.rank_env[1]["HICOLL_MODEL_FILE"] = "/nonexistent/model.json";
+  st = runRaw(job, [&](int) { return createFails(hcInvalidUsage, {"HICOLL_MODEL_FILE"}); });
+  EXPECT_EQ(st[0], 0);
+  EXPECT_EQ(st[1], 0);
+  for (const std::string& p : {a, b, a2}) std::remove(p.c_str());
+}
+
+TEST(ModelFile, UnusableFilesNameTheFileAndTheField) {
+  const std::string bad = writeFile("bad", "{\"version\": 1, \"call_s\": 1e-6}");
+  for (const auto& [path, word] : {std::pair<std::string, std::string>{"/nonexistent/model.json", "cannot be read"},
+                                   {bad, "no field 'shm_alpha_s'"}}) {
+    Job job;
+    job.nranks = 2;
+    job.env["HICOLL_MODEL_FILE"] = path;
+    auto st = runRaw(job, [&](int) { return createFails(hcInvalidArgument, {"HICOLL_MODEL_FILE=" + path, word}); });
+    EXPECT_EQ(st[0], 0) << path;
+    EXPECT_EQ(st[1], 0) << path;
+  }
+  std::remove(bad.c_str());
+}
+
+// Every modelled call leaves its prediction in hcStats, under auto and under the fixed rules,
+// and a faster link predicts a shorter call.
+TEST(Model, PredictionsAreInTheStatistics) {
+  const std::string slow = writeFile("slow", figures(1.25e8)), fast = writeFile("fast", figures(1.25e10));
+  double predicted[2][2] = {};  // [file][algo]
+  double* shared = static_cast<double*>(hctest::sharedBytes(sizeof(double) * 4));
+  for (int f = 0; f < 2; ++f)
+    for (int algo = 0; algo < 2; ++algo) {
+      Job job;
+      job.nranks = 4;
+      job.node = contiguous(2, 2);
+      job.env["HICOLL_MODEL_FILE"] = f ? fast : slow;
+      job.env["HICOLL_ALGO"] = algo ? "hier" : "auto";
+      auto st = hctest::run(job, [&](int rank, hcComm_t comm) {
+        std::vector<float> in(1 << 18, 1.f), all(4u << 18);
+        if (hcAllGather(in.data(), all.data(), in.size(), hcFloat32, comm, nullptr) != hcSuccess) return 1;
+        hcStats s = HC_STATS_INITIALIZER;
+        if (hcCommGetStats(comm, &s) != hcSuccess) return 2;
+        if (rank == 0) shared[f * 2 + algo] = s.predicted_us[hcCollAllGather];
+        return s.predicted_us[hcCollAllGather] > 0 && s.predicted_us[hcCollBroadcast] == 0 ? 0 : 3;
+      });
+      for (int r = 0; r < 4; ++r) EXPECT_EQ(st[r], 0) << "rank " << r;
+      predicted[f][algo] = shared[f * 2 + algo];
+    }
+  // 1 MiB per rank, 2 MiB per node link at 1 Gbit/s: about 17 ms; at 100 Gbit/s the copies and
+  // the network stack's work bound it instead, a few ms.
+  EXPECT_GT(predicted[0][0], 15000);
+  EXPECT_LT(predicted[0][0], 25000);
+  EXPECT_LT(predicted[1][0], predicted[0][0] / 3);
+  EXPECT_EQ(predicted[0][0], predicted[0][1]) << "the same path, the same prediction";
+  std::remove(slow.c_str());
+  std::remove(fast.c_str());
+}
+
+}  // namespace
