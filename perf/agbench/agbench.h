@@ -33,13 +33,14 @@ constexpr int kOpMulSum = 100;
 const char* opName(int op);
 const std::vector<int>& allOps();
 
-enum class Baseline { Mpi, Memcpy, Ring };
+enum class Baseline { Mpi, Memcpy, Ring, Hier };
 
 struct Args {
   Coll coll = Coll::AllGather;
   size_t min_bytes = 32u << 20, max_bytes = 32u << 20, step_bytes = 1u << 20;
   int step_factor = 1;
   int iters = 20, warmup = 5, check = 1;
+  size_t iters_bytes = 0;  // --iters-bytes: at least this many bytes per timing (0: -n)
   std::vector<TypeDesc> types;
   std::vector<int> ops;  // kOpNone for collectives without a reduction
   int root = 0;
@@ -49,6 +50,7 @@ struct Args {
   std::string json;
   int reps = 1;
   bool verbose = false;
+  bool calibrate = false;  // the calibrate subcommand: measure the model's figures, no benchmark
 
   // Launch.
   int np = 2, nodes = 1;

@@ -69,6 +69,9 @@ bool parseArgs(int argc, char** argv, Args* a, int* exit_code) {
   app.fallthrough();
   const char* colls[] = {"allgather", "reducescatter", "allreduce", "broadcast"};
   for (const char* c : colls) app.add_subcommand(c, std::string("benchmark ") + c);
+  app.add_subcommand("calibrate",
+                     "measure the cost model's machine figures on these ranks and print them; "
+                     "-J FILE writes them for HICOLL_MODEL_FILE (perf/README.md)");
 
   std::string b = "32M", e = "32M", i = "1M", d = "float", o = "sum", layout = "contiguous";
   std::vector<std::string> baselines;
@@ -82,6 +85,11 @@ bool parseArgs(int argc, char** argv, Args* a, int* exit_code) {
   app.add_option("-n,--iters", a->iters, "timed iterations")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  std::string ib;
+  app.add_option("--iters-bytes", ib,
+                 "time at least this many bytes (size x iterations) per timing, more iterations "
+                 "than -n at small sizes: a token-bucket link's burst (netns_emulate.sh) or a "
+                 "cache then counts for little");
   app.add_option("-w,--warmup_iters", a->warmup, "warm-up iterations at every size")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
@@ -146,10 +154,10 @@ bool parseArgs(int argc, char** argv, Args* a, int* exit_code) {
                  "the format's error bound), side by side with the exact call")
       ->check(CLI::Range(size_t{1}, size_t{1} << 24));
   app.add_option("--baseline", baselines,
-                 "side by side: mpi (Open MPI on the same ranks), ring (hicoll flat ring), "
-                 "memcpy (single-core memcpy bandwidth); repeat or comma-separate")
+                 "side by side: mpi (Open MPI on the same ranks), ring (hicoll flat ring), hier "
+                 "(hicoll's fixed rules, HICOLL_ALGO=hier, against the model's auto), memcpy (single-core memcpy bandwidth); repeat or comma-separate")
       ->delimiter(',')
-      ->check(CLI::IsMember({"mpi", "ring", "memcpy"}));
+      ->check(CLI::IsMember({"mpi", "ring", "hier", "memcpy"}));
   app.add_option("--mpirun", a->mpirun, "mpirun used to self-launch the MPI baseline")
       ->capture_default_str();
   app.add_option("--mpirun-args", a->mpirun_args,
@@ -159,6 +167,7 @@ bool parseArgs(int argc, char** argv, Args* a, int* exit_code) {
   try {
     app.parse(argc, argv);
     a->node_memory = mem == "node";
+    a->calibrate = app.got_subcommand("calibrate");
     for (const char* c : colls) {
       if (!app.got_subcommand(c)) continue;
       std::string name = c;
@@ -168,6 +177,7 @@ bool parseArgs(int argc, char** argv, Args* a, int* exit_code) {
                                           : Coll::Broadcast;
     }
     a->min_bytes = parseBytes(b);
+    if (!ib.empty()) a->iters_bytes = parseBytes(ib);
     a->max_bytes = parseBytes(e);
     a->step_bytes = parseBytes(i);
     if (a->min_bytes > a->max_bytes)
@@ -197,13 +207,18 @@ bool parseArgs(int argc, char** argv, Args* a, int* exit_code) {
     if (a->nodes > a->np && a->nodes_given && np->count() > 0)
       throw CLI::ValidationError("--nodes", "more nodes than ranks");
     for (const std::string& s : baselines) {
-      Baseline v = s == "mpi" ? Baseline::Mpi : s == "ring" ? Baseline::Ring : Baseline::Memcpy;
+      Baseline v = s == "mpi"    ? Baseline::Mpi
+                   : s == "ring" ? Baseline::Ring
+                   : s == "hier" ? Baseline::Hier
+                                 : Baseline::Memcpy;
       if (!a->has(v)) a->baselines.push_back(v);
     }
     if (a->quant_block && a->coll != Coll::AllGather && a->coll != Coll::ReduceScatter)
       throw CLI::ValidationError("--quant", "only AllGather and ReduceScatter have a quantized form");
     if (a->has(Baseline::Ring) && a->algo == "ring")
       throw CLI::ValidationError("--baseline ring", "the main path is already the ring");
+    if (a->has(Baseline::Hier) && a->algo == "hier")
+      throw CLI::ValidationError("--baseline hier", "the main path is already hier");
     if (a->node_rank >= 0 && a->master_port == 0)
       throw CLI::ValidationError("--node-rank", "needs --master-port (and --master-addr)");
   } catch (const CLI::ParseError& err) {

@@ -138,12 +138,20 @@ class Runner {
 
   double timeOnce(Variant& v, const Geometry& g, const TypeDesc& t, int op, bool ip) {
     w_.sync->barrier();
+    const int n = itersAt(g.size_bytes);
     auto t0 = Clock::now();
-    for (int i = 0; i < a_.iters; ++i) {
+    for (int i = 0; i < n; ++i) {
       call(v, g, t, op, ip);
       if (a_.blocking) w_.sync->barrier();
     }
-    return std::chrono::duration<double>(Clock::now() - t0).count() / a_.iters;
+    return std::chrono::duration<double>(Clock::now() - t0).count() / n;
+  }
+
+  // -n, or more where --iters-bytes asks for that many bytes per timing (a token-bucket
+  // link's burst, or a cache, then counts for little).
+  int itersAt(size_t size) const {
+    if (a_.iters_bytes == 0 || size == 0) return a_.iters;
+    return static_cast<int>(std::clamp<size_t>(a_.iters_bytes / size, static_cast<size_t>(a_.iters), 100000));
   }
 
   // One checked call on fresh data; the local count of wrong elements.
@@ -302,6 +310,9 @@ class Runner {
         const Case& x = cases[c];
         local[c] = x.memcpy ? timeMemcpy(g.size_bytes)
                             : timeOnce(*w_.variants[x.k], g, t, op, x.ip);
+        if (rep == 0 && !x.memcpy)
+          if (hcComm_t hc = w_.variants[x.k]->comm())
+            (x.ip ? row.v[x.k].ip : row.v[x.k].oop).predicted_us = readStats(hc).predicted_us[statsIndex(a_.coll)];
       }
       for (size_t c = 0; c < cases.size(); ++c)
         if (cases[c].memcpy)

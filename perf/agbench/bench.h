@@ -14,6 +14,7 @@ struct Measure {
   std::vector<double> times_us;  // one per repetition, combined across ranks (-a)
   double time_us = 0, algbw = 0, busbw = 0;  // from the median time
   long long wrong = -1;          // -1: not checked (-c 0)
+  double predicted_us = 0;       // the cost model's time for the call (hcStats), 0: none
 };
 
 // One variant's hicoll statistics over a row (deltas, per call).
@@ -57,5 +58,8 @@ struct World {
 // Runs every row; rank 0 prints the table (and writes the JSON). Returns the exit status:
 // 0, or 1 when any element was wrong anywhere.
 int runBench(const Args& a, World& w);
+// agbench calibrate (calibrate.cc): the cost model's figures of these ranks, printed by rank 0
+// and written to -J's file.
+int runCalibrate(const Args& a, World& w, hcComm_t comm);
 
 }  // namespace agbench

@@ -94,6 +94,8 @@ uint64_t Args::hash() const {
   for (Baseline b : baselines) mix(static_cast<uint64_t>(b) + 77);
   for (char c : algo) mix(static_cast<unsigned char>(c));
   mix(verbose);
+  mix(calibrate);
+  mix(iters_bytes);
   mix(node_memory);
   mix(quant_block);
   return h;

@@ -48,16 +48,17 @@ bool underMpirun() {
 }
 #endif
 
-// A second hicoll communicator over the same ranks running the flat ring (a per-communicator
+// A second hicoll communicator over the same ranks with HICOLL_ALGO=algo (a per-communicator
 // configuration), bootstrapped by a unique id that rank 0 hands out over sync.
-hcComm_t makeRingComm(Sync& sync, hcConfig_t cfg) {
+hcComm_t makeAlgoComm(Sync& sync, hcConfig_t cfg, const char* algo) {
   hcUniqueId id{};
   if (sync.rank() == 0) hcCheck(hcGetUniqueId(&id), nullptr, "hcGetUniqueId");
   sync.broadcast(&id, sizeof id, 0);
   hcComm_t ring = nullptr;
-  cfg.algo = "ring";
-  cfg.name = "ring baseline";
-  hcCheck(hcCommInitRankConfig(&ring, sync.size(), id, sync.rank(), &cfg), nullptr, "hcCommInitRank (ring baseline)");
+  cfg.algo = algo;
+  const std::string name = std::string(algo) + " baseline";
+  cfg.name = name.c_str();
+  hcCheck(hcCommInitRankConfig(&ring, sync.size(), id, sync.rank(), &cfg), nullptr, "hcCommInitRank (baseline)");
   return ring;
 }
 
@@ -69,7 +70,7 @@ int rankMain(const Args& a, Mode mode, int* argc, char*** argv) {
   if (a.timeout_s > 0 && (mode == Mode::Mpi || mode == Mode::Launcher))
     ::alarm(static_cast<unsigned>(a.timeout_s));  // no supervising parent of ours here
 
-  hcComm_t comm = nullptr, sync_comm = nullptr, ring_comm = nullptr, quant_comm = nullptr;
+  hcComm_t comm = nullptr, sync_comm = nullptr, ring_comm = nullptr, hier_comm = nullptr, quant_comm = nullptr;
   std::unique_ptr<Sync> sync;
   std::vector<std::unique_ptr<Variant>> owned;
   World w;
@@ -115,6 +116,12 @@ int rankMain(const Args& a, Mode mode, int* argc, char*** argv) {
     if (h[0] != static_cast<int64_t>(a.hash() >> 1) || -h[1] != static_cast<int64_t>(a.hash() >> 1))
       throw std::runtime_error("ranks were given different arguments");
 
+    if (a.calibrate) {
+      rc = runCalibrate(a, w, comm);
+      if (sync_comm) hcCommDestroy(sync_comm);
+      hcCommDestroy(comm);
+      return rc;
+    }
     owned.push_back(makeHicollVariant(comm, "hicoll"));
     if (a.quant_block) {
       // A communicator of its own, so that each variant's statistics count only its calls.
@@ -122,8 +129,12 @@ int rankMain(const Args& a, Mode mode, int* argc, char*** argv) {
       owned.push_back(makeHicollVariant(quant_comm, "hicoll-int8", a.quant_block));
     }
     if (a.has(Baseline::Ring)) {
-      ring_comm = makeRingComm(*sync, cfg);
+      ring_comm = makeAlgoComm(*sync, cfg, "ring");
       owned.push_back(makeHicollVariant(ring_comm, "ring"));
+    }
+    if (a.has(Baseline::Hier)) {
+      hier_comm = makeAlgoComm(*sync, cfg, "hier");
+      owned.push_back(makeHicollVariant(hier_comm, "hier"));
     }
     if (a.has(Baseline::Mpi)) {
 #ifdef AGBENCH_HAVE_MPI
@@ -144,6 +155,7 @@ int rankMain(const Args& a, Mode mode, int* argc, char*** argv) {
   if (rc == 3) {
     // Peers may be blocked in a collective: abort so they fail fast instead of timing out.
     if (ring_comm) hcCommAbort(ring_comm);
+    if (hier_comm) hcCommAbort(hier_comm);
     if (quant_comm) hcCommAbort(quant_comm);
     if (sync_comm) hcCommAbort(sync_comm);
     if (comm) hcCommAbort(comm);
@@ -153,6 +165,7 @@ int rankMain(const Args& a, Mode mode, int* argc, char*** argv) {
     return rc;
   }
   if (ring_comm) hcCommDestroy(ring_comm);
+  if (hier_comm) hcCommDestroy(hier_comm);
   if (quant_comm) hcCommDestroy(quant_comm);
   if (sync_comm) hcCommDestroy(sync_comm);
   if (comm) hcCommDestroy(comm);

@@ -71,8 +71,8 @@ void printPreamble(const Args& a, const World& w, const std::vector<RankInfo>& r
     if (n == "mpi")
       std::printf("# Baseline mpi: Open MPI on the same ranks and buffers%s%s\n",
                   w.mpi_note.empty() ? "" : "; ", w.mpi_note.c_str());
-    else if (n == "ring")
-      std::printf("# Baseline ring: a second hicoll communicator with HICOLL_ALGO=ring\n");
+    else if (n == "ring" || n == "hier")
+      std::printf("# Baseline %s: a second hicoll communicator with HICOLL_ALGO=%s\n", n.c_str(), n.c_str());
   }
   if (a.has(Baseline::Memcpy))
     std::printf("# Baseline memcpy: single-core memcpy of the full buffer (the size column) by rank 0, "
@@ -169,6 +169,13 @@ void printRowStats(const Row& row) {
                 s.intra_per_rank, s.fallback_reason.empty() ? "" : " | fallback: ",
                 s.fallback_reason.c_str());
     (void)calls;
+    // The cost model beside the measurement (predicted / measured: 1 is a perfect model).
+    std::string model;
+    for (const Measure* x : {&v.oop, &v.ip})
+      if (x->ran && x->predicted_us > 0)
+        model += std::string(x == &v.oop ? " oop " : " ip ") + fmt("%.1f us", x->predicted_us) +
+                 fmt(" (%.2f x measured)", x->time_us > 0 ? x->predicted_us / x->time_us : 0.0);
+    if (!model.empty()) std::printf("#   model %s: predicted%s\n", v.name.c_str(), model.c_str());
   }
 }
 
@@ -271,6 +278,7 @@ void writeJson(const Args& a, const World& w, const std::vector<RankInfo>& ranks
     x["algbw"] = m.algbw;
     x["busbw"] = m.busbw;
     x["wrong"] = m.wrong;
+    if (m.predicted_us > 0) x["predicted_us"] = m.predicted_us;
     return x;
   };
   for (const Row& r : rows) {

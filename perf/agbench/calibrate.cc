@@ -1,0 +1,204 @@
+// agbench calibrate: the cost model's machine figures, measured through the public API on the
+// ranks as launched (emulated nodes included), written as the JSON HICOLL_MODEL_FILE reads.
+// Each figure comes from the call the model says isolates it, timed by one rank (or one rail)
+// while the others wait asleep in a barrier:
+//   call_s       an 8-byte AllGather on a communicator of one rank
+//   shm_alpha_s  an 8-byte AllGather on the node's ranks: call + 2 synchronisations
+//   copy_Bps     memcpy of 32 MiB; reduce_Bps: a two-input float sum of 2 x 16 MiB
+//   net_alpha_s  an 8-byte AllGather on one rail (a rank per node): call + one message
+//   net_Bps      the slope of that rail's AllGather between 2 and 16 MiB per rank (every rail
+//                at once, so that the node's link is shared as in a collective)
+//   net_cpu_s_per_B  a loopback TCP stream's time per byte (tcp providers; 0 otherwise)
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "bench.h"
+
+namespace agbench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double secondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Median over reps of the time per call of n AllGathers of `bytes` per rank on c.
+double allGatherTime(hcComm_t c, size_t bytes, int n, int reps) {
+  std::vector<char> in(std::max<size_t>(bytes, 1)), out;
+  int size = 1;
+  hcCheck(hcCommCount(c, &size), c, "hcCommCount");
+  out.resize(in.size() * static_cast<size_t>(size));
+  for (int i = 0; i < 2; ++i) hcCheck(hcAllGather(in.data(), out.data(), bytes, hcUint8, c, nullptr), c, "hcAllGather");
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    hcCheck(hcBarrier(c), c, "hcBarrier");
+    auto t0 = Clock::now();
+    for (int i = 0; i < n; ++i) hcCheck(hcAllGather(in.data(), out.data(), bytes, hcUint8, c, nullptr), c, "hcAllGather");
+    t.push_back(secondsSince(t0) / n);
+  }
+  return median(t);
+}
+
+double memcpyBps() {
+  const size_t n = 32u << 20;
+  std::vector<char> a(n, 1), b(n, 2);
+  std::vector<double> t;
+  for (int r = 0; r < 7; ++r) {
+    auto t0 = Clock::now();
+    std::memcpy(b.data(), a.data(), n);
+    asm volatile("" : : "r"(b.data()) : "memory");
+    t.push_back(secondsSince(t0));
+  }
+  return static_cast<double>(n) / median(t);
+}
+
+double reduceBps() {
+  const size_t n = (16u << 20) / sizeof(float);
+  std::vector<float> a(n, 1.f), b(n, 2.f), o(n);
+  std::vector<double> t;
+  for (int r = 0; r < 7; ++r) {
+    auto t0 = Clock::now();
+    for (size_t i = 0; i < n; ++i) o[i] = a[i] + b[i];
+    asm volatile("" : : "r"(o.data()) : "memory");
+    t.push_back(secondsSince(t0));
+  }
+  return 2.0 * static_cast<double>(n * sizeof(float)) / median(t);
+}
+
+// A 64 MiB stream over a loopback TCP connection, a thread per side: each side's CPU time per
+// byte is about the stream's time per byte (both are busy throughout).
+double tcpSecondsPerByte() {
+  int ls = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  if (ls < 0 || ::bind(ls, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(ls, 1) != 0 ||
+      ::getsockname(ls, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+    throw std::runtime_error("calibrate: cannot listen on loopback");
+  const size_t total = 64u << 20, chunk = 256u << 10;
+  std::thread sender([&] {
+    int s = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (::connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+      std::vector<char> buf(chunk, 7);
+      for (size_t sent = 0; sent < total;) {
+        ssize_t k = ::send(s, buf.data(), std::min(chunk, total - sent), 0);
+        if (k <= 0) break;
+        sent += static_cast<size_t>(k);
+      }
+    }
+    ::close(s);
+  });
+  int r = ::accept(ls, nullptr, nullptr);
+  std::vector<char> buf(chunk);
+  size_t got = 0;
+  auto t0 = Clock::now();
+  while (r >= 0 && got < total) {
+    ssize_t k = ::recv(r, buf.data(), buf.size(), 0);
+    if (k <= 0) break;
+    got += static_cast<size_t>(k);
+  }
+  const double t = secondsSince(t0);
+  sender.join();
+  ::close(r);
+  ::close(ls);
+  if (got < total) throw std::runtime_error("calibrate: the loopback TCP stream broke");
+  return t / static_cast<double>(total);
+}
+
+hcComm_t split(hcComm_t c, int color, int key) {
+  hcConfig_t cfg = HC_CONFIG_INITIALIZER;
+  cfg.algo = "hier";  // what the figures describe, whatever the model would choose
+  cfg.name = "calibrate";
+  hcComm_t out = nullptr;
+  hcCheck(hcCommSplitConfig(c, color, key, &out, &cfg), c, "hcCommSplitConfig (calibrate)");
+  return out;
+}
+
+}  // namespace
+
+int runCalibrate(const Args& a, World& w, hcComm_t comm) {
+  Sync& sync = *w.sync;
+  hcStats st{};
+  st.size = sizeof st;
+  hcCheck(hcCommGetStats(comm, &st), comm, "hcCommGetStats");
+  const int N = st.nnodes, L = st.local_ranks;
+  if (L == 0) throw std::runtime_error("calibrate: nodes with different numbers of ranks");
+  const char* fi = std::getenv("FI_PROVIDER");
+  const char* hc = std::getenv("HICOLL_OFI_PROVIDER");
+  const std::string provider = fi && *fi ? fi : hc && *hc ? hc : "tcp;ofi_rxm";  // the library's order
+
+  hcComm_t self = split(comm, w.rank, 0), node = split(comm, st.node, st.local_rank),
+           rail = split(comm, st.local_rank, st.node);
+  double f[8] = {};  // call, shm_alpha, copy, reduce, net_alpha, net_Bps, net_cpu, (unused)
+  if (w.rank == 0) {
+    f[0] = allGatherTime(self, 8, 2000, 5);
+    f[2] = memcpyBps();
+    f[3] = reduceBps();
+    f[6] = provider.find("tcp") != std::string::npos || provider.find("sockets") != std::string::npos
+               ? tcpSecondsPerByte()
+               : 0;
+  }
+  sync.barrier();
+  // One node's ranks (node 0), the others asleep in the barrier.
+  if (L > 1 && st.node == 0) f[1] = allGatherTime(node, 8, 1000, 5);
+  sync.barrier();
+  if (N > 1 && st.local_rank == 0) f[4] = allGatherTime(rail, 8, 300, 5);
+  sync.barrier();
+  double t1 = 0, t8 = 0;  // 2 and 16 MiB
+  if (N > 1) {  // every rail at once: the node's link shared as the collectives share it
+    t1 = allGatherTime(rail, 2u << 20, 3, 3);
+    t8 = allGatherTime(rail, 16u << 20, 2, 3);
+  }
+  double mine[8] = {f[0], f[1], f[2], f[3], f[4], t1, t8, f[6]};
+  sync.allreduce(mine, 8, Sync::Red::Max);
+  hcCommDestroy(rail);
+  hcCommDestroy(node);
+  hcCommDestroy(self);
+
+  if (w.rank != 0) return 0;
+  const double call = mine[0];
+  nlohmann::ordered_json j;
+  j["version"] = 1;
+  j["note"] = "agbench calibrate on " + std::to_string(N) + " node(s) x " + std::to_string(L) + " rank(s), provider " +
+              provider + (L > 1 ? "" : "; shm_alpha_s: default (one rank per node)") +
+              (N > 1 ? "" : "; net_*: defaults (one node)") + "; net_msg_s: default, not measured";
+  j["call_s"] = call;
+  j["shm_alpha_s"] = L > 1 ? std::max(0.0, (mine[1] - call) / 2) : 3e-6;
+  j["copy_Bps"] = mine[2];
+  j["reduce_Bps"] = mine[3];
+  j["net_alpha_s"] = N > 1 ? std::max(1e-7, mine[4] - call) : 50e-6;
+  // Per node: L rails x (N-1) blocks each way per call.
+  const double per_node = static_cast<double>(L) * (N - 1) * static_cast<double>((16u << 20) - (2u << 20));
+  j["net_Bps"] = N > 1 && mine[6] > mine[5] ? per_node / (mine[6] - mine[5]) : 1.25e9;
+  j["net_cpu_s_per_B"] = mine[7];
+  j["net_msg_s"] = 5e-6;
+  const std::string text = j.dump(2) + "\n";
+  std::printf("# agbench calibrate: %d node(s) x %d rank(s)\n%s", N, L, text.c_str());
+  if (!a.json.empty()) {
+    std::ofstream out(a.json);
+    out << text;
+    if (!out) throw std::runtime_error("calibrate: cannot write " + a.json);
+    std::printf("# wrote %s\n", a.json.c_str());
+  }
+  return 0;
+}
+
+}  // namespace agbench
