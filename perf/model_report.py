@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""The cost model's validation report from perf/model_validate.sh's JSON files.
+
+    perf/model_report.py DIR [--plot perf/img/model_predicted_vs_measured.png] [--markdown F]
+
+A point is (collective, layout, link rate, size, path) for the two fixed paths, hierarchical
+(the --baseline hier communicator) and ring, out of place and in place: the prediction is the
+engine's own (hcStats.predicted_us), the measurement agbench's median. The choice check
+compares what HICOLL_ALGO=auto (the main column) measured with the best fixed path measured in
+the same run.
+"""
+import argparse
+import glob
+import json
+import math
+import os
+import re
+import statistics
+import sys
+
+
+def load(d):
+    points, choices = [], []
+    for f in sorted(glob.glob(os.path.join(d, "*_*x*_*.json"))):
+        m = re.match(r"(allgather|reducescatter|allreduce)_(\d+)x(\d+)_(\w+)\.json", os.path.basename(f))
+        if not m:
+            continue
+        coll, N, L, rate = m.group(1), int(m.group(2)), int(m.group(3)), m.group(4)
+        for row in json.load(open(f))["rows"]:
+            v = row["variants"]
+            # agbench rounds sizes down to whole elements per rank: file them under the size asked.
+            row["size"] = 1 << round(math.log2(row["size"]))
+            for place in ("oop", "ip"):
+                meas = {}
+                for name, key in (("hier", "hier"), ("ring", "ring"), ("auto", "hicoll")):
+                    x = v.get(key, {}).get(place, {})
+                    if x.get("ran") is False or "time_us" not in x:
+                        continue
+                    meas[name] = x["time_us"]
+                    if name != "auto" and x.get("predicted_us"):
+                        points.append(dict(coll=coll, N=N, L=L, rate=rate, size=row["size"], algo=name,
+                                           place=place, pred=x["predicted_us"], meas=x["time_us"]))
+                if {"hier", "ring", "auto"} <= meas.keys():
+                    best = min(meas["hier"], meas["ring"])
+                    # The path auto took, from its statistics: where a fixed variant ran the same
+                    # path (same calls, same bytes), that variant's time is the path's time too.
+                    st = {k: v[k].get("stats", {}) for k in ("hicoll", "hier", "ring")}
+                    same = None
+                    for k in ("hier", "ring"):
+                        if (st["hicoll"].get("calls_ring", 0) > 0) == (k == "ring") and \
+                                st["hicoll"].get("inter_bytes_per_call_by_node") == st[k].get("inter_bytes_per_call_by_node"):
+                            same = k
+                    path_time = min(meas["auto"], meas[same]) if same else meas["auto"]
+                    choices.append(dict(coll=coll, N=N, L=L, rate=rate, size=row["size"], place=place,
+                                        auto=meas["auto"], hier=meas["hier"], ring=meas["ring"],
+                                        auto_pred=v["hicoll"][place].get("predicted_us", 0),
+                                        path=same or "own split", ratio=meas["auto"] / best,
+                                        path_ratio=path_time / best))
+    return points, choices
+
+
+def size_name(b):
+    for unit, div in (("M", 1 << 20), ("K", 1 << 10)):
+        if b >= div and b % div == 0:
+            return f"{b // div}{unit}"
+    return str(b)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("dir")
+    ap.add_argument("--plot")
+    ap.add_argument("--markdown")
+    a = ap.parse_args()
+    points, choices = load(a.dir)
+    if not points:
+        sys.exit(f"no results in {a.dir}")
+    out = []
+    err = [p["pred"] / p["meas"] - 1 for p in points]
+    within = sum(abs(e) <= 0.2 for e in err)
+    out.append(f"Points: {len(points)} (hier and ring, out of place and in place); prediction within 20 % of "
+               f"the measured median: {within} ({100 * within / len(points):.1f} %); median |error| "
+               f"{100 * statistics.median(abs(e) for e in err):.1f} %.")
+    if choices:
+        ok = sum(c["ratio"] <= 1.10 for c in choices)
+        worst = max(choices, key=lambda c: c["ratio"])
+        out.append(f"Choice (auto measured / best fixed path measured, same run): {ok} of {len(choices)} within "
+                   f"10 %; median {statistics.median(c['ratio'] for c in choices):.3f}; worst {worst['ratio']:.2f} "
+                   f"({worst['coll']} {worst['N']}x{worst['L']} {worst['rate']} {size_name(worst['size'])} "
+                   f"{worst['place']}).")
+        ok = sum(c["path_ratio"] <= 1.10 for c in choices)
+        out.append(f"The chosen path's time (the fixed variant's measurement of the same path where one ran it, "
+                   f"so that run-to-run noise of one variant is not counted as a wrong choice) / best: {ok} of "
+                   f"{len(choices)} within 10 %; beyond it:")
+        for c in sorted((c for c in choices if c["path_ratio"] > 1.10), key=lambda c: -c["path_ratio"]):
+            out.append(f"- {c['coll']} {c['N']}x{c['L']} {c['rate']} {size_name(c['size'])} {c['place']}: auto took "
+                       f"{c['path']} ({c['auto']:.0f} us), hier {c['hier']:.0f}, ring {c['ring']:.0f} "
+                       f"({c['path_ratio']:.2f})")
+        gains = sorted((c for c in choices if c["hier"] / c["auto"] >= 1.15), key=lambda c: -c["hier"] / c["auto"])
+        if gains:
+            out.append("")
+            out.append(f"Where auto beat the fixed rules (HICOLL_ALGO=hier) by 15 % or more, same run: {len(gains)} "
+                       f"points; the largest:")
+            out.append("")
+            out.append("| collective | layout | rate | size | placement | fixed rules (us) | auto (us) | auto took | gain |")
+            out.append("|---|---|---|---|---|---|---|---|---|")
+            for c in gains[:12]:
+                out.append(f"| {c['coll']} | {c['N']}x{c['L']} | {c['rate']} | {size_name(c['size'])} | {c['place']} | "
+                           f"{c['hier']:.0f} | {c['auto']:.0f} | {c['path']} | {c['hier'] / c['auto']:.2f}x |")
+    # The table: predicted / measured per point, oop, hier | ring.
+    rates = sorted({p["rate"] for p in points}, key=lambda r: float(re.sub(r"[a-z]+", "", r)) *
+                   (1 if "gbit" in r else 1e-3))
+    sizes = sorted({p["size"] for p in points})
+    out.append("")
+    out.append("Predicted / measured, out of place, hier | ring:")
+    out.append("")
+    out.append("| rate | layout | collective | " + " | ".join(size_name(s) for s in sizes) + " |")
+    out.append("|---|---|---|" + "---|" * len(sizes))
+    idx = {(p["coll"], p["N"], p["L"], p["rate"], p["size"], p["algo"], p["place"]): p for p in points}
+    for rate in rates:
+        for N, L in sorted({(p["N"], p["L"]) for p in points if p["rate"] == rate}):
+            for coll in ("allgather", "reducescatter", "allreduce"):
+                cells = []
+                for s in sizes:
+                    h = idx.get((coll, N, L, rate, s, "hier", "oop"))
+                    r = idx.get((coll, N, L, rate, s, "ring", "oop"))
+                    cells.append(" \\| ".join(f"{x['pred'] / x['meas']:.2f}" if x else "-" for x in (h, r)))
+                if any(c != "- \\| -" for c in cells):
+                    out.append(f"| {rate} | {N}x{L} | {coll} | " + " | ".join(cells) + " |")
+    out.append("")
+    out.append("Worst points:")
+    for p in sorted(points, key=lambda p: -abs(p["pred"] / p["meas"] - 1))[:10]:
+        out.append(f"- {p['coll']} {p['N']}x{p['L']} {p['rate']} {size_name(p['size'])} {p['algo']} {p['place']}: "
+                   f"predicted {p['pred']:.0f} us, measured {p['meas']:.0f} us ({p['pred'] / p['meas']:.2f})")
+    text = "\n".join(out) + "\n"
+    print(text, end="")
+    if a.markdown:
+        open(a.markdown, "w").write(text)
+    if a.plot:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(6.4, 6))
+        for algo, mark in (("hier", "o"), ("ring", "^")):
+            xs = [p["meas"] / 1e3 for p in points if p["algo"] == algo]
+            ys = [p["pred"] / 1e3 for p in points if p["algo"] == algo]
+            ax.scatter(xs, ys, s=12, marker=mark, alpha=0.7, label=algo)
+        lo = min(p["meas"] for p in points) / 1e3 / 1.5
+        hi = max(p["meas"] for p in points) / 1e3 * 1.5
+        ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
+        ax.plot([lo, hi], [lo * 1.2, hi * 1.2], "k:", lw=0.6)
+        ax.plot([lo, hi], [lo / 1.2, hi / 1.2], "k:", lw=0.6, label="±20 %")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("measured median (ms)")
+        ax.set_ylabel("predicted (ms)")
+        ax.set_title("hicoll cost model on emulated nodes (netns, 0.5-2 Gbit/s)")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(a.plot, dpi=110)
+
+
+if __name__ == "__main__":
+    main()
