@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The cost model's validation report from perf/model_validate.sh's JSON files.
 
-    perf/model_report.py DIR [--plot perf/img/model_predicted_vs_measured.png] [--markdown F]
+    perf/model_report.py DIR [DIR ...] [--plot perf/img/model_predicted_vs_measured.png] [--markdown F]
 
 A point is (collective, layout, link rate, size, path) for the two fixed paths, hierarchical
 (the --baseline hier communicator) and ring, out of place and in place: the prediction is the
@@ -19,9 +19,9 @@ import statistics
 import sys
 
 
-def load(d):
+def load(dirs):
     points, choices = [], []
-    for f in sorted(glob.glob(os.path.join(d, "*_*x*_*.json"))):
+    for f in sorted(f for d in dirs for f in glob.glob(os.path.join(d, "*_*x*_*.json"))):
         m = re.match(r"(allgather|reducescatter|allreduce)_(\d+)x(\d+)_(\w+)\.json", os.path.basename(f))
         if not m:
             continue
@@ -68,19 +68,26 @@ def size_name(b):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("dir")
+    ap.add_argument("dirs", nargs="+", help="model_validate.sh output folders (their points are merged)")
     ap.add_argument("--plot")
     ap.add_argument("--markdown")
     a = ap.parse_args()
-    points, choices = load(a.dir)
+    points, choices = load(a.dirs)
     if not points:
-        sys.exit(f"no results in {a.dir}")
+        sys.exit(f"no results in {a.dirs}")
     out = []
     err = [p["pred"] / p["meas"] - 1 for p in points]
     within = sum(abs(e) <= 0.2 for e in err)
     out.append(f"Points: {len(points)} (hier and ring, out of place and in place); prediction within 20 % of "
                f"the measured median: {within} ({100 * within / len(points):.1f} %); median |error| "
                f"{100 * statistics.median(abs(e) for e in err):.1f} %.")
+    for key, name in ((lambda p: p["rate"], "rate"), (lambda p: f"{p['N']}x{p['L']}", "layout"),
+                      (lambda p: size_name(p["size"]), "size")):
+        groups = {}
+        for p, e in zip(points, err):
+            groups.setdefault(key(p), []).append(abs(e) <= 0.2)
+        out.append(f"Within 20 % by {name}: " + ", ".join(
+            f"{k} {100 * sum(v) / len(v):.1f} % of {len(v)}" for k, v in sorted(groups.items())))
     if choices:
         ok = sum(c["ratio"] <= 1.10 for c in choices)
         worst = max(choices, key=lambda c: c["ratio"])
