@@ -2,6 +2,8 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
+#include <functional>
 
 namespace hicoll {
 
@@ -18,6 +20,13 @@ class Deadline {
  private:
   Clock::time_point end_;
 };
+
+// The number of the collective call this rank is in (the communicator's call counter). A
+// failure a peer reports carries the number of the call it failed in, and a wait in an earlier
+// call goes on: that peer completed the call, so it owes it nothing, and giving up would let an
+// unrelated later error fail a call that succeeds elsewhere. Empty: every report is due now.
+using CallClock = std::function<uint64_t()>;
+inline bool reportIsDue(const CallClock& now, uint64_t failed_call) { return !now || failed_call <= now(); }
 
 // Spin briefly, then yield, then sleep: ranks may outnumber cores (8 ranks on 2 cores).
 class Backoff {

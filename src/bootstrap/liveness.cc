@@ -64,8 +64,8 @@ void keepAlive(int fd, long timeout_ms) {
 }  // namespace
 
 Liveness::Liveness(Bootstrap& bs, const std::vector<int>& peers, const std::string& ip, long timeout_ms,
-                   std::function<std::string(int)> who)
-    : who_(std::move(who)) {
+                   std::function<std::string(int)> who, CallClock call_now)
+    : who_(std::move(who)), call_now_(std::move(call_now)) {
   Published mine{};
   HC_CHECK(getrandom(mine.token, sizeof mine.token, 0) == sizeof mine.token, hcSystemError, "getrandom failed");
   SockAddr addr;
@@ -131,29 +131,45 @@ Liveness::Liveness(Bootstrap& bs, const std::vector<int>& peers, const std::stri
 }
 
 Liveness::~Liveness() {
-  for (Peer& p : peers_) (void)!::send(p.fd.get(), failed_ ? &kFailed : &kBye, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+  // 'F' carries the number of the call that failed.
+  char msg[1 + sizeof(uint64_t)] = {failed_ ? kFailed : kBye};
+  const uint64_t call = call_now_ ? call_now_() : 0;
+  std::memcpy(msg + 1, &call, sizeof call);
+  const size_t len = failed_ ? sizeof msg : 1;
+  for (Peer& p : peers_) (void)!::send(p.fd.get(), msg, len, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
 void Liveness::check() {
   const auto now = std::chrono::steady_clock::now();
   if (peers_.empty() || now - last_ < kCheckEvery) return;
   last_ = now;
+  auto failedAndClosed = [&](const Peer& p) {
+    throw Error(hcRemoteError, fmt::format("{} failed and closed its communicator", who_(p.rank)), Error::kSymptom);
+  };
   std::vector<pollfd> fds;
-  for (Peer& p : peers_) fds.push_back({p.fd.get(), POLLIN, 0});
+  for (Peer& p : peers_) {
+    if (p.failed_later && reportIsDue(call_now_, p.failed_call)) failedAndClosed(p);
+    fds.push_back({p.failed_later ? -1 : p.fd.get(), POLLIN, 0});  // poll skips negative fds
+  }
   if (::poll(fds.data(), fds.size(), 0) <= 0) return;
   for (size_t i = 0; i < fds.size(); ++i) {
     if (!fds[i].revents) continue;
+    Peer& p = peers_[i];
     char buf[16];
     const ssize_t n = ::recv(fds[i].fd, buf, sizeof buf, MSG_DONTWAIT);
-    if (n > 0 && std::memchr(buf, kFailed, static_cast<size_t>(n)))
-      throw Error(hcRemoteError, fmt::format("{} failed and closed its communicator", who_(peers_[i].rank)),
-                  Error::kSymptom);
-    if (n > 0 && std::memchr(buf, kBye, static_cast<size_t>(n)))
-      HC_THROW(hcRemoteError, "{} destroyed its communicator while this rank still waited for it",
-               who_(peers_[i].rank));
+    if (n > 0 && buf[0] == kFailed) {
+      uint64_t call = 0;  // an 'F' cut short is due at once
+      if (n >= static_cast<ssize_t>(1 + sizeof call)) std::memcpy(&call, buf + 1, sizeof call);
+      if (reportIsDue(call_now_, call)) failedAndClosed(p);
+      p.failed_later = true;
+      p.failed_call = call;
+      continue;
+    }
+    if (n > 0 && buf[0] == kBye)
+      HC_THROW(hcRemoteError, "{} destroyed its communicator while this rank still waited for it", who_(p.rank));
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
       HC_THROW(hcRemoteError, "{} is gone: its liveness connection closed{}{} (the process died, or its host or "
-               "network failed)", who_(peers_[i].rank), n < 0 ? ": " : "", n < 0 ? std::strerror(errno) : "");
+               "network failed)", who_(p.rank), n < 0 ? ": " : "", n < 0 ? std::strerror(errno) : "");
   }
 }
 

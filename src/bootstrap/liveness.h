@@ -4,7 +4,8 @@
 // is seen by the ranks watching it within milliseconds, whether or not a survivor on its node
 // sends a failure notice; a silent host is caught by TCP keepalive well inside the timeout.
 // A rank that destroys its communicator says so first ("bye"), so the others can tell a
-// destroy from a death. Nothing else travels on these connections.
+// destroy from a death, or that it failed, in which call. Nothing else travels on these
+// connections.
 #pragma once
 
 #include <chrono>
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "base/deadline.h"
 #include "bootstrap/socket.h"
 
 namespace hicoll {
@@ -22,9 +24,10 @@ class Liveness {
  public:
   // Collective over bs (every rank calls it, with symmetric peer lists: p in peers of r iff r
   // in peers of p). ip: the IPv4 address peers reach this rank at ("" = the host name's).
-  // who(rank) names a rank in messages.
+  // who(rank) names a rank in messages; call_now is the call this rank is in (a peer that
+  // failed in a later call is reported once this rank gets there).
   Liveness(Bootstrap& bs, const std::vector<int>& peers, const std::string& ip, long timeout_ms,
-           std::function<std::string(int)> who);
+           std::function<std::string(int)> who, CallClock call_now = {});
   ~Liveness();
   Liveness(const Liveness&) = delete;
   Liveness& operator=(const Liveness&) = delete;
@@ -40,9 +43,12 @@ class Liveness {
   struct Peer {
     int rank;
     Fd fd;
+    bool failed_later = false;  // it failed in failed_call, a call this rank has not reached
+    uint64_t failed_call = 0;
   };
   std::vector<Peer> peers_;
   std::function<std::string(int)> who_;
+  CallClock call_now_;
   std::chrono::steady_clock::time_point last_{};
 };
 

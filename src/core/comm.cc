@@ -192,6 +192,9 @@ std::unique_ptr<hcComm> createComm(std::unique_ptr<Bootstrap> bs, std::shared_pt
   so.sort_bytes = c->sort_bytes;
   so.cma = c->cfg.str(Knob::ShmCma);
   so.timeout_ms = c->timeoutMs();
+  hcComm* self = c.get();
+  const CallClock call_now = [self] { return self->calls.load(std::memory_order_relaxed); };
+  so.call_now = call_now;
   c->shm = std::make_unique<ShmTransport>(*c->bootstrap, c->topo.ranks_of[c->node()], so);
   c->scratch = c->shm->scratch(c->shm->localIndex());
   c->sort = c->shm->sort(c->shm->localIndex());
@@ -203,7 +206,7 @@ std::unique_ptr<hcComm> createComm(std::unique_ptr<Bootstrap> bs, std::shared_pt
     if (oo.iface.empty() && c->topo.single_host) oo.iface = "lo";  // simulated nodes: stay on loopback
     oo.timeout_ms = c->timeoutMs();
     if (c->cfg.str(Knob::OfiRxmEager) == "1") oo.rxm_eager_bytes = static_cast<size_t>(c->cfg.num(Knob::NetChunkBytes));
-    hcComm* self = c.get();
+    oo.call_now = call_now;
     oo.while_blocked = [self] {  // no ofi calls here: the transport holds its lock
       self->shm->checkPeers();
       if (self->liveness) self->liveness->check();
@@ -214,7 +217,7 @@ std::unique_ptr<hcComm> createComm(std::unique_ptr<Bootstrap> bs, std::shared_pt
     for (auto* v : {&c->agree_in, &c->agree_out})
       if (!v->empty()) c->ofi->registerRegion(v->data(), v->size() * sizeof(hcComm::AgreeMsg));
     c->liveness = std::make_unique<Liveness>(*c->bootstrap, livenessPeers(c->topo, c->rank), c->ofi->ipv4(),
-                                             c->timeoutMs(), [self](int r) { return self->who(r); });
+                                             c->timeoutMs(), [self](int r) { return self->who(r); }, call_now);
   }
   c->stats.size = sizeof(hcStats);
   c->stats.rank = c->rank;

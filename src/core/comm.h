@@ -69,7 +69,9 @@ struct hcComm {
   hcStats stats{};
   std::vector<hicoll::RedOp> premul_ops;  // handle - hcNumOps -> op; Sum kind when freed
   uint64_t seq = 0;    // phases run (a call runs one or more)
-  uint64_t calls = 0;  // calls that communicated or were rejected (CollArgs::call)
+  // Calls that communicated or were rejected (CollArgs::call); read by a revoke from another
+  // thread (the failure it reports names the call).
+  std::atomic<uint64_t> calls{0};
   uint64_t shrinks = 0;  // hcCommShrink calls (names the survivors' bootstrap keys)
   std::atomic<bool> failed{false};
   // Marks it failed with why (the first cause wins; true when this one did) and reads the cause:

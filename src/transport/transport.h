@@ -46,7 +46,8 @@ class Transport {
   // tells every peer why, best effort and bounded; a waiting rank checks whether a notice
   // arrived and throws hcRemoteError naming the rank that sent it. Peers of a node learn of a
   // failure through shared memory; this carries it across nodes, where a dead process would
-  // otherwise only show as a timeout.
+  // otherwise only show as a timeout. A notice is thrown once this rank has reached the call it
+  // names (CallClock).
   virtual void announceFailure(const std::string& what) { (void)what; }
   virtual void checkFailureNotices() {}
   // Memory that will be sent from / received into often (scratch, sort buffers).

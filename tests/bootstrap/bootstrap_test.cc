@@ -1,8 +1,11 @@
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <memory>
 #include <thread>
 
 #include "bootstrap/bootstrap.h"
+#include "bootstrap/liveness.h"
 #include "bootstrap/tcp_store.h"
 #include "base/error.h"
 
@@ -35,6 +38,43 @@ TEST(Bootstrap, AllgatherBroadcastSplitInMemory) {
     sub->allgather(&sm, sall, sizeof sm);
     EXPECT_EQ(sall[sub->rank()], bs.rank());
     bs.barrier();
+  });
+}
+
+// A watched rank that failed in a later call than this rank is in (and closed) is reported
+// when this rank reaches that call, not in the call it is finishing.
+TEST(Liveness, FailureInALaterCallIsReportedWhenThisRankGetsThere) {
+  onThreads(2, makeInMemoryStore(), [](Bootstrap& bs) {
+    const int me = bs.rank();
+    uint64_t call = me == 0 ? 4 : 5;
+    auto live = std::make_unique<Liveness>(bs, std::vector<int>{1 - me}, "127.0.0.1", 5000,
+                                           [](int r) { return fmt::format("rank {}", r); }, [&call] { return call; });
+    bs.barrier();
+    if (me == 1) {
+      live->markFailed();
+      live.reset();  // failed in call 5, and closed
+      bs.barrier();
+      return;
+    }
+    bs.barrier();
+    for (int i = 0; i < 30; ++i) {  // checks every 5 ms: many chances to throw
+      try {
+        live->check();
+      } catch (const Error& e) {
+        ADD_FAILURE() << "in call 4: " << e.what();
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(6));
+    }
+    call = 5;
+    std::this_thread::sleep_for(std::chrono::milliseconds(6));
+    std::string msg;
+    try {
+      live->check();
+    } catch (const Error& e) {
+      msg = e.what();
+    }
+    EXPECT_NE(msg.find("rank 1 failed and closed its communicator"), std::string::npos) << msg;
   });
 }
 

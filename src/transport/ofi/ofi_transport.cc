@@ -249,6 +249,11 @@ class OfiTransport final : public Transport {
   void warmUp();
   void postNotices();
   void throwIfNoticeArrived();
+  // A notice from peer p for call `call` arrived: thrown when this rank has reached that call,
+  // held otherwise (its earlier calls can still complete).
+  void takeNotice(int p, uint64_t call);
+  bool due(uint64_t call) const { return reportIsDue(call_now_, call); }
+  uint64_t noticeCall(int p) const;
   ReqId post(bool send, int peer, void* buf, size_t len, uint64_t tag, size_t* received = nullptr);
   void postOp(bool send, Op* op, void* buf, void* desc, int peer, uint64_t tag);
   size_t drainCq();
@@ -282,6 +287,7 @@ class OfiTransport final : public Transport {
   std::vector<std::string> peer_names_;
   std::string provider_, address_, ipv4_;
   std::function<void()> while_blocked_;
+  CallClock call_now_;
   uint64_t tag_mask_ = ~0ull;
   int tag_bits_ = 64;
   size_t max_chunk_ = SIZE_MAX;
@@ -289,10 +295,12 @@ class OfiTransport final : public Transport {
   uint64_t next_key_ = 1;
 
   // Failure notices: one receive posted per peer for the whole life of the transport, with a
-  // tag no collective uses (collectives use the low 60 bits, the warm-up all ones).
+  // tag no collective uses (collectives use the low 60 bits, the warm-up all ones). A notice is
+  // the number of the call that failed (8 bytes) and the reason.
   static constexpr size_t kNoticeBytes = 512;
   std::vector<std::array<char, kNoticeBytes>> notice_in_;
   std::vector<ReqId> notice_req_;  // 0 once consumed
+  std::vector<char> notice_held_;  // arrived from a call this rank has not reached
   std::array<char, kNoticeBytes> notice_out_{};
   uint64_t notice_tag_ = 0;        // 0: notices off (fewer than 61 tag bits)
   bool notice_seen_ = false;       // a peer's notice arrived: this rank need not repeat it
@@ -322,7 +330,7 @@ class OfiTransport final : public Transport {
 
 OfiTransport::OfiTransport(Bootstrap& bs, const OfiOptions& opt, const ofi_detail::OfiTuning& tuning)
     : rank_(bs.rank()), size_(bs.size()), timeout_ms_(opt.timeout_ms > 0 ? opt.timeout_ms : 120000),
-      tuning_(tuning), while_blocked_(opt.while_blocked) {
+      tuning_(tuning), while_blocked_(opt.while_blocked), call_now_(opt.call_now) {
   try {
     open(opt);
     connect(bs);
@@ -521,28 +529,50 @@ void OfiTransport::postNotices() {
   notice_tag_ = tag_mask_ - 1;
   notice_in_.assign(static_cast<size_t>(size_), {});
   notice_req_.assign(static_cast<size_t>(size_), 0);
+  notice_held_.assign(static_cast<size_t>(size_), 0);
   for (int p = 0; p < size_; ++p)
     if (p != rank_) notice_req_[static_cast<size_t>(p)] = irecv(p, notice_in_[static_cast<size_t>(p)].data(), kNoticeBytes, notice_tag_);
 }
 
-// With mu_ held: a failure notice that has arrived (its receive completed) is thrown.
+uint64_t OfiTransport::noticeCall(int p) const {
+  uint64_t call;
+  std::memcpy(&call, notice_in_[static_cast<size_t>(p)].data(), sizeof call);
+  return call;
+}
+
+void OfiTransport::takeNotice(int p, uint64_t call) {
+  auto& in = notice_in_[static_cast<size_t>(p)];
+  if (!due(call)) {
+    notice_held_[static_cast<size_t>(p)] = 1;
+    return;
+  }
+  notice_held_[static_cast<size_t>(p)] = 0;
+  in.back() = '\0';
+  notice_seen_ = true;
+  HC_THROW(hcRemoteError, "{} reported a failure: {}", peerStr(p), in.data() + sizeof(uint64_t));
+}
+
+// With mu_ held: a failure notice that has arrived (its receive completed) is thrown once due.
 void OfiTransport::throwIfNoticeArrived() {
   if (notice_tag_ == 0) return;
   for (int p = 0; p < size_; ++p) {
+    if (notice_held_[static_cast<size_t>(p)]) {
+      takeNotice(p, noticeCall(p));
+      continue;
+    }
     const ReqId id = notice_req_[static_cast<size_t>(p)];
     if (id == 0) continue;
     const uint32_t idx = static_cast<uint32_t>(id & 0xffffffffu), gen = static_cast<uint32_t>(id >> 32);
     const Request& r = reqs_[idx];
     if (!r.live || r.gen != gen || r.pending > 0 || r.err != hcSuccess) continue;
-    auto& text = notice_in_[static_cast<size_t>(p)];
-    text.back() = '\0';
-    notice_seen_ = true;
-    HC_THROW(hcRemoteError, "{} reported a failure: {}", peerStr(p), text.data());
+    if (due(noticeCall(p))) takeNotice(p, noticeCall(p));
   }
 }
 
 void OfiTransport::checkFailureNotices() {
   if (notice_tag_ == 0 || aborted_.load()) return;
+  for (int p = 0; p < size_; ++p)
+    if (notice_held_[static_cast<size_t>(p)]) takeNotice(p, noticeCall(p));
   // Every 10 ms at most: each test drives the provider's progress (system calls), and the
   // waits of small collectives are microseconds (2x2 netns 8 B AllGather: 78 -> 318 us when
   // checked on every idle pass).
@@ -561,10 +591,7 @@ void OfiTransport::checkFailureNotices() {
       continue;
     }
     id = 0;
-    auto& text = notice_in_[static_cast<size_t>(p)];
-    text.back() = '\0';
-    notice_seen_ = true;
-    HC_THROW(hcRemoteError, "{} reported a failure: {}", peerStr(p), text.data());
+    takeNotice(p, noticeCall(p));
   }
 }
 
@@ -573,7 +600,9 @@ void OfiTransport::announceFailure(const std::string& what) {
   try {
     if (notice_tag_ == 0 || notice_seen_ || announced_ || aborted_.load()) return;
     announced_ = true;
-    std::snprintf(notice_out_.data(), kNoticeBytes, "%s", what.c_str());
+    const uint64_t call = call_now_ ? call_now_() : 0;
+    std::memcpy(notice_out_.data(), &call, sizeof call);
+    std::snprintf(notice_out_.data() + sizeof call, kNoticeBytes - sizeof call, "%s", what.c_str());
     // Eager messages to receives posted at creation: done at once unless a peer is gone, and a
     // dead peer may block a post (its connection) until the deadline. Half a second in all.
     Deadline dl(std::min<long>(timeout_ms_, 500));

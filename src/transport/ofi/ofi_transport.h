@@ -29,6 +29,8 @@ struct OfiOptions {
   size_t rxm_eager_bytes = 0;
   // Called while a post waits for queue space (it may throw: a peer known to be gone).
   std::function<void()> while_blocked;
+  // The number of the call this rank is in (CallClock, base/deadline.h); empty: every notice is due.
+  CallClock call_now;
 };
 
 // Collective over bs (all ranks of the communicator call it): opens fabric/domain/endpoint/AV/CQ,

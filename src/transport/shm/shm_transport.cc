@@ -16,7 +16,7 @@
 namespace hicoll {
 namespace {
 
-constexpr uint64_t kSegMagic = 0x6863736567303031ULL;
+constexpr uint64_t kSegMagic = 0x6863736567303032ULL;  // "hcseg002"
 constexpr int kMaxLocal = 256;
 constexpr int kQueueDepth = 64;
 constexpr size_t kBounceBytes = 256 << 10;  // per ordered pair, only used without CMA
@@ -76,6 +76,7 @@ struct ShmTransport::Header {
   int32_t comm_rank;
   uint64_t base_in_owner;  // where the owner mapped this segment
   std::atomic<uint32_t> aborted;
+  std::atomic<uint64_t> failed_call;  // the call it aborted in (stored before aborted)
   std::atomic<uint32_t> closed;  // destroyed cleanly: its exit is not a failure
   char reason[256];              // why it aborted or rejected a call (set before either is seen)
   Board board;
@@ -253,7 +254,9 @@ void ShmTransport::checkPeers() {
   last_check_ = now;
   for (int i = 0; i < localSize(); ++i) {
     if (i == me_) continue;
-    if (header(i).aborted.load(std::memory_order_acquire)) throwPeerError(i, "its abort");
+    if (header(i).aborted.load(std::memory_order_acquire) &&
+        reportIsDue(opt_.call_now, header(i).failed_call.load(std::memory_order_relaxed)))
+      throwPeerError(i, "its abort");
     if (pidfds_[i] >= 0) {
       // Read closed after seeing the exit: a clean destroy stores it before the process ends.
       pollfd p{pidfds_[i], POLLIN, 0};
@@ -290,6 +293,7 @@ std::string ShmTransport::reason(int local) {
 
 void ShmTransport::abort() {
   aborted_ = true;
+  header(me_).failed_call.store(opt_.call_now ? opt_.call_now() : 0, std::memory_order_relaxed);
   header(me_).aborted.store(1, std::memory_order_release);
 }
 

@@ -33,6 +33,9 @@ struct ShmOptions {
   size_t sort_bytes = 0;
   std::string cma = "auto";  // auto | 0 | 1
   long timeout_ms = 120000;
+  // The call this rank is in (CallClock, base/deadline.h): a peer's abort from a later call
+  // waits until this rank gets there.
+  CallClock call_now;
 };
 
 class ShmTransport : public Transport {
@@ -66,7 +69,7 @@ class ShmTransport : public Transport {
   const char* mapPeerMemory(int local, const NodeMemRef& ref, const void* remote, size_t len);
   // True when peers' user buffers can be read directly (CMA, or ranks are threads).
   bool directRead() const { return direct_; }
-  // Throws hcRemoteError when a local peer died or aborted.
+  // Throws hcRemoteError when a local peer died, or aborted in a call this rank has reached.
   void checkPeers();
   // The peer destroyed its communicator (it has finished every call it will make).
   bool closed(int local);

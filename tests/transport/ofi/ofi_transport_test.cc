@@ -383,6 +383,45 @@ TEST_P(OfiProviderTest, AbortFromAnotherThreadEndsAWait) {
   }, opt());
 }
 
+// A peer that failed in a later call than this rank is in does not fail this one (the peer
+// completed it): its notice is held until this rank reaches that call, then thrown at once.
+thread_local uint64_t t_call = 0;
+
+TEST_P(OfiProviderTest, NoticeFromALaterCallWaitsUntilThisRankGetsThere) {
+  OfiOptions o = opt();
+  o.call_now = [] { return t_call; };
+  runRanks(2, [&](Rank& r) {
+    if (r.t.tagBits() < 61) return;  // no failure notices (both ranks return)
+    int32_t v = 41;
+    if (r.rank == 1) {
+      t_call = 5;
+      r.t.announceFailure("rank 1: call 5 failed");
+      wait1(r.t, r.t.isend(0, &v, sizeof v, 7));  // what call 4 still needed from rank 1
+      r.bs.barrier();
+      return;
+    }
+    t_call = 4;
+    ReqId q = r.t.irecv(1, &v, sizeof v, 7);
+    bool got = false;
+    const auto t0 = Clock::now();
+    try {
+      while (secondsSince(t0) < 0.3) {  // notices are polled every 10 ms: many chances to throw
+        r.t.checkFailureNotices();
+        got = got || r.t.test(q);
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+    } catch (const Error& e) {
+      ADD_FAILURE() << "call 4 failed on a notice from call 5: " << e.what();
+    }
+    EXPECT_TRUE(got);
+    EXPECT_EQ(v, 41);
+    t_call = 5;
+    const std::string msg = expectError([&] { r.t.checkFailureNotices(); }, hcRemoteError);
+    EXPECT_NE(msg.find("rank 1: call 5 failed"), std::string::npos) << msg;
+    r.bs.barrier();
+  }, o);
+}
+
 TEST_P(OfiProviderTest, DestructionWithPendingTrafficIsBounded) {
   auto t0 = Clock::now();
   runRanks(2, [&](Rank& r) {
