@@ -94,6 +94,8 @@ void HierEngine::enqueue(const CollArgs& a) {
     throw;
   }
   J_ = job.id;
+  job.desc = CallDesc::of(a);
+  publishDesc(job);
   {
     std::lock_guard<std::mutex> lk(mu_);
     queue_.push_back(std::move(job));

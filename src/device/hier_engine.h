@@ -23,8 +23,11 @@
 //   sent / recvd  proxy -> stream: sends of step x done (hscratch slot free) / receives of
 //                 step x landed in hsort
 //   started / finished  the stream reached / completed collective j (the proxy's watchdog)
-// Step numbers are global and advance identically on every rank (every rank runs the same
-// collectives with the same chunking), so no per-collective handshake is needed.
+// Step numbers are global and advance identically on every rank when every rank runs the same
+// collectives with the same chunking. That is checked, not assumed: each collective's call
+// descriptor (base/coll.h) is published in the node segment at enqueue and sent to the rail
+// peers, and the proxy compares its peers' with its own while the data moves; a difference
+// fails every rank with both calls named (hier_agree.cc) instead of corrupting or hanging.
 #pragma once
 
 #include <atomic>
@@ -49,15 +52,27 @@ constexpr int kDepth = 2;  // ring slots per buffer: chunk k+1 fills while chunk
 enum class Counter : int { Pub = 0, Cons, Staged, Sent, Recvd, H2d, Started, Finished, kCount };
 
 // The node's counter segment: a header line (the node's abort word), then one 64-byte line per
-// (local rank, counter) so that no two writers share a cache line.
+// (local rank, counter) so that no two writers share a cache line, then each local rank's ring
+// of call descriptors (one line per collective: the descriptor's 4 words and the job number).
 struct FlagLayout {
   static constexpr size_t kLine = 64;
+  // Descriptors per local rank: a rank's enqueue may run this many collectives ahead of a
+  // peer's proxy before its entry is overwritten (that peer then skips the node check).
+  static constexpr size_t kDescRing = 64;
   volatile uint32_t* host = nullptr;  // segment base in this process
   uint64_t dev = 0;                   // the same for the stream (0 for host streams)
   int local_ranks = 0;
 
+  static size_t counterLines(int local_ranks) {
+    return 1 + static_cast<size_t>(local_ranks) * static_cast<size_t>(Counter::kCount);
+  }
   static size_t bytes(int local_ranks) {
-    return kLine * (1 + static_cast<size_t>(local_ranks) * static_cast<size_t>(Counter::kCount));
+    return kLine * (counterLines(local_ranks) + static_cast<size_t>(local_ranks) * kDescRing);
+  }
+  // Words 0-3: the descriptor of collective `job` of rank `local`; word 4: job (0 while written).
+  uint64_t* descLine(int local, uint64_t job) const {
+    const size_t line = counterLines(local_ranks) + static_cast<size_t>(local) * kDescRing + job % kDescRing;
+    return reinterpret_cast<uint64_t*>(const_cast<uint32_t*>(host) + line * kLine / 4);
   }
   FlagRef at(int local, Counter c) const {
     const size_t off = kLine * (1 + static_cast<size_t>(local) * static_cast<size_t>(Counter::kCount) +
@@ -133,6 +148,7 @@ class HierEngine {
   struct Job {
     uint64_t id = 0;
     std::string what;
+    CallDesc desc;  // what every rank of the collective must agree on
     std::vector<NetStep> steps;
   };
   enum class Kind { AllGather, ReduceScatter, Broadcast };
@@ -155,6 +171,22 @@ class HierEngine {
 
   void proxyMain();
   void runJob(const Job& job);
+  // The descriptor check (hier_agree.cc): publish at enqueue; post the rail exchange when the
+  // proxy starts the job; poll until every peer's arrived and matched (throws hcInvalidUsage
+  // naming both calls); what is still missing, for a timeout's message.
+  void publishDesc(const Job& job);
+  void postDescs(const Job& job);
+  bool pollDescs(const Job& job);
+  std::string missingDescs() const;
+  void compareDesc(int peer, const CallDesc& theirs, const Job& job) const;
+  enum class DescRead { NotYet, Read, Overwritten };
+  DescRead readDesc(int local, uint64_t job, CallDesc* out) const;
+  // Throws hcInvalidUsage if a local peer has published a different call for job: when the
+  // node aborts, the difference is the cause to report, not the abort.
+  void compareLocalDescs(const Job& job) const;
+  [[noreturn]] void throwNodeFailed(const Job& job, const std::string& who, const char* when) const;
+  // Throws when a rank of another node sent a failure notice (the proxy's waits call it).
+  void checkOtherNodes(const Job& job);
   void waitStream(const Job& job, Counter c, uint64_t v, const char* what);
   void throwIfFailed() const;
   void releaseCounters();
@@ -178,6 +210,13 @@ class HierEngine {
   std::atomic<uint64_t> completed_{0};
   std::atomic<bool> stop_{false};
   std::atomic<bool> failed_{false};
+  // The proxy's descriptor check of the job it runs (buffers outlive a job cut short by a
+  // failure: the network may still write into them until it is aborted).
+  std::vector<int> rails_;  // rail peers: this local index on every other node
+  std::vector<CallDesc> desc_in_;
+  CallDesc desc_out_;
+  std::vector<ReqId> desc_recv_, desc_send_;  // 0 once complete
+  std::vector<char> local_ok_;
   mutable std::mutex err_mu_;
   hcResult_t err_code_ = hcSuccess;
   std::string err_;

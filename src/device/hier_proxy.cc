@@ -67,6 +67,21 @@ void HierEngine::abort(hcResult_t code, const std::string& why) {
   done_cv_.notify_all();
 }
 
+void HierEngine::throwNodeFailed(const Job& job, const std::string& who, const char* when) const {
+  compareLocalDescs(job);
+  HC_THROW(hcRemoteError, "{}: {} of this node failed{}", job.what, who, when);
+}
+
+void HierEngine::checkOtherNodes(const Job& job) {
+  if (!res_.net) return;
+  try {
+    res_.net->checkFailureNotices();  // rate-limited by the transport
+  } catch (const Error& e) {
+    compareLocalDescs(job);
+    HC_THROW(e.code(), "{}: {}", job.what, e.what());
+  }
+}
+
 // ---- proxy thread ------------------------------------------------------------------------
 
 void HierEngine::proxyMain() {
@@ -79,13 +94,22 @@ void HierEngine::proxyMain() {
       cv_.wait(lk, [&] { return stop_ || !queue_.empty() || (failed_ && !net_aborted); });
       if (failed_ && !net_aborted) {
         net_aborted = true;
+        lk.unlock();  // announcing takes up to half a second: enqueue and drain go on
         if (res_.net) {
           try {
+            std::string why;
+            {
+              std::lock_guard<std::mutex> elk(err_mu_);
+              why = err_;
+            }
+            // The other nodes learn it now rather than at their timeout (bounded, never throws).
+            res_.net->announceFailure(fmt::format("rank {}: {}", res_.rank, why));
             res_.net->abort();
           } catch (const std::exception& e) {
             HC_WARN("device path: aborting the network: {}", e.what());
           }
         }
+        lk.lock();
       }
       if (stop_) return;
       if (queue_.empty()) continue;
@@ -116,8 +140,8 @@ void HierEngine::waitStream(const Job& job, Counter c, uint64_t v, const char* w
   std::string who;
   while (!reached(loadFlag(f), static_cast<uint32_t>(v))) {
     if (stop_ || failed_) return;
-    if (nodeAborted(&who))
-      HC_THROW(hcRemoteError, "{}: {} of this node failed while this rank waited for {}", job.what, who, what);
+    if (nodeAborted(&who)) throwNodeFailed(job, who, fmt::format(" while this rank waited for {}", what).c_str());
+    checkOtherNodes(job);
     if (elapsedMs(since) > res_.timeout_ms)
       HC_THROW(hcTimeout, "{}: rank {} waited {} ms for {} (HICOLL_TIMEOUT_MS); a peer of the node is stuck or gone",
                job.what, res_.rank, res_.timeout_ms, what);
@@ -133,10 +157,13 @@ void HierEngine::runJob(const Job& job) {
     std::string who;
     while (!reached(loadFlag(mine(Counter::Started)), static_cast<uint32_t>(job.id))) {
       if (stop_ || failed_) return;
-      if (nodeAborted(&who)) HC_THROW(hcRemoteError, "{}: {} of this node failed", job.what, who);
+      if (nodeAborted(&who)) throwNodeFailed(job, who, "");
+      checkOtherNodes(job);
       bo.pause();
     }
   }
+  postDescs(job);
+  bool agreed = false;
   const size_t K = job.steps.size();
   if (K > 0) {
     Transport& t = *res_.net;
@@ -155,6 +182,7 @@ void HierEngine::runJob(const Job& job) {
     std::string who;
     while (done_r < K || done_s < K) {
       bool moved = false;
+      if (!agreed && pollDescs(job)) agreed = moved = true;
       // Receive into an hsort slot once the stream has copied out what it held.
       while (post_r < K) {
         const uint64_t x = job.steps[post_r].x;
@@ -174,9 +202,14 @@ void HierEngine::runJob(const Job& job) {
         ++post_s;
         moved = true;
       }
-      if (completeEach(pending, [&](const Pending& p) { return t.test(p.id); },
-                       [&](const Pending& p) { --(p.recv ? left_r : left_s)[p.step]; }) > 0)
-        moved = true;
+      try {
+        if (completeEach(pending, [&](const Pending& p) { return t.test(p.id); },
+                         [&](const Pending& p) { --(p.recv ? left_r : left_s)[p.step]; }) > 0)
+          moved = true;
+      } catch (const Error&) {
+        if (!agreed) pollDescs(job);  // a call that differs is the cause to name (e.g. a size mismatch)
+        throw;
+      }
       for (; done_r < post_r && left_r[done_r] == 0; ++done_r)
         storeFlag(mine(Counter::Recvd), static_cast<uint32_t>(job.steps[done_r].x));
       for (; done_s < post_s && left_s[done_s] == 0; ++done_s)
@@ -187,23 +220,40 @@ void HierEngine::runJob(const Job& job) {
         continue;
       }
       if (stop_ || failed_) return;
-      if (nodeAborted(&who))
-        HC_THROW(hcRemoteError, "{}: {} of this node failed during the inter-node exchange", job.what, who);
+      if (nodeAborted(&who)) throwNodeFailed(job, who, " during the inter-node exchange");
+      checkOtherNodes(job);
       if (elapsedMs(last) > res_.timeout_ms) {
         std::string peers;
         for (const Pending& p : pending) peers += fmt::format(" {}{}", p.recv ? "recv<-" : "send->", p.peer);
         HC_THROW(hcTimeout,
                  "{}: rank {} made no network progress for {} ms (HICOLL_TIMEOUT_MS) at step {}/{} (posted recv {} "
-                 "send {}; pending:{})",
+                 "send {}; pending:{}){}",
                  job.what, res_.rank, res_.timeout_ms, std::min(done_r, done_s), K, post_r, post_s,
-                 peers.empty() ? " none, waiting for the stream" : peers);
+                 peers.empty() ? " none, waiting for the stream" : peers,
+                 agreed ? "" : fmt::format("; no call descriptor yet from {}", missingDescs()));
       }
+      bo.pause();
+    }
+  }
+  // The peers' descriptors (on one node, or when the data finished first). Bounded: a peer
+  // that never makes this call is named.
+  if (!agreed) {
+    const auto since = Clock::now();
+    Backoff bo;
+    std::string who;
+    while (!pollDescs(job)) {
+      if (stop_ || failed_) return;
+      if (nodeAborted(&who)) throwNodeFailed(job, who, "");
+      checkOtherNodes(job);
+      if (elapsedMs(since) > res_.timeout_ms)
+        HC_THROW(hcTimeout, "{}: rank {} waited {} ms (HICOLL_TIMEOUT_MS) for the call of {}: not made, or stuck",
+                 job.what, res_.rank, res_.timeout_ms, missingDescs());
       bo.pause();
     }
   }
   waitStream(job, Counter::Finished, job.id, "its stream to finish the collective");
   std::string who;
-  if (nodeAborted(&who)) HC_THROW(hcRemoteError, "{}: {} of this node failed", job.what, who);
+  if (nodeAborted(&who)) throwNodeFailed(job, who, "");
 }
 
 void HierEngine::drain() {

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <thread>
 
@@ -417,6 +418,67 @@ TEST(Engine, AMissingRailPeerTimesOutWithTheNetworkState) {
   }
   user.synchronize();
   EXPECT_FALSE(user.stuck());
+}
+
+// Ranks whose calls differ (the last rank changes one field) fail on every rank, the ranks
+// that compare with it naming both calls and what differs, well inside the timeout, and no
+// stream is left waiting. Without the descriptor check these paired their counters: wrong
+// results (op, datatype, root) or a timeout (count, collective).
+TEST(Engine, CallsThatDifferFailOnEveryRankNamingTheDifference) {
+  struct Mismatch {
+    Case base;
+    std::function<void(Case&)> change;
+    const char* what;
+  };
+  const std::vector<Mismatch> kinds = {
+      {{hcCollAllReduce, hcFloat32, OpKind::Sum, 1000}, [](Case& c) { c.op = OpKind::Max; }, "the reduction op"},
+      {{hcCollAllReduce, hcFloat32, OpKind::Sum, 1000}, [](Case& c) { c.dt = hcInt32; }, "the datatype"},
+      {{hcCollAllGather, hcFloat32, OpKind::Sum, 5000}, [](Case& c) { c.count = 5001; }, "the count"},
+      {{hcCollBroadcast, hcFloat32, OpKind::Sum, 3000}, [](Case& c) { c.root = 1; }, "the root"},
+      {{hcCollAllGather, hcFloat32, OpKind::Sum, 2000}, [](Case& c) { c.coll = hcCollReduceScatter; }, "the collective"},
+  };
+  for (const auto& labels : {std::vector<std::string>{"a", "a", "b", "b"}, std::vector<std::string>{"a", "b"},
+                             std::vector<std::string>{"a", "a"}}) {
+    for (const Mismatch& m : kinds) {
+      RigOptions opt;
+      opt.timeout_ms = 10000;
+      EngineRig rig(labels, opt);
+      const int W = rig.size(), odd = W - 1;
+      std::vector<std::string> msg(W);
+      std::vector<hcResult_t> code(W, hcSuccess);
+      const auto t0 = std::chrono::steady_clock::now();
+      rig.parallel([&](int r) {
+        HostStream user(20000);
+        Case c = m.base;
+        if (r == odd) m.change(c);
+        Buffers b = prepare(c, r, W, user);
+        try {
+          rig.engine(r).enqueue(collArgs(c, b, user));
+          rig.engine(r).drain();
+        } catch (const hicoll::Error& e) {
+          code[r] = e.code();
+          msg[r] = e.what();
+        }
+        user.synchronize();
+      });
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const std::string where = std::to_string(W) + " ranks, " + m.what;
+      EXPECT_LT(s, 5.0) << where;
+      EXPECT_EQ(rig.stuck(), "") << where;
+      int named = 0;
+      for (int r = 0; r < W; ++r) {
+        EXPECT_TRUE(code[r] == hcInvalidUsage || code[r] == hcRemoteError) << where << ", rank " << r << ": " << msg[r];
+        if (code[r] == hcInvalidUsage) {
+          ++named;
+          EXPECT_NE(msg[r].find(m.what), std::string::npos) << where << ": " << msg[r];
+          const std::string odd_named = r == odd ? "where rank " + std::to_string(odd) + " called"
+                                                 : "rank " + std::to_string(odd) + " (node";
+          EXPECT_NE(msg[r].find(odd_named), std::string::npos) << msg[r];
+        }
+      }
+      EXPECT_GE(named, 2) << where;  // the odd rank and a peer that compares with it
+    }
+  }
 }
 
 TEST(Engine, AbortReleasesEveryWait) {

@@ -92,6 +92,21 @@ class LoopTransport : public hicoll::Transport {
 
   void abort() override { aborted_ = true; }
 
+  void announceFailure(const std::string& what) override {
+    std::lock_guard<std::mutex> lk(f_->mu_);
+    for (int p = 0; p < f_->nranks_; ++p)
+      if (p != rank_ && f_->notices_[p].empty()) f_->notices_[p] = fmt::format("rank {} reported a failure: {}", rank_, what);
+  }
+
+  void checkFailureNotices() override {
+    std::string n;
+    {
+      std::lock_guard<std::mutex> lk(f_->mu_);
+      n = f_->notices_[rank_];
+    }
+    if (!n.empty()) HC_THROW(hcRemoteError, "{}", n);
+  }
+
  private:
   struct Req {
     int peer;
@@ -110,7 +125,7 @@ class LoopTransport : public hicoll::Transport {
   hicoll::ReqId next_ = 1;
 };
 
-LoopFabric::LoopFabric(int nranks) : nranks_(nranks) {
+LoopFabric::LoopFabric(int nranks) : nranks_(nranks), notices_(nranks) {
   for (int i = 0; i < nranks * nranks; ++i) boxes_.push_back(std::make_unique<Box>());
 }
 
