@@ -33,13 +33,12 @@ struct RankInfo {
   int32_t cores;
 };
 
-uint64_t bootIdHash() {
+// Ranks that share a kernel share its cores; without a boot id, the host name says as much.
+uint64_t bootIdHash(const std::string& host) {
   std::ifstream in("/proc/sys/kernel/random/boot_id");
   std::string id;
   std::getline(in, id);
-  char host[128] = {};
-  gethostname(host, sizeof host - 1);
-  return std::hash<std::string>()(id.empty() ? std::string(host) : id);
+  return std::hash<std::string>()(id.empty() ? host : id);
 }
 
 int usableCores() {
@@ -166,7 +165,7 @@ std::unique_ptr<hcComm> createComm(std::unique_ptr<Bootstrap> bs, std::shared_pt
   }
   std::copy(hashes.begin(), hashes.end(), mine.knob_hash);
   mine.pid = getpid();
-  mine.kernel = bootIdHash();
+  mine.kernel = bootIdHash(host);
   mine.cores = usableCores();
   std::vector<RankInfo> all(c->nranks);
   bs->allgather(&mine, all.data(), sizeof mine);
@@ -305,7 +304,7 @@ void hcComm::countCall(hcColl_t c, hcPath_t path, const std::string& reason, dou
   std::lock_guard<std::mutex> lock(stats_mu);
   stats.coll[c].calls[path]++;
   stats.predicted_us[c] = predicted_s * 1e6;
-  if (!reason.empty())
+  if (path == hcPathFallback && !reason.empty())  // a ring the model chose is no fallback
     std::snprintf(stats.coll[c].last_fallback_reason, sizeof stats.coll[c].last_fallback_reason, "%s", reason.c_str());
 }
 
