@@ -556,16 +556,14 @@ void OfiTransport::takeNotice(int p, uint64_t call) {
 void OfiTransport::throwIfNoticeArrived() {
   if (notice_tag_ == 0) return;
   for (int p = 0; p < size_; ++p) {
-    if (notice_held_[static_cast<size_t>(p)]) {
-      takeNotice(p, noticeCall(p));
-      continue;
-    }
     const ReqId id = notice_req_[static_cast<size_t>(p)];
-    if (id == 0) continue;
-    const uint32_t idx = static_cast<uint32_t>(id & 0xffffffffu), gen = static_cast<uint32_t>(id >> 32);
-    const Request& r = reqs_[idx];
-    if (!r.live || r.gen != gen || r.pending > 0 || r.err != hcSuccess) continue;
-    if (due(noticeCall(p))) takeNotice(p, noticeCall(p));
+    bool arrived = notice_held_[static_cast<size_t>(p)] != 0;
+    if (!arrived && id != 0) {
+      const uint32_t idx = static_cast<uint32_t>(id & 0xffffffffu), gen = static_cast<uint32_t>(id >> 32);
+      const Request& r = reqs_[idx];
+      arrived = r.live && r.gen == gen && r.pending == 0 && r.err == hcSuccess;
+    }
+    if (arrived) takeNotice(p, noticeCall(p));
   }
 }
 
