@@ -18,7 +18,9 @@
 #                   mpi:    agbench under mpirun across the namespaces with --baseline mpi
 #                           (hicoll and Open MPI over TCP side by side in one run)
 #                   han:    as mpi, with Open MPI's hierarchical coll/han enabled
-#   -a path         agbench binary (default: build-perf/perf/agbench next to this script)
+#   -a path         agbench binary (default: build-perf/perf/agbench next to this script), or
+#                   another program of the launch library (--np --nodes --node-rank --master-*):
+#                   build/examples/train_gpt/train_gpt
 #   -t seconds      timeout of the run (default 900)
 #   -k              keep the namespaces until Enter is pressed (debugging)
 #
@@ -33,7 +35,7 @@ while getopts "N:L:r:d:c:m:a:t:kh" o; do
   case $o in
     N) nodes=$OPTARG ;; L) per=$OPTARG ;; r) rate=$OPTARG ;; d) delay=$OPTARG ;; c) cc=$OPTARG ;;
     m) mode=$OPTARG ;; a) agbench=$OPTARG ;; t) timeout_s=$OPTARG ;; k) keep=1 ;;
-    h) sed -n '2,26p' "$0"; exit 0 ;;
+    h) sed -n '2,28p' "$0"; exit 0 ;;
     *) exit 2 ;;
   esac
 done

@@ -35,6 +35,9 @@ struct Args {
   int np = 1, nodes = 1;
   std::string layout = "contiguous";
   int launch_timeout_s = 600;
+  int node_rank = -1;  // one train_gpt per node (network namespaces): this node's ranks only
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;
   long steps = 30;
   uint64_t seed = 1;
   int sdp_degree = 1;
@@ -377,6 +380,12 @@ int main(int argc, char** argv) {
   app.add_option("--layout", a.layout, "rank -> node: contiguous | interleaved")
       ->check(CLI::IsMember({"contiguous", "interleaved"}));
   app.add_option("--launch-timeout", a.launch_timeout_s, "seconds before self-launched ranks are killed");
+  app.add_option("--node-rank", a.node_rank,
+                 "launch only this node's ranks (one train_gpt per node, e.g. per network namespace: "
+                 "perf/netns_emulate.sh -a); needs --master-addr and --master-port")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--master-addr", a.master_addr, "rendezvous address (rank 0's node)");
+  app.add_option("--master-port", a.master_port, "rendezvous port (0: a free one)")->check(CLI::Range(0, 65535));
   app.add_option("--steps", a.steps, "last step to run (a resumed run continues up to it)")->check(CLI::PositiveNumber);
   app.add_option("--seed", a.seed, "initialisation and data order");
   app.add_option("--sdp-degree,--sharded-data-parallel-degree", a.sdp_degree,
@@ -432,6 +441,9 @@ int main(int argc, char** argv) {
     lo.layout = a.layout == "interleaved" ? hicoll::launch::Layout::Interleaved
                                           : hicoll::launch::Layout::Contiguous;
     lo.timeout_s = a.launch_timeout_s;
+    lo.node_rank = a.node_rank;
+    lo.master_addr = a.master_addr;
+    lo.master_port = a.master_port;
     return hicoll::launch::selfLaunch(lo, body);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train_gpt: %s\n", e.what());
