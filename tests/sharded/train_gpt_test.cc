@@ -1,7 +1,10 @@
 // End to end: examples/train_gpt run as a program (self-launched ranks over two simulated
 // nodes), its JSON loss curves compared across world sizes, degrees, precisions and resumes.
 // One ctest entry runs every test in one process, so each configuration is trained once.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -138,6 +141,37 @@ TEST(TrainGpt, QuantizedCollectivesStayCloseToExact) {
     EXPECT_LE(q.loss.at(30), 0.9 * q.loss.at(1)) << flags;
     EXPECT_GT(d, 0.0) << flags << ": it did quantize, the curves are not bitwise the same";
   }
+}
+
+int freePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+  close(fd);
+  return ok ? ntohs(a.sin_port) : 0;
+}
+
+// One launcher per node, as perf/netns_emulate.sh runs it (one per namespace; here both on
+// loopback, the nodes told apart by their labels): the same curve as the self-launched job.
+TEST(TrainGpt, OneLauncherPerNodeMatchesTheSelfLaunchedRun) {
+  const TrainRun& self = sharded(4);
+  ASSERT_EQ(self.status, 0) << self.command;
+  const int port = freePort();
+  ASSERT_GT(port, 0);
+  const std::string args = "--np 4 --nodes 2 --sdp-degree 4 --precision fp32" + kCommon +
+                           " --master-addr 127.0.0.1 --master-port " + std::to_string(port);
+  // The launchers must share one secret (each would make its own otherwise).
+  setenv("HICOLL_COMM_SECRET", "train-gpt-test-per-node-0123456789abcdef", 1);
+  const TrainRun& nodes = train("--node-rank 1 " + args + " >/dev/null 2>&1 & " + TRAIN_GPT + " --node-rank 0 " +
+                                args + "; s=$?; wait $!; t=$?; exit $((s | t))");
+  unsetenv("HICOLL_COMM_SECRET");
+  ASSERT_EQ(nodes.status, 0) << nodes.command;
+  ASSERT_EQ(nodes.loss.size(), 30u);
+  EXPECT_LE(maxRelDiff(nodes, self, 1, 30), 1e-6);
 }
 
 TEST(TrainGpt, ResumeReproducesTheUninterruptedCurveExactly) {
