@@ -109,8 +109,7 @@ void Agreement::check(size_t i) {
              m.desc.flags() & CallDesc::kDestroy
                  ? fmt::format("destroyed its communicator while rank {} called {}", c_.rank, describeCall(mine_))
                  : fmt::format("called {} while this rank destroys its communicator", describeCall(m.desc)));
-  HC_THROW(hcInvalidUsage, "{} called {} where rank {} called {} ({} differs)", c_.who(peer), describeCall(m.desc),
-           c_.rank, describeCall(mine_), callDifference(mine_, m.desc));
+  HC_THROW(hcInvalidUsage, "{}", callMismatch(c_.who(peer), m.desc, c_.rank, mine_));
 }
 
 bool Agreement::poll(bool collect) {

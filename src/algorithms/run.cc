@@ -56,8 +56,7 @@ bool Run::waitPosted(int local, bool collect) {
                  ? fmt::format("destroyed its communicator while rank {} called {}", comm.rank, describeCall(mine))
                  : fmt::format("called {} while this rank destroys its communicator", describeCall(theirs)));
   if (!theirs.sameCall(mine))
-    HC_THROW(hcInvalidUsage, "{} called {} where rank {} called {} ({} differs)", comm.who(peer), describeCall(theirs),
-             comm.rank, describeCall(mine), callDifference(mine, theirs));
+    HC_THROW(hcInvalidUsage, "{}", callMismatch(comm.who(peer), theirs, comm.rank, mine));
   HC_CHECK(theirs.w[0] == mine.w[0], hcInternalError, "shm: {} is in another phase ({:#x} vs {:#x}) of {}",
            comm.who(peer), theirs.w[0] >> 28 & 0xf, mine.w[0] >> 28 & 0xf, describeCall(mine));
   return true;

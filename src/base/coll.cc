@@ -143,6 +143,11 @@ std::string callDifference(const CallDesc& mine, const CallDesc& theirs) {
   return d.empty() ? "the call" : d;
 }
 
+std::string callMismatch(const std::string& peer, const CallDesc& theirs, int rank, const CallDesc& mine) {
+  return fmt::format("{} called {} where rank {} called {} ({} differs)", peer, describeCall(theirs), rank,
+                     describeCall(mine), callDifference(mine, theirs));
+}
+
 }  // namespace hicoll
 
 extern "C" size_t hcTypeSize(hcDataType_t t) {

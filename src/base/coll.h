@@ -70,6 +70,9 @@ static_assert(sizeof(CallDesc) == 32, "wire layout");
 std::string describeCall(const CallDesc& d);
 // What differs, for messages: "the reduction op", "the count", ...
 std::string callDifference(const CallDesc& mine, const CallDesc& theirs);
+// The one message of a disagreement: "rank 2 (node 'b') called A where rank 0 called B (the
+// count differs)". peer: the other rank as named in messages (hcComm::who).
+std::string callMismatch(const std::string& peer, const CallDesc& theirs, int rank, const CallDesc& mine);
 
 const char* collName(hcColl_t c);
 const char* dtypeName(hcDataType_t t);

@@ -104,9 +104,8 @@ std::string HierEngine::missingDescs() const {
 void HierEngine::compareDesc(int peer, const CallDesc& theirs, const Job& job) const {
   if (theirs.sameCall(job.desc)) return;
   const Topology& t = res_.topo;
-  HC_THROW(hcInvalidUsage, "rank {} (node '{}') called {} where rank {} called {} ({} differs)", peer,
-           t.labels[t.node_of[peer]], describeCall(theirs), res_.rank, describeCall(job.desc),
-           callDifference(job.desc, theirs));
+  HC_THROW(hcInvalidUsage, "{}",
+           callMismatch(fmt::format("rank {} (node '{}')", peer, t.labels[t.node_of[peer]]), theirs, res_.rank, job.desc));
 }
 
 }  // namespace hicoll::dev
