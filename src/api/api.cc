@@ -40,7 +40,7 @@ bool bad(const hcComm* c, const char* fn) {
 void revoke(hcComm& c, const std::string& why, bool stop_network = true) {
   const bool first = c.fail(why);
   try {
-    if (c.liveness) c.liveness->markFailed();
+    if (c.liveness) c.liveness->markFailed(fmt::format("rank {}: {}", c.rank, why));
     if (first && c.ofi) c.ofi->announceFailure(fmt::format("rank {}: {}", c.rank, why));
     if (c.shm) {
       if (first) c.shm->setReason(why);

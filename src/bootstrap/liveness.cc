@@ -131,11 +131,14 @@ Liveness::Liveness(Bootstrap& bs, const std::vector<int>& peers, const std::stri
 }
 
 Liveness::~Liveness() {
-  // 'F' carries the number of the call that failed.
-  char msg[1 + sizeof(uint64_t)] = {failed_ ? kFailed : kBye};
+  // 'F' carries the number of the call that failed, then why (one small send: it arrives
+  // whole, or the watcher reads what came).
+  char msg[1 + sizeof(uint64_t) + kReasonBytes] = {failed_ ? kFailed : kBye};
   const uint64_t call = call_now_ ? call_now_() : 0;
   std::memcpy(msg + 1, &call, sizeof call);
-  const size_t len = failed_ ? sizeof msg : 1;
+  const size_t why = std::min(why_.size(), kReasonBytes);
+  std::memcpy(msg + 1 + sizeof call, why_.data(), why);
+  const size_t len = failed_ ? 1 + sizeof call + why : 1;
   for (Peer& p : peers_) (void)!::send(p.fd.get(), msg, len, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
@@ -143,8 +146,11 @@ void Liveness::check() {
   const auto now = std::chrono::steady_clock::now();
   if (peers_.empty() || now - last_ < kCheckEvery) return;
   last_ = now;
+  // Without its cause this is a symptom (the caller waits briefly for a failure notice).
   auto failedAndClosed = [&](const Peer& p) {
-    throw Error(hcRemoteError, fmt::format("{} failed and closed its communicator", who_(p.rank)), Error::kSymptom);
+    if (p.why.empty())
+      throw Error(hcRemoteError, fmt::format("{} failed and closed its communicator", who_(p.rank)), Error::kSymptom);
+    throw Error(hcRemoteError, fmt::format("{} failed and closed its communicator: {}", who_(p.rank), p.why));
   };
   std::vector<pollfd> fds;
   for (Peer& p : peers_) {
@@ -155,11 +161,13 @@ void Liveness::check() {
   for (size_t i = 0; i < fds.size(); ++i) {
     if (!fds[i].revents) continue;
     Peer& p = peers_[i];
-    char buf[16];
+    char buf[1 + sizeof(uint64_t) + kReasonBytes];
     const ssize_t n = ::recv(fds[i].fd, buf, sizeof buf, MSG_DONTWAIT);
     if (n > 0 && buf[0] == kFailed) {
       uint64_t call = 0;  // an 'F' cut short is due at once
       if (n >= static_cast<ssize_t>(1 + sizeof call)) std::memcpy(&call, buf + 1, sizeof call);
+      if (n > static_cast<ssize_t>(1 + sizeof call))
+        p.why.assign(buf + 1 + sizeof call, strnlen(buf + 1 + sizeof call, static_cast<size_t>(n) - 1 - sizeof call));
       if (reportIsDue(call_now_, call)) failedAndClosed(p);
       p.failed_later = true;
       p.failed_call = call;

@@ -4,8 +4,8 @@
 // is seen by the ranks watching it within milliseconds, whether or not a survivor on its node
 // sends a failure notice; a silent host is caught by TCP keepalive well inside the timeout.
 // A rank that destroys its communicator says so first ("bye"), so the others can tell a
-// destroy from a death, or that it failed, in which call. Nothing else travels on these
-// connections.
+// destroy from a death, or that it failed, in which call and why. Nothing else travels on
+// these connections.
 #pragma once
 
 #include <chrono>
@@ -35,16 +35,24 @@ class Liveness {
   // Throws hcRemoteError naming a watched rank whose connection closed. At most one system
   // call every few milliseconds (waits call it in their idle loops).
   void check();
-  // This rank's communicator failed: its destruction says so instead of "bye".
-  void markFailed() { failed_ = true; }
+  // This rank's communicator failed (why: the cause, kept from the first call): its
+  // destruction says so instead of "bye", with the cause, so that a watcher whose failure
+  // notice is slow to come still names the rank behind it.
+  void markFailed(const std::string& why = "") {
+    if (!failed_) why_ = why;
+    failed_ = true;
+  }
+  static constexpr size_t kReasonBytes = 240;  // of why, carried
 
  private:
   bool failed_ = false;
+  std::string why_;
   struct Peer {
     int rank;
     Fd fd;
     bool failed_later = false;  // it failed in failed_call, a call this rank has not reached
     uint64_t failed_call = 0;
+    std::string why;  // what its 'F' said
   };
   std::vector<Peer> peers_;
   std::function<std::string(int)> who_;
