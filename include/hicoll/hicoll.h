@@ -110,7 +110,8 @@ typedef enum {
   hcMaxRedOp = 0x7fffffff
 } hcRedOp_t;
 
-/* Paths a collective can take; indexes of hcCollStats.calls. */
+/* Paths a collective can take; indexes of hcCollStats.calls. hcPathRing is the flat path: the
+ * ring, and AllToAll's pairwise exchange (its only path). */
 typedef enum { hcPathHierarchical = 0, hcPathRing = 1, hcPathFallback = 2, hcNumPaths = 3 } hcPath_t;
 
 typedef enum {
@@ -119,7 +120,8 @@ typedef enum {
   hcCollAllReduce = 2,
   hcCollBroadcast = 3,
   hcCollBarrier = 4,
-  hcNumColls = 5
+  hcCollAllToAll = 5, /* hcAllToAll and hcAllToAllv */
+  hcNumColls = 6
 } hcColl_t;
 
 typedef struct {
@@ -130,7 +132,9 @@ typedef struct {
   char last_fallback_reason[128];
 } hcCollStats;
 
-/* Grows at the end only; set .size = sizeof(hcStats) before calling hcCommGetStats. */
+/* Grows at the end only; set .size = sizeof(hcStats) before calling hcCommGetStats. A caller
+ * built when hcNumColls was 5 (before hcCollAllToAll) passes its smaller size and gets its own
+ * layout back. */
 typedef struct {
   size_t size;
   int rank, nranks;
@@ -311,6 +315,23 @@ HC_API hcResult_t hcAllReduce(const void* sendbuff, void* recvbuff, size_t count
 HC_API hcResult_t hcBroadcast(const void* sendbuff, void* recvbuff, size_t count,
                               hcDataType_t datatype, int root, hcComm_t comm, hcStream_t stream);
 HC_API hcResult_t hcBarrier(hcComm_t comm);
+
+/* AllToAll (MPI_Alltoallv's arguments, in elements of datatype): this rank sends
+ * sendcounts[p] elements from sendbuff + sdispls[p] to rank p and receives recvcounts[p]
+ * elements from rank p into recvbuff + rdispls[p]. sdispls / rdispls NULL: the blocks lie
+ * packed in rank order. recvcounts[p] here must equal sendcounts[this rank] on rank p: a pair
+ * that differs fails the call on both ranks, naming both, and its peers with hcRemoteError.
+ * Every rank calls it (counts of zero included). Not in place: the buffers must not overlap.
+ * Blocks to ranks of this node are read where they lie (single-copy reads, or node memory),
+ * blocks to other nodes go straight over the network. Host buffers only (stream NULL). */
+#define HICOLL_HAS_ALLTOALL 1
+HC_API hcResult_t hcAllToAllv(const void* sendbuff, const size_t* sendcounts, const size_t* sdispls,
+                              void* recvbuff, const size_t* recvcounts, const size_t* rdispls,
+                              hcDataType_t datatype, hcComm_t comm, hcStream_t stream);
+/* Equal blocks: count elements to and from every rank, in rank order (sendbuff and recvbuff
+ * hold nranks * count elements). */
+HC_API hcResult_t hcAllToAll(const void* sendbuff, void* recvbuff, size_t count, hcDataType_t datatype,
+                             hcComm_t comm, hcStream_t stream);
 
 /* Node memory (modelled on ncclMemAlloc): host memory the ranks of a node can map. A collective
  * whose buffers live here moves each byte within the node once, with plain loads and stores

@@ -39,6 +39,7 @@ void runPath(hcComm& c, const CollArgs& a, const CollPlan& plan, Run& r) {
     case hcCollBroadcast:
       hier ? hierBroadcast(r, a.send, a.recv, a.count, a.root) : chainBroadcast(r, a.send, a.recv, a.count, a.root);
       break;
+    case hcCollAllToAll: allToAll(r); break;
     case hcCollBarrier: {
       // A barrier is a one-byte AllGather: it crosses every node and notices dead peers.
       std::vector<uint8_t> all(c.nranks);
@@ -77,7 +78,8 @@ void logModelChoice(hcComm& c, const CollArgs& a, const CollPlan& p) {
 void runHostCollective(hcComm& c, const CollArgs& a) {
   if (a.quant.block && !a.quant.packed) return runQuantized(c, a);
   const CollPlan p = planCall(c, a, hostCapabilities(c));
-  if (p.fallback()) HC_INFO("fallback: {} takes the flat ring: {}", describe(a), p.reason);
+  if (p.fallback())
+    HC_INFO("fallback: {} takes the flat {}: {}", describe(a), a.coll == hcCollAllToAll ? "exchange" : "ring", p.reason);
   HC_TRACE("{}: path {} ({})", describe(a), p.path == hcPathHierarchical ? "hierarchical" : "ring", ruleName(p.rule));
   if (p.modelled && c.cfg.algoAuto()) logModelChoice(c, a, p);
   c.countCall(a.coll, p.path, p.reason, p.modelled ? p.predicted.total() : 0);

@@ -101,9 +101,9 @@ void Run::finishNode(bool peers_read_only_segment) {
   if (!peers_read_only_segment) waitPeersDone();
 }
 
-void Run::send(Pending& p, int peer, const void* buf, size_t len, uint64_t tag, size_t key) {
+void Run::send(Pending& p, int peer, const void* buf, size_t len, uint64_t tag, size_t key, bool payload) {
   Transport& t = comm.transportTo(peer);
-  comm.countBytes(a.coll, peer, len);
+  if (payload) comm.countBytes(a.coll, peer, len);
   if (agreement) agreement->stageSend(peer, buf, len, tag);
   p.push_back({&t, t.isend(peer, buf, len, tag), key, peer});
   track(peer, 1);

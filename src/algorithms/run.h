@@ -84,7 +84,8 @@ struct Run {
     size_t len = 0;
   };
   using Pending = std::vector<Req>;
-  void send(Pending& p, int peer, const void* buf, size_t len, uint64_t tag, size_t key = 0);
+  // payload false: control bytes (not counted in the statistics' payload bytes).
+  void send(Pending& p, int peer, const void* buf, size_t len, uint64_t tag, size_t key = 0, bool payload = true);
   void recv(Pending& p, int peer, void* buf, size_t len, uint64_t tag, size_t key = 0);
   // Tests each once; calls done(key) for every completed request and removes it. Returns the
   // number completed.
@@ -126,5 +127,8 @@ void ringReduceScatter(Run& r, const void* send, void* recv, size_t count);
 void allReduce(Run& r, const void* send, void* recv, size_t count, bool hier);
 void hierBroadcast(Run& r, const void* send, void* recv, size_t count, int root);
 void chainBroadcast(Run& r, const void* send, void* recv, size_t count, int root);
+// AllToAll(v) of r.a (its counts and displacements): sizes checked pair by pair, then every
+// block straight to its rank (alltoall.cc).
+void allToAll(Run& r);
 
 }  // namespace hicoll

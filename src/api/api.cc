@@ -6,6 +6,7 @@
 #include <mutex>
 #include <new>
 #include <optional>
+#include <vector>
 
 #include "algorithms/host.h"
 #include "algorithms/quantize.h"
@@ -22,6 +23,19 @@ using namespace hicoll;
 namespace {
 
 thread_local std::string t_last_error;
+
+// hcStats as it was while hcNumColls was 5 (before hcCollAllToAll): its arrays were shorter,
+// so the later fields sat earlier. Every size up to this one is that layout.
+struct hcStats5 {
+  size_t size;
+  int rank, nranks, nnodes, local_ranks, node, local_rank;
+  hcCollStats coll[5];
+  uint64_t bytes_node_memory[5];
+  uint64_t quantized_calls[5];
+  double predicted_us[5];
+};
+static_assert(sizeof(hcStats5) < sizeof(hcStats), "the sizes tell the layouts apart");
+static_assert(offsetof(hcStats5, coll) == offsetof(hcStats, coll), "same header");
 
 // A handle that is NULL, destroyed, or not a communicator at all is refused (destroyed ones
 // are recognised as long as their shell is kept, see retire()).
@@ -121,6 +135,39 @@ bool overlaps(const void* a, size_t alen, const void* b, size_t blen) {
   return alen && blen && x < y + blen && y < x + alen;
 }
 
+// An AllToAll's side (send or receive): every count and displacement fits, and the extent
+// (bytes from the buffer's start to the end of its last block).
+size_t allToAllExtent(const hcComm& c, const size_t* counts, const size_t* displs, size_t e, const char* fn,
+                      const char* side) {
+  HC_CHECK(counts, hcInvalidArgument, "{}: {}counts is NULL", fn, side);
+  const size_t limit = SIZE_MAX / e;
+  size_t end = 0, packed = 0;
+  for (int p = 0; p < c.nranks; ++p) {
+    const size_t n = counts[p], at = displs ? displs[p] : packed;
+    HC_CHECK(n <= limit && at <= limit - n, hcInvalidArgument, "{}: {}counts[{}] = {} at displacement {} overflows", fn,
+             side, p, n, at);
+    end = std::max(end, n ? at + n : end);
+    packed = at + n;
+  }
+  return end * e;
+}
+
+void validateAllToAll(hcComm& c, const CollArgs& a, const char* fn) {
+  const size_t e = hcTypeSize(a.dtype), R = static_cast<size_t>(c.rank);
+  const size_t send_ext = allToAllExtent(c, a.send_counts, a.send_displs, e, fn, "send");
+  const size_t recv_ext = allToAllExtent(c, a.recv_counts, a.recv_displs, e, fn, "recv");
+  HC_CHECK(a.send_counts[R] == a.recv_counts[R], hcInvalidArgument,
+           "{}: rank {} sends itself {} elements (sendcounts[{}]) but receives {} (recvcounts[{}])", fn, c.rank,
+           a.send_counts[R], R, a.recv_counts[R], R);
+  HC_CHECK((send_ext == 0 || a.send) && (recv_ext == 0 || a.recv), hcInvalidArgument, "{}: NULL {} buffer for {} bytes",
+           fn, send_ext && !a.send ? "send" : "receive", send_ext && !a.send ? send_ext : recv_ext);
+  HC_CHECK(!overlaps(a.send, send_ext, a.recv, recv_ext), hcInvalidArgument,
+           "{}: send and receive buffers overlap (an AllToAll is not in place)", fn);
+  HC_CHECK(!a.stream, hcUnsupported, "{}: device buffers are not supported yet (host buffers only)", fn);
+  HC_CHECK(!isDevicePointer(a.send) && !isDevicePointer(a.recv), hcInvalidArgument,
+           "{}: device buffers need a stream (NULL means host buffers)", fn);
+}
+
 // Throws hcInvalidArgument for arguments this rank can see are wrong.
 void validate(hcComm& c, const CollArgs& a, const char* fn) {
   HC_CHECK(a.dtype >= 0 && a.dtype < hcNumTypes, hcInvalidArgument, "{}: invalid datatype {}", fn,
@@ -129,6 +176,7 @@ void validate(hcComm& c, const CollArgs& a, const char* fn) {
   if (a.coll == hcCollBroadcast)
     HC_CHECK(a.root >= 0 && a.root < c.nranks, hcInvalidArgument, "{}: root {} is outside [0, {})", fn, a.root,
              c.nranks);
+  if (a.coll == hcCollAllToAll) return validateAllToAll(c, a, fn);
   if (a.quant.block) {
     HC_CHECK(quant::quantizable(a.dtype), hcInvalidArgument,
              "{}: datatype {} cannot be quantized (float32, bfloat16 or float16)", fn, dtypeName(a.dtype));
@@ -181,7 +229,8 @@ void runColl(hcComm& c, CollArgs& a, const char* fn, const hcRedOp_t* op) {
     a.call = ++c.calls;
     rejectCall(c, a, e.what());
   }
-  if (a.count == 0 && a.coll != hcCollBarrier) return;
+  // An AllToAll always communicates: zero from this rank says nothing of what it receives.
+  if (a.count == 0 && a.coll != hcCollBarrier && a.coll != hcCollAllToAll) return;
   a.call = ++c.calls;
   if (a.stream) {
     if (!c.device) c.device = makeDeviceEngine(c);
@@ -436,9 +485,21 @@ hcResult_t hcCommUserRank(const hcComm_t comm, int* rank) {
 hcResult_t hcCommGetStats(const hcComm_t comm, hcStats* stats) {
   if (bad(comm, "hcCommGetStats") || !stats || stats->size < sizeof(size_t)) return hcInvalidArgument;
   std::lock_guard<std::mutex> lock(comm->stats_mu);
-  size_t n = std::min(stats->size, sizeof(hcStats));
-  std::memcpy(reinterpret_cast<char*>(stats) + sizeof(size_t), reinterpret_cast<const char*>(&comm->stats) + sizeof(size_t),
-              n - sizeof(size_t));
+  const hcStats& s = comm->stats;
+  hcStats5 old;  // a caller built against hcNumColls = 5 gets that layout
+  const bool five = stats->size <= sizeof(hcStats5);
+  if (five) {
+    std::memcpy(&old, &s, offsetof(hcStats5, coll));
+    for (int k = 0; k < 5; ++k) {
+      old.coll[k] = s.coll[k];
+      old.bytes_node_memory[k] = s.bytes_node_memory[k];
+      old.quantized_calls[k] = s.quantized_calls[k];
+      old.predicted_us[k] = s.predicted_us[k];
+    }
+  }
+  const char* from = five ? reinterpret_cast<const char*>(&old) : reinterpret_cast<const char*>(&s);
+  const size_t n = std::min(stats->size, five ? sizeof(hcStats5) : sizeof(hcStats));
+  std::memcpy(reinterpret_cast<char*>(stats) + sizeof(size_t), from + sizeof(size_t), n - sizeof(size_t));
   return hcSuccess;
 }
 
@@ -515,6 +576,29 @@ hcResult_t hcBroadcast(const void* sendbuff, void* recvbuff, size_t count, hcDat
 
 hcResult_t hcBarrier(hcComm_t comm) {
   return collective(comm, "hcBarrier", {.coll = hcCollBarrier, .dtype = hcUint8});
+}
+
+hcResult_t hcAllToAllv(const void* sendbuff, const size_t* sendcounts, const size_t* sdispls, void* recvbuff,
+                       const size_t* recvcounts, const size_t* rdispls, hcDataType_t datatype, hcComm_t comm,
+                       hcStream_t stream) {
+  if (bad(comm, "hcAllToAllv")) return hcInvalidArgument;
+  size_t sent = 0;
+  if (sendcounts)
+    for (int p = 0; p < comm->nranks; ++p) sent += sendcounts[p];  // for messages only
+  return collective(comm, "hcAllToAllv",
+                    {.coll = hcCollAllToAll, .send = sendbuff, .recv = recvbuff, .count = sent, .dtype = datatype,
+                     .stream = stream, .send_counts = sendcounts, .send_displs = sdispls, .recv_counts = recvcounts,
+                     .recv_displs = rdispls});
+}
+
+hcResult_t hcAllToAll(const void* sendbuff, void* recvbuff, size_t count, hcDataType_t datatype, hcComm_t comm,
+                      hcStream_t stream) {
+  if (bad(comm, "hcAllToAll")) return hcInvalidArgument;
+  const std::vector<size_t> counts(static_cast<size_t>(comm->nranks), count);
+  return collective(comm, "hcAllToAll",
+                    {.coll = hcCollAllToAll, .send = sendbuff, .recv = recvbuff,
+                     .count = count * counts.size(), .dtype = datatype, .stream = stream,
+                     .send_counts = counts.data(), .recv_counts = counts.data()});
 }
 
 }  // extern "C"

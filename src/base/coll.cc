@@ -13,6 +13,7 @@ const char* collName(hcColl_t c) {
     case hcCollAllReduce: return "AllReduce";
     case hcCollBroadcast: return "Broadcast";
     case hcCollBarrier: return "Barrier";
+    case hcCollAllToAll: return "AllToAll";
     default: return "?";
   }
 }
@@ -49,6 +50,8 @@ std::string describe(const CollArgs& a) {
   if (a.quant.block)
     return fmt::format("{}(int8, block {}) #{} of {} x {}", collName(a.coll), a.quant.block, a.call, a.quant.count,
                        dtypeName(a.quant.dtype));
+  if (a.coll == hcCollAllToAll)
+    return fmt::format("AllToAll #{} of {} ({} elements sent by this rank)", a.call, dtypeName(a.dtype), a.count);
   std::string s = fmt::format("{} #{} of {} x {}", collName(a.coll), a.call, a.count, dtypeName(a.dtype));
   if (a.coll == hcCollReduceScatter || a.coll == hcCollAllReduce) s += fmt::format(" ({})", opName(a.op.kind));
   if (a.coll == hcCollBroadcast) s += fmt::format(" (root {})", a.root);
@@ -79,7 +82,7 @@ CallDesc CallDesc::of(const CollArgs& a, uint64_t flags) {
            (a.coll == hcCollBroadcast ? static_cast<uint64_t>(static_cast<uint32_t>(a.root))
                                       : static_cast<uint64_t>(a.quant.block & 0xffffffffu))
                << 32;
-  d.w[1] = q ? a.quant.count : a.count;
+  d.w[1] = a.coll == hcCollAllToAll ? 0 : q ? a.quant.count : a.count;
   d.w[2] = op && a.op.kind == OpKind::PreMulSum ? bitsOf(a.op.scalar) : 0;
   d.w[3] = a.call;
   return d;
@@ -122,6 +125,8 @@ std::string describeCall(const CallDesc& d) {
   }
   if (a.coll == hcCollBroadcast) what += fmt::format("(root {})", a.root);
   if (a.quant.block) what += fmt::format("(int8, block {})", a.quant.block);
+  if (a.coll == hcCollAllToAll)
+    return fmt::format("{} #{} of {}", what, a.call, a.dtype < hcNumTypes ? dtypeName(a.dtype) : "?");
   return fmt::format("{} #{} of {} x {}", what, a.call, a.count, a.dtype < hcNumTypes ? dtypeName(a.dtype) : "?");
 }
 

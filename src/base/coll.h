@@ -42,6 +42,13 @@ struct CollArgs {
   uint64_t call = 0;       // call number on the communicator (1, 2, ...; counts calls that communicate)
   bool destroy = false;    // the barrier hcCommDestroy runs (named so in a disagreement)
   QuantArgs quant;
+  // AllToAll: elements to and from each rank (nranks entries each) and where they lie
+  // (displacements in elements; null: packed in rank order). count is then what this rank
+  // sends in all, for messages only: it may differ between ranks, so no descriptor carries it.
+  const size_t* send_counts = nullptr;
+  const size_t* send_displs = nullptr;
+  const size_t* recv_counts = nullptr;
+  const size_t* recv_displs = nullptr;
 };
 
 // What every rank of a call must agree on, packed into four words (the node board carries it
@@ -51,7 +58,8 @@ struct CallDesc {
   static constexpr uint64_t kInvalid = 1;  // flags: the rank rejected its own arguments
   static constexpr uint64_t kDestroy = 2;  // flags: hcCommDestroy's barrier
   // w[0]: coll (bits 0-7), dtype (8-15), op (16-23), flags (24-27), phase (28-31), root of a
-  // Broadcast or a quantized call's block (32-63); w[1]: count; w[2]: the pre-multiplied sum's
+  // Broadcast or a quantized call's block (32-63); w[1]: count (0 for an AllToAll, whose
+  // per-pair counts are checked pair by pair); w[2]: the pre-multiplied sum's
   // scalar (double bits); w[3]: the call number. A quantized call is described by the user's
   // dtype and count.
   uint64_t w[4] = {};

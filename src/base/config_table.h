@@ -32,9 +32,10 @@
     "Machine figures of the cost model (JSON, written by agbench --calibrate). Empty: defaults " \
     "for HICOLL_OFI_PROVIDER. Every rank must read the same contents.")                         \
   X(ForceFallback, "HICOLL_FORCE_FALLBACK", List, "",                                            \
-    "allgather|reducescatter|allreduce|broadcast|all", 0, 0, Agree,                              \
+    "allgather|reducescatter|allreduce|broadcast|alltoall|all", 0, 0, Agree,                     \
     "Collectives forced onto the fallback path (NCCL for device buffers, flat ring for host "   \
-    "buffers), comma separated. The seed's ddp_dist_backend=nccl.")                              \
+    "buffers), comma separated. The seed's ddp_dist_backend=nccl. AllToAll has one (flat) "     \
+    "path: the library counts it as a fallback, the torch plugin hands it to gloo / NCCL.")     \
   X(ScratchBytes, "SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES", Size8K, "16777216", "", 8192,           \
     (INT64_C(1) << 40), Agree,                                                                   \
     "Scratch buffer per rank (registered). The hierarchical AllGather (and AllReduce) fall "   \

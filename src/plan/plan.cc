@@ -19,6 +19,7 @@ const char* ruleName(Rule r) {
     case Rule::SortTooSmall: return "sort buffer too small";
     case Rule::NoSingleCopyReads: return "no single-copy reads";
     case Rule::ModelChoseRing: return "cost model";
+    case Rule::Pairwise: return "pairwise exchange";
   }
   return "?";
 }
@@ -153,6 +154,13 @@ CollPlan planRules(const hcComm& c, const CollArgs& a, const Capabilities& caps)
 
   if (c.cfg.forceFallbackMask() & (1u << a.coll))
     return fallback(p, Rule::Forced, fmt::format("HICOLL_FORCE_FALLBACK={}", c.cfg.str(Knob::ForceFallback)));
+  if (a.coll == hcCollAllToAll) {
+    // No level aggregates an AllToAll's blocks (each has one destination): one flat path, on
+    // any topology and buffer size, with no scratch or sort buffer.
+    p.path = hcPathRing;
+    p.rule = Rule::Pairwise;
+    return p;
+  }
   if (!caps.device && c.cfg.algoRing() && a.coll != hcCollBarrier) {
     p.path = hcPathRing;
     p.rule = Rule::RingRequested;

@@ -25,6 +25,7 @@ enum class Rule {
   SortTooSmall,       // SMDDP_AG_SORT_BUFFER_SIZE_BYTES < nodes x the per-rank block
   NoSingleCopyReads,  // the path reads local peers' buffers in place and cannot (host, CMA)
   ModelChoseRing,     // HICOLL_ALGO=auto: the cost model predicts the ring faster
+  Pairwise,           // AllToAll: every block goes straight to its rank (its one path)
 };
 const char* ruleName(Rule r);
 
