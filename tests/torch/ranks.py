@@ -252,16 +252,6 @@ def scenario_fallback() -> dict:
     """Ops hicoll does not run go to gloo; counted, with reasons; results still right."""
     init()
     n = WORLD
-    # alltoall_single and alltoall (list)
-    inp = torch.arange(n * 2, dtype=torch.float32) + 100 * RANK
-    out = torch.empty(n * 2)
-    dist.all_to_all_single(out, inp)
-    want = torch.cat([torch.arange(n * 2, dtype=torch.float32)[2 * RANK:2 * RANK + 2] + 100 * r
-                      for r in range(n)])
-    check(out, want, "all_to_all_single")
-    outs = [torch.empty(2) for _ in range(n)]
-    dist.all_to_all(outs, list(inp.view(n, 2).unbind(0)))
-    check(torch.cat(outs), want, "all_to_all")
     # send/recv ring
     t = torch.full((4,), float(RANK))
     r = torch.empty(4)
@@ -315,7 +305,7 @@ def scenario_fallback() -> dict:
     dist.all_gather_object(objs, {"rank": RANK})
     assert objs == [{"rank": r} for r in range(n)], objs
     counts, reasons = ht.fallback_counts(), ht.fallback_reasons()
-    for op in ("alltoall_base", "alltoall", "send", "recv"):
+    for op in ("send", "recv"):
         assert counts.get(op, 0) >= 1, (op, counts)
     for op in ("gather", "scatter", "reduce", "allgather_coalesced"):
         assert op not in counts and ht.hicoll_counts().get(op, 0) >= 1, (op, counts)
@@ -324,6 +314,63 @@ def scenario_fallback() -> dict:
     dist.barrier()
     dist.destroy_process_group()
     return {"fallback_counts": counts, "reasons": reasons}
+
+
+def alltoall_block(src: int, dst: int, rows: int, dtype: torch.dtype, cols: int = 3) -> torch.Tensor:
+    """The rows rank src sends rank dst: a function of both (exact in every dtype)."""
+    v = (torch.arange(rows * cols).view(rows, cols) + 7 * src + 3 * dst) % 100
+    if dtype == torch.bool:
+        return (v % 2).to(torch.bool)
+    if dtype.is_complex:
+        return torch.complex(v.float(), -v.float()).to(dtype)
+    return v.to(dtype)
+
+
+def scenario_alltoall() -> dict:
+    """all_to_all_single (equal and uneven splits, zeros, 2-D rows, any dtype, a non-contiguous
+    output, input and output the same tensor) and all_to_all (tensors of different sizes) run
+    on hicoll (hcAllToAllv), against blocks each rank recomputes; none falls back."""
+    init()
+    n, checks = WORLD, 0
+    rows = lambda s, d, case: (s + 2 * d + case) % 4  # uneven, zeros included
+    for case, dtype in enumerate([torch.float32, torch.bfloat16, torch.int64, torch.uint8,
+                                  torch.bool, torch.complex64, torch.float64]):
+        # Uneven splits along dim 0 of 2-D tensors.
+        send = torch.cat([alltoall_block(RANK, d, rows(RANK, d, case), dtype) for d in range(n)])
+        want = torch.cat([alltoall_block(s, RANK, rows(s, RANK, case), dtype) for s in range(n)])
+        out = torch.empty_like(want)
+        dist.all_to_all_single(out, send, output_split_sizes=[rows(s, RANK, case) for s in range(n)],
+                               input_split_sizes=[rows(RANK, d, case) for d in range(n)])
+        check(out, want, f"all_to_all_single uneven {dtype}")
+        # Equal splits (none given).
+        send = torch.cat([alltoall_block(RANK, d, 2, dtype) for d in range(n)])
+        want = torch.cat([alltoall_block(s, RANK, 2, dtype) for s in range(n)])
+        out = torch.empty_like(want)
+        dist.all_to_all_single(out, send)
+        check(out, want, f"all_to_all_single equal {dtype}")
+        checks += 2
+    # A non-contiguous output (a transposed view) and the same tensor as input and output.
+    send = torch.cat([alltoall_block(RANK, d, 2, torch.float32, cols=4) for d in range(n)])
+    want = torch.cat([alltoall_block(s, RANK, 2, torch.float32, cols=4) for s in range(n)])
+    out = torch.empty(4, 2 * n).t()
+    dist.all_to_all_single(out, send)
+    check(out, want, "all_to_all_single into a transposed view")
+    same = send.clone()
+    dist.all_to_all_single(same, same)
+    check(same, want, "all_to_all_single with input and output one tensor")
+    # all_to_all of tensors whose sizes differ per pair; async, then wait.
+    ins = [alltoall_block(RANK, d, 1 + rows(RANK, d, 9), torch.float32) for d in range(n)]
+    outs = [torch.empty(1 + rows(s, RANK, 9), 3) for s in range(n)]
+    dist.all_to_all(outs, ins, async_op=True).wait()
+    for s in range(n):
+        check(outs[s], alltoall_block(s, RANK, 1 + rows(s, RANK, 9), torch.float32), f"all_to_all from {s}")
+    checks += 2 + n
+    counts, hc = ht.fallback_counts(), ht.hicoll_counts()
+    assert "alltoall_base" not in counts and "alltoall" not in counts, counts
+    assert hc.get("alltoall_base", 0) == 16 and hc.get("alltoall", 0) == 1, hc
+    st = ht.stats()
+    dist.destroy_process_group()
+    return {"checks": checks, "stats": st}
 
 
 def scenario_forced_fallback() -> dict:

@@ -1,5 +1,5 @@
 """A short smoke of an installed hicoll under torchrun (scripts/torch_compat.sh): a few
-collectives checked against values computed here, then 5 FSDP2 steps on a tiny MLP, all on
+collectives (all_to_all_single too) checked against values computed here, then 5 FSDP2 steps on a tiny MLP, all on
 backend "hicoll". On torch >= 2.14 it does not import hicoll: the entry point registers it."""
 import os
 import sys
@@ -32,6 +32,10 @@ assert torch.equal(b, torch.full((4,), float(world - 1))), b
 g = [torch.empty(2) for _ in range(world)] if rank == 0 else None
 dist.gather(torch.full((2,), float(rank)), g, dst=0)
 assert rank != 0 or torch.equal(torch.stack(g)[:, 0], torch.arange(world, dtype=torch.float32))
+a2a = torch.empty(2 * world)
+dist.all_to_all_single(a2a, torch.arange(2.0 * world) + 100 * rank)
+want = torch.cat([torch.arange(2.0 * rank, 2.0 * rank + 2) + 100 * r for r in range(world)])
+assert torch.equal(a2a, want), (a2a, want)
 
 try:
     from torch.distributed.fsdp import fully_shard

@@ -29,7 +29,18 @@ def test_work_api():
 
 def test_fallback_to_gloo():
     res = launch("fallback", 4, 2, env={"HICOLL_DEBUG": "INFO"})
-    assert res[0]["fallback_counts"]["alltoall_base"] == 1
+    assert res[0]["fallback_counts"]["send"] == 1
+
+
+@pytest.mark.parametrize("world,nodes,layout", [(2, 1, "block"), (3, 1, "block"), (4, 2, "interleaved")],
+                         ids=lambda v: str(v))
+def test_alltoall(world, nodes, layout):
+    res = launch("alltoall", world, nodes, layout)
+    for r in res:
+        assert r["checks"] == 16 + world
+    st = res[0]["stats"]
+    assert st["alltoall"]["ring"] == 17
+    assert (st["alltoall"]["bytes_inter"] > 0) == (nodes > 1)
 
 
 def test_forced_fallback():

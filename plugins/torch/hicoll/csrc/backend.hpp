@@ -5,7 +5,7 @@
 //
 // Where each part lives: backend.cc (lifecycle, the worker queue, submit/forward), engine.cc
 // (what hicoll accepts and the C calls), collectives.cc (the ops run by hicoll), composed.cc
-// (ops built from those: reduce, gather, scatter, allgather_coalesced), forwarded.cc (ops
+// (ops built from those: reduce, gather, scatter, allgather_coalesced), alltoall.cc, forwarded.cc (ops
 // hicoll has no call for), store_bridge.cc, work.cc, tensor_ops.cc.
 #pragma once
 
@@ -160,9 +160,7 @@ class HicollBackend : public c10d::Backend {
                                          std::vector<std::vector<at::Tensor>>& inputs,
                                          const c10d::ScatterOptions& opts) override;
 
-  // Forwarded to the fallback backend (forwarded.cc).
-  c10::intrusive_ptr<c10d::Work> allreduce_sparse(std::vector<at::Tensor>& tensors,
-                                                  const c10d::AllreduceOptions& opts) override;
+  // hcAllToAllv (alltoall.cc): CPU tensors; CUDA ones go to NCCL.
   c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
                                                std::vector<int64_t>& output_splits,
                                                std::vector<int64_t>& input_splits,
@@ -170,6 +168,10 @@ class HicollBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
                                           std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& opts) override;
+
+  // Forwarded to the fallback backend (forwarded.cc).
+  c10::intrusive_ptr<c10d::Work> allreduce_sparse(std::vector<at::Tensor>& tensors,
+                                                  const c10d::AllreduceOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
@@ -238,6 +240,9 @@ class HicollBackend : public c10d::Backend {
                        hcStream_t s);
   void doAllReduce(const at::Tensor& t, const c10d::ReduceOp& op, hcStream_t s);
   void doBroadcast(const at::Tensor& t, int root, hcStream_t s);
+  // Host tensors, contiguous; bytes to and from each rank, packed in rank order.
+  void doAllToAll(const at::Tensor& in, const std::vector<size_t>& send_bytes, const at::Tensor& out,
+                  const std::vector<size_t>& recv_bytes);
   void withRedOp(const c10d::ReduceOp& op, at::ScalarType dtype,
                  const std::function<void(hcRedOp_t, hcDataType_t)>& fn);
 

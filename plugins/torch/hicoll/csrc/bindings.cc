@@ -132,6 +132,7 @@ PYBIND11_MODULE(_C, m) {
         d["allreduce"] = collStats(s, hcCollAllReduce);
         d["broadcast"] = collStats(s, hcCollBroadcast);
         d["barrier"] = collStats(s, hcCollBarrier);
+        d["alltoall"] = collStats(s, hcCollAllToAll);
         return d;
       }, "hcCommGetStats of the communicator, as a dict.");
 }
