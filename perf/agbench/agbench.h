@@ -13,7 +13,7 @@
 
 namespace agbench {
 
-enum class Coll { AllGather, ReduceScatter, AllReduce, Broadcast };
+enum class Coll { AllGather, ReduceScatter, AllReduce, Broadcast, AllToAll };
 
 const char* collName(Coll c);
 bool collReduces(Coll c);

@@ -67,7 +67,7 @@ bool parseArgs(int argc, char** argv, Args* a, int* exit_code) {
       "agbench"};
   app.require_subcommand(1);
   app.fallthrough();
-  const char* colls[] = {"allgather", "reducescatter", "allreduce", "broadcast"};
+  const char* colls[] = {"allgather", "reducescatter", "allreduce", "broadcast", "alltoall"};
   for (const char* c : colls) app.add_subcommand(c, std::string("benchmark ") + c);
   app.add_subcommand("calibrate",
                      "measure the cost model's machine figures on these ranks and print them; "
@@ -174,6 +174,7 @@ bool parseArgs(int argc, char** argv, Args* a, int* exit_code) {
       a->coll = name == "allgather"       ? Coll::AllGather
                 : name == "reducescatter" ? Coll::ReduceScatter
                 : name == "allreduce"     ? Coll::AllReduce
+                : name == "alltoall"      ? Coll::AllToAll
                                           : Coll::Broadcast;
     }
     a->min_bytes = parseBytes(b);

@@ -116,8 +116,11 @@ class Runner {
   }
 
   // Lays out valid input for timing: send as out-of-place input, recv with the in-place one.
+  // AllToAll: the pattern's root is the receiving rank (this one).
+  int patternRoot() const { return a_.coll == Coll::AllToAll ? me_ : a_.root; }
+
   void fillForTiming(const Geometry& g, const TypeDesc& t, int op, uint64_t seed) {
-    Pattern p(a_.coll, t, op, W_, a_.root, g.count, seed);
+    Pattern p(a_.coll, t, op, W_, patternRoot(), g.count, seed);
     const size_t ts = t.size;
     switch (a_.coll) {
       case Coll::AllGather:
@@ -128,6 +131,7 @@ class Runner {
         fillInput(p, me_, 0, g.send_count, send_->data());
         fillInput(p, me_, 0, g.send_count, recv_->data());
         break;
+      case Coll::AllToAll: fillInput(p, me_, 0, g.send_count, send_->data()); break;
       case Coll::AllReduce:
       case Coll::Broadcast:
         fillInput(p, me_, 0, g.count, send_->data());
@@ -157,7 +161,7 @@ class Runner {
   // One checked call on fresh data; the local count of wrong elements.
   long long checkOnce(Variant& v, const Geometry& g, const TypeDesc& t, int op, bool ip,
                       uint64_t seed) {
-    Pattern p(a_.coll, t, op, W_, a_.root, g.count, seed);
+    Pattern p(a_.coll, t, op, W_, patternRoot(), g.count, seed);
     const size_t ts = t.size;
     char* send = send_->data();
     char* recv = recv_->data();
@@ -184,6 +188,15 @@ class Runner {
                                 : countWrongOutput(p, res, mine, g.count);
         wrong += recv_->damagedGuards(used, ts);
         if (!ip) wrong += countWrongInput(p, me_, send, 0, g.send_count);
+        break;
+      }
+      case Coll::AllToAll: {  // out of place only
+        recv_->poison(g.recv_count * ts);
+        fillInput(p, me_, 0, g.send_count, send);
+        call(v, g, t, op, ip);
+        wrong += countWrongOutput(p, recv, 0, g.recv_count);
+        wrong += recv_->damagedGuards(g.recv_count * ts, ts);
+        wrong += countWrongInput(p, me_, send, 0, g.send_count);
         break;
       }
       case Coll::AllReduce:

@@ -12,6 +12,7 @@ const char* collName(Coll c) {
     case Coll::ReduceScatter: return "reducescatter";
     case Coll::AllReduce: return "allreduce";
     case Coll::Broadcast: return "broadcast";
+    case Coll::AllToAll: return "alltoall";
   }
   return "?";
 }
@@ -24,6 +25,7 @@ hcColl_t statsIndex(Coll c) {
     case Coll::ReduceScatter: return hcCollReduceScatter;
     case Coll::AllReduce: return hcCollAllReduce;
     case Coll::Broadcast: return hcCollBroadcast;
+    case Coll::AllToAll: return hcCollAllToAll;
   }
   return hcCollAllGather;
 }
@@ -106,6 +108,11 @@ Geometry geometry(Coll c, size_t bytes, size_t ts, int n) {
   const size_t count = bytes / ts;
   const size_t un = static_cast<size_t>(n);
   switch (c) {
+    case Coll::AllToAll:  // as nccl-tests: size is each rank's buffer, count what goes to one peer
+      g.count = count / un;
+      g.send_count = g.recv_count = g.count * un;
+      g.size_bytes = g.send_count * ts;
+      break;
     case Coll::AllGather:
       g.send_count = count / un;
       g.recv_count = g.send_count * un;
@@ -138,6 +145,7 @@ void bandwidth(Coll c, const Geometry& g, size_t ts, int n, double sec, double* 
   switch (c) {
     case Coll::AllGather:
     case Coll::ReduceScatter:
+    case Coll::AllToAll:
       base = static_cast<double>(g.count) * ts * nn / sec / 1e9;
       factor = (nn - 1) / nn;
       break;

@@ -11,7 +11,8 @@ namespace agbench {
 
 // Rank q's input element at global index j is value(q, j). The global index is the position in
 // the reduced vector (ReduceScatter/AllReduce) or in the gathered output (AllGather), so a
-// block that lands in the wrong place is caught.
+// block that lands in the wrong place is caught. AllToAll: j is the position in the sender's
+// buffer, and root is the receiving rank (expected() is what it receives).
 class Pattern {
  public:
   Pattern(Coll coll, const TypeDesc& type, int op, int nranks, int root, size_t block,

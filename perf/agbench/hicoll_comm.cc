@@ -55,7 +55,8 @@ class HicollVariant final : public Variant {
     for (auto& [dt, op] : premul_) hcRedOpDestroy(op, comm_);
   }
   std::string name() const override { return name_; }
-  bool supports(Coll c, const TypeDesc& t, int op, bool) const override {
+  bool supports(Coll c, const TypeDesc& t, int op, bool in_place) const override {
+    if (c == Coll::AllToAll) return !in_place && !quant_block_;  // hcAllToAll is not in place
     const bool fp = t.dt == hcFloat32 || t.dt == hcBfloat16 || t.dt == hcFloat16;
     return !quant_block_ || (fp && (c == Coll::AllGather || (c == Coll::ReduceScatter && (op == hcSum || op == hcAvg))));
   }
@@ -97,6 +98,7 @@ class HicollVariant final : public Variant {
       case Coll::Broadcast:
         r = hcBroadcast(in_place ? recv : send, recv, g.count, t.dt, root, comm_, nullptr);
         break;
+      case Coll::AllToAll: r = hcAllToAll(send, recv, g.count, t.dt, comm_, nullptr); break;
     }
     hcCheck(r, comm_, collName(c));
   }

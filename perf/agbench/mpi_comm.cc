@@ -96,6 +96,7 @@ class MpiVariant final : public Variant {
     if (mpiType(t.dt, collReduces(c)) == MPI_DATATYPE_NULL) return false;
     if (collReduces(c) && mpiRedOp(op) == MPI_OP_NULL) return false;
     if (c == Coll::Broadcast && !in_place) return false;  // MPI_Bcast has one buffer
+    if (c == Coll::AllToAll && in_place) return false;    // as hicoll's
     return true;
   }
 
@@ -124,6 +125,9 @@ class MpiVariant final : public Variant {
         break;
       case Coll::Broadcast:
         mpiCheck(MPI_Bcast(recv, n, ty, root, MPI_COMM_WORLD), "MPI_Bcast");
+        break;
+      case Coll::AllToAll:
+        mpiCheck(MPI_Alltoall(send, n, ty, recv, n, ty, MPI_COMM_WORLD), "MPI_Alltoall");
         break;
     }
   }
