@@ -144,7 +144,10 @@ void hierAllGather(Run& r, const void* send, void* recv, size_t count) {
     if (all_done && sends.empty() && recvs.empty()) break;
     r.idle(moved, backoff, "in the hierarchical AllGather");
   }
-  r.finishNode(/*peers_read_only_segment=*/!direct);
+  // Peers that read this rank's user buffer, or its scratch beyond this phase's parity half
+  // (blocks staged from its start), are waited for: the next phase may write that half before
+  // it posts (small blocks, AllToAll tables), and a peer still copying would see them change.
+  r.finishNode(/*peers_read_only_segment=*/early);
 }
 
 }  // namespace hicoll

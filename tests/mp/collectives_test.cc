@@ -265,3 +265,56 @@ TEST(CollectivesBackToBack, CallsNeverSeeTheNextCallsData) {
 
 }  // namespace
 }  // namespace hctest
+
+namespace hctest {
+namespace {
+
+// Without single-copy reads, an AllGather of large blocks stages them across this rank's
+// scratch, and a following small call writes its parity half before it posts: a peer still
+// copying the large blocks must not see them change. Large and small calls (AllGather,
+// AllReduce, AllToAll) alternate, every result checked.
+TEST(CollectivesBackToBack, LargeStagedThenSmallCallsWithoutSingleCopyReads) {
+  for (int L : {2, 3}) {
+    Job job;
+    job.nranks = L;
+    job.env["HICOLL_SHM_CMA"] = "0";
+    auto st = run(job, [&](int rank, hcComm_t comm) {
+      const int W = L;
+      const size_t big = 60000, small = 37;  // int32 per rank: 240 KB staged; 148 B early
+      std::vector<int32_t> in(big), out(big * W), a2a_in(small * W), a2a_out(small * W);
+      int wrong = 0;
+      for (int it = 0; it < 400 && wrong == 0; ++it) {
+        auto want = [&](int r, size_t i) { return (it * 7 + r * 1000003 + static_cast<int32_t>(i)) & 0x7fffffff; };
+        for (size_t n : {big, small}) {
+          for (size_t i = 0; i < n; ++i) in[i] = want(rank, i);
+          if (hcAllGather(in.data(), out.data(), n, hcInt32, comm, nullptr) != hcSuccess) return 1;
+          std::fill(in.begin(), in.begin() + static_cast<long>(n), -1);  // the next call's data at once
+          for (int r = 0; r < W; ++r)
+            for (size_t i = 0; i < n; ++i) wrong += out[r * n + i] != want(r, i);
+          if (wrong) std::fprintf(stderr, "[rank %d] AllGather of %zu per rank wrong\n", rank, n);
+          if (n == big) {  // an AllReduce staged in scratch right after the large gather
+            std::vector<int32_t> x(4096, rank + it);
+            if (hcAllReduce(x.data(), x.data(), x.size(), hcInt32, hcSum, comm, nullptr) != hcSuccess) return 1;
+            for (int32_t v : x) wrong += v != W * it + W * (W - 1) / 2;
+            if (wrong) std::fprintf(stderr, "[rank %d] AllReduce wrong\n", rank);
+          }
+          if (n == big) {  // an AllToAll of small blocks right after the large gather
+            for (int d = 0; d < W; ++d)
+              for (size_t i = 0; i < small; ++i) a2a_in[d * small + i] = want(rank, d * 100 + i);
+            if (hcAllToAll(a2a_in.data(), a2a_out.data(), small, hcInt32, comm, nullptr) != hcSuccess) return 1;
+            std::fill(a2a_in.begin(), a2a_in.end(), -1);
+            for (int s = 0; s < W; ++s)
+              for (size_t i = 0; i < small; ++i) wrong += a2a_out[s * small + i] != want(s, rank * 100 + i);
+            if (wrong) std::fprintf(stderr, "[rank %d] AllToAll wrong\n", rank);
+          }
+        }
+        if (wrong) std::fprintf(stderr, "[rank %d] call pair %d: %d wrong elements\n", rank, it, wrong);
+      }
+      return wrong;
+    });
+    for (int r = 0; r < job.nranks; ++r) EXPECT_EQ(st[r], 0) << "rank " << r << " of 1x" << L;
+  }
+}
+
+}  // namespace
+}  // namespace hctest
