@@ -320,7 +320,9 @@ HC_API hcResult_t hcBarrier(hcComm_t comm);
  * sendcounts[p] elements from sendbuff + sdispls[p] to rank p and receives recvcounts[p]
  * elements from rank p into recvbuff + rdispls[p]. sdispls / rdispls NULL: the blocks lie
  * packed in rank order. recvcounts[p] here must equal sendcounts[this rank] on rank p: a pair
- * that differs fails the call on both ranks, naming both, and its peers with hcRemoteError.
+ * that differs fails the call on both ranks, naming both; the other ranks fail it with
+ * hcRemoteError, or, if they had every block before they learnt of it, return with right data
+ * and fail their next call.
  * Every rank calls it (counts of zero included). Not in place: the buffers must not overlap.
  * Blocks to ranks of this node are read where they lie (single-copy reads, or node memory),
  * blocks to other nodes go straight over the network. Host buffers only (stream NULL). */

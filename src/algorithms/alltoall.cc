@@ -4,15 +4,18 @@
 // once, straight to its rank, and a block for a rank of this node is copied once.
 //  1. The node agrees on the call (board post, which carries this rank's send buffer), the
 //     network on the descriptor (the Agreement of host.cc).
-//  2. Sizes, pair by pair: each rank tells each peer what it sends it, from where, and what it
-//     expects back. A pair whose counts differ fails on both of its ranks, naming both; a
-//     length mismatch of a data message would name one side only, and chunk counts that
-//     differ would leave messages unmatched.
-//  3. Data: step s sends to rank me+s and receives from rank me-s (the pairwise order MPI and
-//     NCCL use: at each step every rank has one sender and one receiver), in chunks. A block
-//     from a local peer above HICOLL_SHM_EAGER_BYTES is read from the peer's buffer where it
-//     lies (single-copy read, or plain loads from node memory); smaller ones and everything
-//     without such reads go as messages through the shared segment.
+//  2. Each rank tells each peer what it sends it, from where, and what it expects back: a pair
+//     whose counts differ fails on both of its ranks, naming both (a length mismatch of a
+//     data message would name one side only; chunk counts that differ would leave messages
+//     unmatched). Local peers read this from a table in the sender's scratch buffer (no
+//     message, no system call); a remote peer gets it in the first message, which also
+//     carries the block when it is small (one message each way for small blocks).
+//  3. Data, in step order (step s sends to rank me+s and receives from rank me-s, the order
+//     MPI and NCCL use), in chunks. Local blocks up to HICOLL_SHM_EAGER_BYTES wait in the
+//     sender's scratch; larger ones are read where they lie (single-copy reads, or plain
+//     loads from node memory), else go as messages through the segment. A remote block
+//     larger than what the first message carries follows it in chunks, posted by the
+//     receiver once the sizes are checked.
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -24,22 +27,30 @@
 namespace hicoll {
 namespace {
 
-struct PairHeader {  // what a rank tells a peer, in bytes
-  uint64_t sends, from, expects, unused;
-};
+constexpr uint64_t kNotStaged = ~uint64_t{0};
+constexpr size_t kCarryMax = 16384;  // a remote block up to this rides in the first message
 
-// One chunk of a block to or from a peer.
-struct Item {
+struct PairHeader {  // what a rank tells a peer, in bytes
+  uint64_t sends, from, expects;
+  uint64_t staged;  // local pairs: the block's offset in the sender's scratch, or kNotStaged
+};
+static_assert(sizeof(PairHeader) == 32, "wire layout");
+
+struct Item {  // one chunk of a block to or from a peer
   int peer;
   size_t off, len;  // within the block
+  size_t src = 0;   // reads in place: where the chunk lies in the sender's posted buffer
 };
+
+size_t align64(size_t n) { return (n + 63) & ~size_t{63}; }
 
 }  // namespace
 
 void allToAll(Run& r) {
   hcComm& c = r.comm;
   const CollArgs& a = r.a;
-  const int W = c.nranks, me = c.rank;
+  const Topology& t = c.topo;
+  const int W = c.nranks, me = c.rank, L = r.shm.localSize(), my_local = r.shm.localIndex();
   const size_t e = r.esize;
   const char* in = static_cast<const char*>(a.send);
   char* out = static_cast<char*>(a.recv);
@@ -52,78 +63,152 @@ void allToAll(Run& r) {
   }
   auto sendLen = [&](int p) { return a.send_counts[p] * e; };
   auto recvLen = [&](int p) { return a.recv_counts[p] * e; };
+  auto local = [&](int p) { return t.node_of[p] == c.node(); };
+
+  std::string differ;
+  int ndiffer = 0;
+  // h: what peer p told this rank.
+  auto check = [&](int p, const PairHeader& h) {
+    auto pair = [&](int from, int to, uint64_t sends, uint64_t expects) {
+      if (++ndiffer <= 4)
+        differ += fmt::format("{}{} sends {} elements to {}, which expects {} (its recvcounts[{}])",
+                              differ.empty() ? "" : "; ", c.who(from), sends / e, c.who(to), expects / e, from);
+    };
+    if (h.sends != recvLen(p)) pair(p, me, h.sends, recvLen(p));
+    if (h.expects != sendLen(p)) pair(me, p, sendLen(p), h.expects);
+    if (ndiffer)
+      HC_THROW(hcInvalidUsage, "the counts of {} pair(s) differ: {}{}", ndiffer, differ, ndiffer > 4 ? "; ..." : "");
+  };
 
   r.beginPhase();
+  const size_t eager = static_cast<size_t>(c.cfg.num(Knob::ShmEagerBytes));
+  // This rank's table for its local peers, and their small blocks, in the half of its scratch
+  // this phase's parity owns, before the post (as hierAllGather's small blocks: a peer may
+  // still read the other half, the previous phase's, never this one): the post publishes them.
+  char* scratch = r.shm.scratch(my_local);
+  const size_t base = (r.seq & 1) * (c.scratch_bytes / 2), end = base + c.scratch_bytes / 2;
+  auto* table = reinterpret_cast<PairHeader*>(scratch + base);
+  size_t used = base + align64(static_cast<size_t>(L) * sizeof(PairHeader));
+  for (int l = 0; l < L; ++l) {
+    const int p = r.shm.commRank(l);
+    if (p == me) continue;
+    PairHeader h{sendLen(p), soff[p], recvLen(p), kNotStaged};
+    if (h.sends && h.sends <= eager && used + h.sends <= end) {
+      std::memcpy(scratch + used, in + soff[p], h.sends);
+      h.staged = used;
+      used += align64(h.sends);
+    }
+    table[l] = h;
+  }
   r.post(in, hcCollAllToAll);
   r.waitAllPosted();
 
-  // Sizes, every pair at once.
-  std::vector<PairHeader> mine(W), theirs(W);
-  Run::Pending ctl;
-  for (int p = 0; p < W; ++p) {
-    if (p == me) continue;
-    mine[p] = {sendLen(p), soff[p], recvLen(p), 0};
-    r.recv(ctl, p, &theirs[p], sizeof(PairHeader), r.tag(0, 0), p);
-    r.send(ctl, p, &mine[p], sizeof(PairHeader), r.tag(0, 0), p, /*payload=*/false);
-  }
-  r.waitAll(ctl, "exchanging the AllToAll's sizes");
-  std::string differ;
-  int ndiffer = 0;
-  auto pairDiffers = [&](int from, int to, uint64_t sends, uint64_t expects) {
-    if (++ndiffer > 4) return;
-    differ += fmt::format("{}{} sends {} elements to {}, which expects {} (its recvcounts[{}])", differ.empty() ? "" : "; ",
-                          c.who(from), sends / e, c.who(to), expects / e, from);
-  };
-  for (int p = 0; p < W; ++p) {
-    if (p == me) continue;
-    if (theirs[p].sends != recvLen(p)) pairDiffers(p, me, theirs[p].sends, recvLen(p));
-    if (theirs[p].expects != sendLen(p)) pairDiffers(me, p, sendLen(p), theirs[p].expects);
-  }
-  if (ndiffer)
-    HC_THROW(hcInvalidUsage, "the counts of {} pair(s) differ: {}{}", ndiffer, differ, ndiffer > 4 ? "; ..." : "");
-
-  // Which local blocks are read where they lie: both ranks of a pair decide alike, from the
-  // agreed length and the sender's post.
-  const size_t eager = static_cast<size_t>(c.cfg.num(Knob::ShmEagerBytes));
-  const Topology& t = c.topo;
+  // Local blocks above the eager size are read where they lie when the node can: both ranks of
+  // a pair decide alike, from the agreed length and the sender's post.
   auto inNodeMemory = [&](int sender_local, size_t off, size_t len) {
     const NodeMemRef& ref = r.board.postedMem(sender_local, r.seq);
     const uint64_t at = reinterpret_cast<uint64_t>(r.postedAddr(sender_local)) + off;
     return ref.valid() && at >= ref.base && at + len <= ref.base + ref.size;
   };
-  auto readInPlace = [&](int sender, int receiver, size_t off, size_t len) {
-    if (len <= eager || sender == receiver || t.node_of[sender] != t.node_of[receiver]) return false;
-    return r.shm.directRead() || inNodeMemory(t.local_of[sender], off, len);
+  auto readInPlace = [&](int sender, size_t off, size_t len) {
+    return len > eager && (r.shm.directRead() || inNodeMemory(t.local_of[sender], off, len));
   };
+
+  bool peers_read_me = false;  // then they read this rank's buffer: wait for them at the end
+  for (int l = 0; l < L; ++l)
+    if (r.shm.commRank(l) != me && table[l].staged == kNotStaged && readInPlace(me, table[l].from, table[l].sends))
+      peers_read_me = true;
+  auto tableOf = [&](int l) { return reinterpret_cast<const PairHeader*>(r.shm.scratch(l) + base); };
+
+  // The first message to each remote peer: its header, and the block when it fits.
+  const size_t carry = W > 1 ? std::min<size_t>(kCarryMax, (size_t{1} << 20) / static_cast<size_t>(W - 1)) & ~size_t{63} : 0;
+  const size_t slot = sizeof(PairHeader) + carry;
+  std::vector<int> remote;
+  for (int s = 1; s < W; ++s)
+    if (!local((me - s + W) % W)) remote.push_back((me - s + W) % W);
+  char* first_in = c.workspace(2 * remote.size() * slot);  // receive slots, then send slots
+  char* first_out = first_in + remote.size() * slot;
+  std::vector<size_t> got(remote.size());
+  Run::Pending firsts, sends, recvs;
+  for (size_t i = 0; i < remote.size(); ++i)
+    r.recvUpTo(firsts, remote[i], first_in + i * slot, slot, r.tag(0, 0), &got[i], i);
 
   const size_t C = std::max<size_t>(r.chunkBytes(), 1);
   std::vector<Item> sends_todo, recvs_todo, reads_todo;
-  bool peers_read_me = false;
+  size_t out_slot = 0;
   for (int s = 1; s < W; ++s) {
-    const int to = (me + s) % W, from = (me - s + W) % W;
-    if (readInPlace(me, to, soff[to], sendLen(to)))
-      peers_read_me = true;
-    else
-      for (size_t off = 0; off < sendLen(to); off += C) sends_todo.push_back({to, off, std::min(C, sendLen(to) - off)});
-    auto& todo = readInPlace(from, me, theirs[from].from, recvLen(from)) ? reads_todo : recvs_todo;
-    for (size_t off = 0; off < recvLen(from); off += C) todo.push_back({from, off, std::min(C, recvLen(from) - off)});
+    const int to = (me + s) % W;
+    const size_t len = sendLen(to);
+    if (!local(to)) {
+      char* m = first_out + out_slot++ * slot;
+      const bool carried = len <= carry;
+      const PairHeader h{len, soff[to], recvLen(to), 0};
+      std::memcpy(m, &h, sizeof h);
+      if (carried && len) std::memcpy(m + sizeof h, in + soff[to], len);
+      r.send(sends, to, m, sizeof h + (carried ? len : 0), r.tag(0, 0), 0, /*payload=*/false);
+      if (carried) {
+        c.countBytes(a.coll, to, len);
+        continue;
+      }
+    } else if (len == 0 || table[t.local_of[to]].staged != kNotStaged || readInPlace(me, soff[to], len)) {
+      continue;  // staged in scratch, or read in place
+    }
+    for (size_t off = 0; off < len; off += C) sends_todo.push_back({to, off, std::min(C, len - off)});
   }
   if (sendLen(me)) std::memcpy(out + roff[me], in + soff[me], sendLen(me));
+
+  // Local peers' tables (their posts published them).
+  std::vector<int> tables;
+  for (int s = 1; s < W; ++s)
+    if (local((me - s + W) % W)) tables.push_back((me - s + W) % W);
 
   auto tag = [&](const Item& i) {
     const size_t k = i.off / C;
     return r.tag(1 + static_cast<unsigned>(k >> 20), static_cast<unsigned>(k & 0xfffff));
   };
+  auto plan = [&](int from, size_t len) {
+    for (size_t off = 0; off < len; off += C) recvs_todo.push_back({from, off, std::min(C, len - off)});
+  };
   const size_t send_window = std::max<size_t>(r.netWindow(), 1) * static_cast<size_t>(std::min(W - 1, 4));
   const size_t recv_ahead = 1024;
   size_t ns = 0, nr = 0, nd = 0;
-  Run::Pending sends, recvs;
   Backoff backoff;
-  while (ns < sends_todo.size() || nr < recvs_todo.size() || nd < reads_todo.size() || !sends.empty() ||
-         !recvs.empty()) {
+  while (!tables.empty() || !firsts.empty() || ns < sends_todo.size() || nr < recvs_todo.size() ||
+         nd < reads_todo.size() || !sends.empty() || !recvs.empty()) {
     bool moved = false;
-    // Receives in step order: an unposted one is always later than every posted one.
-    for (; nr < recvs_todo.size() && recvs.size() < recv_ahead; ++nr) {
+    for (size_t i = 0; i < tables.size();) {
+      const int p = tables[i], l = t.local_of[p];
+      const PairHeader h = tableOf(l)[my_local];
+      check(p, h);
+      if (h.staged != kNotStaged) {
+        std::memcpy(out + roff[p], r.shm.scratch(l) + h.staged, h.sends);
+        c.countBytes(a.coll, p, h.sends);
+      } else if (readInPlace(p, h.from, h.sends)) {
+        for (size_t off = 0; off < h.sends; off += C)
+          reads_todo.push_back({p, off, std::min(C, h.sends - off), h.from + off});
+      } else {
+        plan(p, h.sends);
+      }
+      tables[i] = tables.back();
+      tables.pop_back();
+      moved = true;
+    }
+    moved |= r.poll(firsts, [&](size_t i) {
+      const int p = remote[i];
+      PairHeader h;
+      std::memcpy(&h, first_in + i * slot, sizeof h);
+      check(p, h);
+      if (h.sends <= carry) {
+        HC_CHECK(got[i] == sizeof h + h.sends, hcInternalError, "AllToAll: the first message of {} has {} bytes, not {}",
+                 c.who(p), got[i], sizeof h + h.sends);
+        if (h.sends) std::memcpy(out + roff[p], first_in + i * slot + sizeof h, h.sends);
+      } else {
+        plan(p, h.sends);
+      }
+    }) > 0;
+    // Receives in the order they became known; a sender never waits on a receive it has
+    // not been told to expect.
+    for (; nr < recvs_todo.size() && recvs.size() < recv_ahead; ++nr, moved = true) {
       const Item& i = recvs_todo[nr];
       r.recv(recvs, i.peer, out + roff[i.peer] + i.off, i.len, tag(i));
     }
@@ -136,11 +221,10 @@ void allToAll(Run& r) {
     if (nd < reads_todo.size()) {  // one chunk per pass: the network keeps moving meanwhile
       const Item& i = reads_todo[nd++];
       const int l = t.local_of[i.peer];
-      const size_t from = theirs[i.peer].from + i.off;
-      if (inNodeMemory(l, from, i.len))
-        r.readPosted(l, from, out + roff[i.peer] + i.off, i.len);
+      if (inNodeMemory(l, i.src, i.len))
+        r.readPosted(l, i.src, out + roff[i.peer] + i.off, i.len);
       else
-        r.shm.read(l, r.postedAddr(l) + from, out + roff[i.peer] + i.off, i.len);
+        r.shm.read(l, r.postedAddr(l) + i.src, out + roff[i.peer] + i.off, i.len);
       c.countBytes(a.coll, i.peer, i.len);
       moved = true;
     }

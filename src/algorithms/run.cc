@@ -34,8 +34,11 @@ bool Run::waitPosted(int local, bool collect) {
     comm.checkPeers();
     if (board.postedSeq(local, seq) >= seq) break;
     // A peer that destroyed its communicator makes no more calls.
-    if (shm.closed(local))
-      HC_THROW(hcRemoteError, "{} destroyed its communicator without calling {}", comm.who(peer), describeCall(desc));
+    if (shm.closed(local)) {
+      const std::string why = shm.failed(local) ? shm.reason(local) : "";
+      HC_THROW(hcRemoteError, "{} destroyed its communicator without calling {}{}", comm.who(peer), describeCall(desc),
+               why.empty() ? "" : fmt::format(" (it had failed: {})", why));
+    }
     if (deadline.expired())
       HC_THROW(hcTimeout, "timed out after {} ms: {} has not started this call (it is stopped, slow, or called "
                "fewer collectives)", comm.timeoutMs(), comm.who(peer));
@@ -117,6 +120,12 @@ void Run::recv(Pending& p, int peer, void* buf, size_t len, uint64_t tag, size_t
   const int staged = agreement ? agreement->stageRecv(peer, buf, len, tag, received) : -1;
   const ReqId id = staged >= 0 ? t.irecvUpTo(peer, buf, len, tag, received) : t.irecv(peer, buf, len, tag);
   p.push_back({&t, id, key, peer, staged, dst, payload});
+  track(peer, 1);
+}
+
+void Run::recvUpTo(Pending& p, int peer, void* buf, size_t capacity, uint64_t tag, size_t* received, size_t key) {
+  Transport& t = comm.transportTo(peer);
+  p.push_back({&t, t.irecvUpTo(peer, buf, capacity, tag, received), key, peer});
   track(peer, 1);
 }
 

@@ -87,6 +87,9 @@ struct Run {
   // payload false: control bytes (not counted in the statistics' payload bytes).
   void send(Pending& p, int peer, const void* buf, size_t len, uint64_t tag, size_t key = 0, bool payload = true);
   void recv(Pending& p, int peer, void* buf, size_t len, uint64_t tag, size_t key = 0);
+  // A receive that also takes a shorter message (*received: its length once complete); on
+  // transports that cannot, exactly capacity (Transport::irecvUpTo).
+  void recvUpTo(Pending& p, int peer, void* buf, size_t capacity, uint64_t tag, size_t* received, size_t key = 0);
   // Tests each once; calls done(key) for every completed request and removes it. Returns the
   // number completed.
   template <class F>

@@ -282,6 +282,8 @@ void ShmTransport::throwPeerError(int local, const char* what) {
 
 bool ShmTransport::closed(int local) { return header(local).closed.load(std::memory_order_acquire) != 0; }
 
+bool ShmTransport::failed(int local) { return header(local).aborted.load(std::memory_order_acquire) != 0; }
+
 void ShmTransport::setReason(const std::string& why) {
   std::snprintf(header(me_).reason, sizeof header(me_).reason, "%s", why.c_str());
 }

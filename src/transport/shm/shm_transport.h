@@ -73,6 +73,8 @@ class ShmTransport : public Transport {
   void checkPeers();
   // The peer destroyed its communicator (it has finished every call it will make).
   bool closed(int local);
+  // The peer failed (and aborted its communicator); reason(local) says why.
+  bool failed(int local);
   // Why this rank failed or rejected a call, for local peers' messages (before abort() or a
   // rejected call's post); reason(local) reads a peer's.
   void setReason(const std::string& why);
