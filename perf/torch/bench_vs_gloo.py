@@ -1,10 +1,10 @@
-"""hicoll vs gloo on CPU tensors (not a test): all_gather_into_tensor and reduce_scatter_tensor,
-1-64 MiB of output per rank, on 1x2 and 2x2 ranks (nodes x ranks per node, HICOLL_TOPO_NODE),
+"""hicoll vs gloo on CPU tensors (not a test): all_gather_into_tensor, reduce_scatter_tensor and
+all_to_all_single (its buffer per rank), 1-64 MiB of output per rank, on 1x2 and 2x2 ranks (nodes x ranks per node, HICOLL_TOPO_NODE),
 median busbw of --coll-reps runs per backend, the backends' runs alternating; then the FSDP2
 step time of examples/fsdp2_train.py (its median steady-state step; median of --fsdp-reps runs
 per variant, alternating) for gloo, hicoll, and hicoll with FSDP2's communication buffers from
 the process group (set_allocate_memory_from_process_group_for_comm: node memory). Prints a
-table; --json writes the figures.
+table; --json writes the figures; --no-fsdp stops after the collectives.
 
     .venv/bin/python perf/torch/bench_vs_gloo.py [--max-mib 64] [--iters 5] [--json out.json]
 """
@@ -35,13 +35,15 @@ def rank_main(args) -> None:
     while mib <= args.max_mib:
         nbytes = mib << 20  # output size of all_gather = input size of reduce_scatter
         n = nbytes // 4 // world
-        for coll in ("all_gather_into_tensor", "reduce_scatter_tensor"):
-            small, big = torch.ones(n), torch.ones(n * world)
+        for coll in ("all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single"):
+            small, big, other = torch.ones(n), torch.ones(n * world), torch.empty(n * world)
             def once():
                 if coll == "all_gather_into_tensor":
                     dist.all_gather_into_tensor(big, small)
-                else:
+                elif coll == "reduce_scatter_tensor":
                     dist.reduce_scatter_tensor(small, big)
+                else:
+                    dist.all_to_all_single(other, big)
             once()  # warm-up
             dist.barrier()
             t0 = time.perf_counter()
@@ -103,6 +105,7 @@ def main() -> None:
     ap.add_argument("--fsdp-reps", type=int, default=3, help="FSDP2 runs per variant and layout")
     ap.add_argument("--pg-alloc", action="store_true", help=argparse.SUPPRESS)  # fsdp mode
     ap.add_argument("--json")
+    ap.add_argument("--no-fsdp", action="store_true", help="only the collectives")
     args = ap.parse_args()
     if args.mode == "coll":
         return rank_main(args)
@@ -128,9 +131,12 @@ def main() -> None:
             figures["collectives"].append({"layout": f"{nodes}x{per}", "coll": g["coll"],
                                            "bytes": g["bytes"], "gloo_busbw": gb,
                                            "hicoll_busbw": hb, "ratio": hb / gb})
-    variants = {"gloo": ("gloo", []), "hicoll": ("hicoll", []),
-                "hicoll+pg-alloc": ("hicoll", ["--pg-alloc"])}
-    for nodes, per in ((1, 2), (2, 2)):
+    if args.no_fsdp:
+        variants = {}
+    else:
+        variants = {"gloo": ("gloo", []), "hicoll": ("hicoll", []),
+                    "hicoll+pg-alloc": ("hicoll", ["--pg-alloc"])}
+    for nodes, per in ((1, 2), (2, 2)) if variants else ():
         world = nodes * per
         ms = {v: [] for v in variants}
         for _ in range(args.fsdp_reps):  # alternate the variants so drift hits all alike
