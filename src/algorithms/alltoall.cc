@@ -87,6 +87,9 @@ void allToAll(Run& r) {
   // still read the other half, the previous phase's, never this one): the post publishes them.
   char* scratch = r.shm.scratch(my_local);
   const size_t base = (r.seq & 1) * (c.scratch_bytes / 2), end = base + c.scratch_bytes / 2;
+  HC_CHECK(static_cast<size_t>(L) * sizeof(PairHeader) <= end - base, hcUnsupported,
+           "AllToAll: {} ranks on this node need {} bytes of table in half the scratch buffer "
+           "(SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES={})", L, static_cast<size_t>(L) * sizeof(PairHeader), c.scratch_bytes);
   auto* table = reinterpret_cast<PairHeader*>(scratch + base);
   size_t used = base + align64(static_cast<size_t>(L) * sizeof(PairHeader));
   for (int l = 0; l < L; ++l) {
