@@ -25,19 +25,19 @@ Agreement::Agreement(hcComm& c, const CallDesc& mine, const std::string& reason,
     piggyback_ = true;
     sent_.assign(P, 0);
     received_.assign(P, 0);
-    got_.assign(P, 0);
+    std::fill(c.agree_got.begin(), c.agree_got.end(), 0);
     return;
   }
   const uint64_t tag = agreementTag(mine.w[3]);
   recvs_.assign(P, 0);
-  got_.assign(P, 0);
+  std::fill(c.agree_got.begin(), c.agree_got.end(), 0);
   for (size_t i = 0; i < P; ++i) {
     hcComm::AgreeMsg& out = c.agree_out[i];
     out.desc = mine;
     std::snprintf(out.body, hcComm::AgreeMsg::kReason, "%s", reason.c_str());
     c.agree_in[i].desc = CallDesc{};  // a size mismatch must not show the last call's
     // Up to a whole staging message: a peer whose call differs may have piggybacked.
-    recvs_[i] = c.ofi->irecvUpTo(c.agree_peers[i], &c.agree_in[i], sizeof(hcComm::AgreeMsg), tag, &got_[i]);
+    recvs_[i] = c.ofi->irecvUpTo(c.agree_peers[i], &c.agree_in[i], sizeof(hcComm::AgreeMsg), tag, &c.agree_got[i]);
     sends_.push_back(c.ofi->isend(c.agree_peers[i], &out, kStandaloneBytes, tag));
   }
   left_ += sends_.size();
@@ -70,15 +70,15 @@ int Agreement::stageRecv(int peer, void*& buf, size_t& len, uint64_t& tag, size_
   c_.agree_in[i].desc = CallDesc{};
   buf = &c_.agree_in[i];
   len = sizeof(hcComm::AgreeMsg);
-  got_[i] = 0;
-  received = &got_[i];
+  c_.agree_got[i] = 0;
+  received = &c_.agree_got[i];
   tag = agreementTag(mine_.w[3]);
   return i;
 }
 
 void Agreement::landed(int index, void* dst, size_t len) {
   --left_;
-  const size_t got = got_[index];
+  const size_t got = c_.agree_got[index];
   if (got < kHeader) c_.agree_in[index].desc = CallDesc{};  // no descriptor: shows as a disagreement
   check(static_cast<size_t>(index));
   // The same call sends the same first message; anything else is a bug, not a user error.

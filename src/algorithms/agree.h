@@ -69,7 +69,8 @@ class Agreement {
   std::vector<ReqId> recvs_;  // standalone, by agreement peer, 0 once arrived
   std::vector<ReqId> sends_;  // standalone, not yet completed
   std::vector<uint8_t> sent_, received_;  // piggyback, by agreement peer
-  std::vector<size_t> got_;               // piggyback: bytes of the staged receive
+  // The received lengths live in hcComm::agree_got, as the messages in agree_in: a receive a
+  // failed call leaves posted completes after this object is gone.
   size_t left_ = 0;  // descriptors not yet checked + standalone sends not completed
   bool any_valid_ = false;
 };

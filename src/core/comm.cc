@@ -183,6 +183,7 @@ std::unique_ptr<hcComm> createComm(std::unique_ptr<Bootstrap> bs, std::shared_pt
   c->agree_peers = agreementPeers(c->topo, c->rank);
   c->agree_in.resize(c->agree_peers.size());
   c->agree_out.resize(c->agree_peers.size());
+  c->agree_got.resize(c->agree_peers.size());
 
   c->scratch_bytes = static_cast<size_t>(c->cfg.num(Knob::ScratchBytes));
   c->sort_bytes = static_cast<size_t>(c->cfg.num(Knob::SortBytes));
@@ -260,6 +261,7 @@ void hcComm::release() {
   shm.reset();
   std::vector<AgreeMsg>().swap(agree_in);
   std::vector<AgreeMsg>().swap(agree_out);
+  std::vector<size_t>().swap(agree_got);
   std::vector<int>().swap(agree_peers);
   bootstrap.reset();
   keepalive.reset();

@@ -53,6 +53,7 @@ struct hcComm {
   };
   std::vector<int> agree_peers;
   std::vector<AgreeMsg> agree_in, agree_out;
+  std::vector<size_t> agree_got;  // bytes of each agree_in receive (written when it completes)
   std::unique_ptr<hicoll::ShmTransport> shm;  // ranks of this node (always present)
   std::unique_ptr<hicoll::Transport> ofi;     // ranks of other nodes (null on one node)
   std::unique_ptr<hicoll::Liveness> liveness;  // watches ranks of other nodes (null on one node)
