@@ -129,9 +129,11 @@ void allToAll(Run& r) {
   std::vector<int> remote;
   for (int s = 1; s < W; ++s)
     if (!local((me - s + W) % W)) remote.push_back((me - s + W) % W);
-  char* first_in = c.workspace(2 * remote.size() * slot);  // receive slots, then send slots
+  // Receive slots, send slots, received lengths: in the communicator's workspace, which
+  // outlives a failed call's receives (the transports close first).
+  char* first_in = c.workspace(2 * remote.size() * slot + remote.size() * sizeof(size_t));
   char* first_out = first_in + remote.size() * slot;
-  std::vector<size_t> got(remote.size());
+  size_t* got = reinterpret_cast<size_t*>(first_out + remote.size() * slot);
   Run::Pending firsts, sends, recvs;
   for (size_t i = 0; i < remote.size(); ++i)
     r.recvUpTo(firsts, remote[i], first_in + i * slot, slot, r.tag(0, 0), &got[i], i);
