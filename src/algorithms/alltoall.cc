@@ -65,19 +65,16 @@ void allToAll(Run& r) {
   auto recvLen = [&](int p) { return a.recv_counts[p] * e; };
   auto local = [&](int p) { return t.node_of[p] == c.node(); };
 
-  std::string differ;
-  int ndiffer = 0;
-  // h: what peer p told this rank.
+  // h: what peer p told this rank; either direction of the pair may differ.
   auto check = [&](int p, const PairHeader& h) {
-    auto pair = [&](int from, int to, uint64_t sends, uint64_t expects) {
-      if (++ndiffer <= 4)
-        differ += fmt::format("{}{} sends {} elements to {}, which expects {} (its recvcounts[{}])",
-                              differ.empty() ? "" : "; ", c.who(from), sends / e, c.who(to), expects / e, from);
+    auto way = [&](int from, int to, uint64_t sends, uint64_t expects) {
+      return fmt::format("{} sends {} elements to {}, which expects {} (its recvcounts[{}])", c.who(from), sends / e,
+                         c.who(to), expects / e, from);
     };
-    if (h.sends != recvLen(p)) pair(p, me, h.sends, recvLen(p));
-    if (h.expects != sendLen(p)) pair(me, p, sendLen(p), h.expects);
-    if (ndiffer)
-      HC_THROW(hcInvalidUsage, "the counts of {} pair(s) differ: {}{}", ndiffer, differ, ndiffer > 4 ? "; ..." : "");
+    const bool in_differs = h.sends != recvLen(p), out_differs = h.expects != sendLen(p);
+    if (in_differs || out_differs)
+      HC_THROW(hcInvalidUsage, "the counts of a pair differ: {}{}{}", in_differs ? way(p, me, h.sends, recvLen(p)) : "",
+               in_differs && out_differs ? "; " : "", out_differs ? way(me, p, sendLen(p), h.expects) : "");
   };
 
   r.beginPhase();
@@ -162,11 +159,6 @@ void allToAll(Run& r) {
   }
   if (sendLen(me)) std::memcpy(out + roff[me], in + soff[me], sendLen(me));
 
-  // Local peers' tables (their posts published them).
-  std::vector<int> tables;
-  for (int s = 1; s < W; ++s)
-    if (local((me - s + W) % W)) tables.push_back((me - s + W) % W);
-
   auto tag = [&](const Item& i) {
     const size_t k = i.off / C;
     return r.tag(1 + static_cast<unsigned>(k >> 20), static_cast<unsigned>(k & 0xfffff));
@@ -174,31 +166,29 @@ void allToAll(Run& r) {
   auto plan = [&](int from, size_t len) {
     for (size_t off = 0; off < len; off += C) recvs_todo.push_back({from, off, std::min(C, len - off)});
   };
+  // Local peers' tables (their posts published them), in step order.
+  for (int s = 1; s < W; ++s) {
+    const int p = (me - s + W) % W, l = t.local_of[p];
+    if (!local(p)) continue;
+    const PairHeader h = tableOf(l)[my_local];
+    check(p, h);
+    if (h.staged != kNotStaged) {
+      std::memcpy(out + roff[p], r.shm.scratch(l) + h.staged, h.sends);
+      c.countBytes(a.coll, p, h.sends);
+    } else if (readInPlace(p, h.from, h.sends)) {
+      for (size_t off = 0; off < h.sends; off += C)
+        reads_todo.push_back({p, off, std::min(C, h.sends - off), h.from + off});
+    } else {
+      plan(p, h.sends);
+    }
+  }
   const size_t send_window = std::max<size_t>(r.netWindow(), 1) * static_cast<size_t>(std::min(W - 1, 4));
   const size_t recv_ahead = 1024;
   size_t ns = 0, nr = 0, nd = 0;
   Backoff backoff;
-  while (!tables.empty() || !firsts.empty() || ns < sends_todo.size() || nr < recvs_todo.size() ||
+  while (!firsts.empty() || ns < sends_todo.size() || nr < recvs_todo.size() ||
          nd < reads_todo.size() || !sends.empty() || !recvs.empty()) {
-    bool moved = false;
-    for (size_t i = 0; i < tables.size();) {
-      const int p = tables[i], l = t.local_of[p];
-      const PairHeader h = tableOf(l)[my_local];
-      check(p, h);
-      if (h.staged != kNotStaged) {
-        std::memcpy(out + roff[p], r.shm.scratch(l) + h.staged, h.sends);
-        c.countBytes(a.coll, p, h.sends);
-      } else if (readInPlace(p, h.from, h.sends)) {
-        for (size_t off = 0; off < h.sends; off += C)
-          reads_todo.push_back({p, off, std::min(C, h.sends - off), h.from + off});
-      } else {
-        plan(p, h.sends);
-      }
-      tables[i] = tables.back();
-      tables.pop_back();
-      moved = true;
-    }
-    moved |= r.poll(firsts, [&](size_t i) {
+    bool moved = r.poll(firsts, [&](size_t i) {
       const int p = remote[i];
       PairHeader h;
       std::memcpy(&h, first_in + i * slot, sizeof h);
