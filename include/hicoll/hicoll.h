@@ -192,13 +192,15 @@ typedef struct {
   long long allreduceSmallBytes; /* HICOLL_ALLREDUCE_SMALL_BYTES */
   long long scratchBytes;      /* SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES */
   long long sortBytes;         /* SMDDP_AG_SORT_BUFFER_SIZE_BYTES */
+  long long quantMinNodes;     /* HICOLL_QUANT_MIN_NODES */
 } hcConfig_t;
 #define HC_CONFIG_MAGIC 0x68636667u /* "hcfg" */
 #define HC_CONFIG_INITIALIZER                                                                  \
   {                                                                                            \
     sizeof(hcConfig_t), HC_CONFIG_MAGIC, HICOLL_VERSION_CODE, NULL, NULL, NULL, NULL, NULL,    \
         HC_CONFIG_UNDEF_INT, HC_CONFIG_UNDEF_INT, HC_CONFIG_UNDEF_INT, HC_CONFIG_UNDEF_INT,    \
-        HC_CONFIG_UNDEF_INT, HC_CONFIG_UNDEF_INT, HC_CONFIG_UNDEF_INT, HC_CONFIG_UNDEF_INT     \
+        HC_CONFIG_UNDEF_INT, HC_CONFIG_UNDEF_INT, HC_CONFIG_UNDEF_INT, HC_CONFIG_UNDEF_INT,    \
+        HC_CONFIG_UNDEF_INT                                                                    \
   }
 
 HC_API const char* hcGetErrorString(hcResult_t result);
@@ -286,7 +288,11 @@ typedef struct {
  * the node too), and dequantizes every block into recvbuff, this rank's own included: every
  * rank holds bit-identical output (the dequantized values, not sendbuff's). datatype: fp32,
  * bf16 or fp16. sendbuff is not modified; in place as hcAllGather. Every rank must pass the
- * same count, datatype and block. Host buffers only (stream NULL) for now. */
+ * same count, datatype and block. Communicators of fewer than HICOLL_QUANT_MIN_NODES nodes
+ * (default 2) run it exactly; with HICOLL_QUANT_MIN_NODES=0 it quantizes where the cost model
+ * predicts that faster than the exact call (hcStats.quantized_calls counts the quantized
+ * ones; predicted_us holds the model's time of the whole call). Host buffers only (stream
+ * NULL) for now. */
 HC_API hcResult_t hcAllGatherQuantized(const void* sendbuff, void* recvbuff, size_t sendcount,
                                        hcDataType_t datatype, const hcQuant* quant, hcComm_t comm,
                                        hcStream_t stream);
@@ -297,9 +303,9 @@ HC_API hcResult_t hcAllGatherQuantized(const void* sendbuff, void* recvbuff, siz
  * there and summed in fp32 with the owner's node partial, rounded once to datatype. The result
  * is off by at most the sum over the other nodes of absmax(their partial's block) / 254, plus
  * the rounding of datatype. op: hcSum, hcAvg or a pre-multiplied sum; datatype fp32, bf16 or
- * fp16. The flat ring (HICOLL_ALGO=ring, fallbacks) and communicators of fewer than
- * HICOLL_QUANT_MIN_NODES nodes run it exactly (hcStats.quantized_calls counts the quantized
- * ones). Host buffers only. */
+ * fp16. The flat ring (HICOLL_ALGO=ring, fallbacks) runs it exactly, and so does a
+ * communicator that would not quantize an hcAllGatherQuantized (HICOLL_QUANT_MIN_NODES, the
+ * cost model under 0) (hcStats.quantized_calls counts the quantized ones). Host buffers only. */
 HC_API hcResult_t hcReduceScatterQuantized(const void* sendbuff, void* recvbuff, size_t recvcount,
                                            hcDataType_t datatype, hcRedOp_t op, const hcQuant* quant,
                                            hcComm_t comm, hcStream_t stream);

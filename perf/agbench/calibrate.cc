@@ -10,6 +10,8 @@
 //                collective) between 4 and 16 MiB per rank, medians of 5 (a slope from 2 MiB
 //                with 3 repetitions once overshot the line rate by 11 %)
 //   net_cpu_s_per_B  a loopback TCP stream's time per byte (tcp providers; 0 otherwise)
+//   quant_Bps    a quantized fp32 AllGather of 16 MiB on a communicator of one rank made to
+//                quantize: the block quantized and dequantized once each
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -124,10 +126,35 @@ double tcpSecondsPerByte() {
   return t / static_cast<double>(total);
 }
 
-hcComm_t split(hcComm_t c, int color, int key) {
+// Full-precision bytes quantized or dequantized per second by one core.
+double quantBps(hcComm_t self, double call_s) {
+  const size_t n = (16u << 20) / sizeof(float);
+  std::vector<float> in(n), out(n);
+  for (size_t i = 0; i < n; ++i) in[i] = static_cast<float>(i % 1000) - 500.f;
+  hcQuant q = HC_QUANT_INITIALIZER;
+  auto once = [&] {
+    hcCheck(hcAllGatherQuantized(in.data(), out.data(), n, hcFloat32, &q, self, nullptr), self,
+            "hcAllGatherQuantized");
+  };
+  once();
+  std::vector<double> t;
+  for (int r = 0; r < 7; ++r) {
+    auto t0 = Clock::now();
+    once();
+    t.push_back(secondsSince(t0));
+  }
+  hcStats st{};
+  st.size = sizeof st;
+  hcCheck(hcCommGetStats(self, &st), self, "hcCommGetStats");
+  if (st.quantized_calls[hcCollAllGather] == 0) throw std::runtime_error("calibrate: the quantized call did not quantize");
+  return 2.0 * static_cast<double>(n * sizeof(float)) / std::max(1e-9, median(t) - call_s);
+}
+
+hcComm_t split(hcComm_t c, int color, int key, bool quantize = false) {
   hcConfig_t cfg = HC_CONFIG_INITIALIZER;
   cfg.algo = "hier";  // what the figures describe, whatever the model would choose
   cfg.name = "calibrate";
+  if (quantize) cfg.quantMinNodes = 1;  // one rank quantizes too
   hcComm_t out = nullptr;
   hcCheck(hcCommSplitConfig(c, color, key, &out, &cfg), c, "hcCommSplitConfig (calibrate)");
   return out;
@@ -146,11 +173,12 @@ int runCalibrate(const Args& a, World& w, hcComm_t comm) {
   const char* hc = std::getenv("HICOLL_OFI_PROVIDER");
   const std::string provider = fi && *fi ? fi : hc && *hc ? hc : "tcp;ofi_rxm";  // the library's order
 
-  hcComm_t self = split(comm, w.rank, 0), node = split(comm, st.node, st.local_rank),
+  hcComm_t self = split(comm, w.rank, 0, /*quantize=*/true), node = split(comm, st.node, st.local_rank),
            rail = split(comm, st.local_rank, st.node);
-  double f[8] = {};  // call, shm_alpha, copy, reduce, net_alpha, net_Bps, net_cpu, (unused)
+  double f[8] = {};  // call, shm_alpha, copy, reduce, net_alpha, (net_Bps), net_cpu, quant
   if (w.rank == 0) {
     f[0] = allGatherTime(self, 8, 2000, 5);
+    f[7] = quantBps(self, f[0]);
     f[2] = memcpyBps();
     f[3] = reduceBps();
     f[6] = provider.find("tcp") != std::string::npos || provider.find("sockets") != std::string::npos
@@ -168,8 +196,8 @@ int runCalibrate(const Args& a, World& w, hcComm_t comm) {
     t4 = allGatherTime(rail, 4u << 20, 2, 5);
     t16 = allGatherTime(rail, 16u << 20, 2, 5);
   }
-  double mine[8] = {f[0], f[1], f[2], f[3], f[4], t4, t16, f[6]};
-  sync.allreduce(mine, 8, Sync::Red::Max);
+  double mine[9] = {f[0], f[1], f[2], f[3], f[4], t4, t16, f[6], f[7]};
+  sync.allreduce(mine, 9, Sync::Red::Max);
   hcCommDestroy(rail);
   hcCommDestroy(node);
   hcCommDestroy(self);
@@ -191,6 +219,7 @@ int runCalibrate(const Args& a, World& w, hcComm_t comm) {
   j["net_Bps"] = N > 1 && mine[6] > mine[5] ? per_node / (mine[6] - mine[5]) : 1.25e9;
   j["net_cpu_s_per_B"] = mine[7];
   j["net_msg_s"] = 5e-6;
+  j["quant_Bps"] = mine[8];
   const std::string text = j.dump(2) + "\n";
   std::printf("# agbench calibrate: %d node(s) x %d rank(s)\n%s", N, L, text.c_str());
   if (!a.json.empty()) {

@@ -10,6 +10,10 @@ struct hcComm;
 
 namespace hicoll {
 
+struct Capabilities;
+// What host buffers on comm let a path do (plan/plan.h).
+Capabilities hostCapabilities(const hcComm& comm);
+
 // Runs a (its call number set), agreed with the peers; every error is fatal to the
 // communicator and names the call.
 void runHostCollective(hcComm& comm, const CollArgs& a);

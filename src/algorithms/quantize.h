@@ -23,20 +23,15 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "base/quant_format.h"
 #include "hicoll/hicoll.h"
 
 namespace hicoll::quant {
 
-constexpr size_t kDefaultBlock = 256;
-constexpr size_t kMaxBlock = size_t{1} << 24;
 constexpr int8_t kNonFinite = -128;
 
 // Whether dtype can be quantized (fp32, bf16, fp16).
 bool quantizable(hcDataType_t dtype);
-
-size_t numBlocks(size_t count, size_t block);
-// Bytes of the packed image of count elements (a multiple of 8; 0 for count 0).
-size_t packedBytes(size_t count, size_t block);
 
 // Writes the packed image of src (count elements of dtype) to dst (packedBytes(count, block)
 // bytes, 4-byte aligned). src and dst must not overlap.

@@ -19,18 +19,18 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "core/comm.h"
+#include "plan/plan.h"
 
 namespace hicoll {
 namespace {
 
-constexpr size_t kMinPieceImage = size_t{1} << 19;  // bytes per rank: below, one piece
-constexpr size_t kMaxPieces = 16;
-
-// Elements per piece (a multiple of block; the last piece may be shorter).
-size_t pieceElems(size_t count, size_t block) {
-  const size_t pieces = std::clamp<size_t>(quant::packedBytes(count, block) / kMinPieceImage, 1, kMaxPieces);
-  const size_t blocks = quant::numBlocks(count, block);
-  return (blocks + pieces - 1) / pieces * block;
+// HICOLL_DEBUG=INFO: whether the call quantizes, why and the model's time, once per shape.
+void logQuantChoice(hcComm& c, const CollArgs& a, const QuantPlan& q) {
+  if (logLevel() < LogLevel::kInfo || !q.modelled) return;
+  const uint64_t key = (a.count << 12) ^ (static_cast<uint64_t>(a.dtype) << 4) ^ a.coll ^ (uint64_t{1} << 63);
+  if (c.model_logged.size() >= 256 || !c.model_logged.insert(key).second) return;
+  HC_INFO("{} {}{}{}, predicted {} ({}-bound)", describe(a), q.quantize ? "quantizes" : "runs exact",
+          q.why.empty() ? "" : ": ", q.why, q.predicted.terms(), q.predicted.bound());
 }
 
 }  // namespace
@@ -38,19 +38,21 @@ size_t pieceElems(size_t count, size_t block) {
 void runQuantized(hcComm& c, const CollArgs& a) {
   HC_CHECK(a.coll == hcCollAllGather || a.coll == hcCollReduceScatter, hcInternalError, "{}: no quantized form",
            describe(a));
-  if (c.topo.nnodes < c.cfg.num(Knob::QuantMinNodes) || a.coll == hcCollReduceScatter) {
-    // The ReduceScatter quantizes inside the hierarchical path (its inter-node hop); below
-    // HICOLL_QUANT_MIN_NODES either runs exact, still described as the quantized call (so a
-    // peer calling otherwise is caught).
+  const QuantPlan q = planQuantized(c, a, hostCapabilities(c));
+  logQuantChoice(c, a, q);
+  if (!q.quantize || a.coll == hcCollReduceScatter) {
+    // The ReduceScatter quantizes inside the hierarchical path (its inter-node hop); a call
+    // that does not quantize runs exact, still described as the quantized call (so a peer
+    // calling otherwise is caught).
     CollArgs run = a;
     run.quant.packed = true;
-    run.quant.exact = c.topo.nnodes < c.cfg.num(Knob::QuantMinNodes);
-    if (run.quant.exact) HC_TRACE("{}: exact on {} node(s) (HICOLL_QUANT_MIN_NODES)", describe(a), c.topo.nnodes);
+    run.quant.exact = !q.quantize;
+    if (run.quant.exact) HC_TRACE("{}: {}", describe(a), q.why);
     return runHostCollective(c, run);
   }
   const size_t block = a.quant.block, W = static_cast<size_t>(c.nranks), R = static_cast<size_t>(c.rank);
-  const size_t e = hcTypeSize(a.dtype), piece = pieceElems(a.count, block);
-  const size_t pieces = (a.count + piece - 1) / piece;
+  const size_t e = hcTypeSize(a.dtype), piece = quant::pieceElems(a.count, block);
+  const size_t pieces = quant::numPieces(a.count, block);
   // Piece p of rank j: elements [p * piece, + len(p)) of its block; its image at image(p, j).
   std::vector<size_t> off(pieces + 1, 0);  // bytes of the images of pieces < p, per rank
   auto len = [&](size_t p) { return std::min(piece, a.count - p * piece); };
@@ -124,7 +126,7 @@ void runQuantized(hcComm& c, const CollArgs& a) {
     mover.join();
     if (failure) std::rethrow_exception(failure);
   }
-  c.countQuantized(a.coll);
+  c.countQuantized(a.coll, q.modelled ? q.predicted.total() : 0);
 }
 
 }  // namespace hicoll

@@ -178,6 +178,7 @@ const Field kFields[] = {
     {"allreduceSmallBytes", Knob::AllReduceSmallBytes, offsetof(hcConfig_t, allreduceSmallBytes), false},
     {"scratchBytes", Knob::ScratchBytes, offsetof(hcConfig_t, scratchBytes), false},
     {"sortBytes", Knob::SortBytes, offsetof(hcConfig_t, sortBytes), false},
+    {"quantMinNodes", Knob::QuantMinNodes, offsetof(hcConfig_t, quantMinNodes), false},
 };
 
 }  // namespace

@@ -77,10 +77,12 @@
     "hcMemAlloc (and the torch plugin's allocate_tensor): freed node memory kept for reuse up "  \
     "to this many bytes per process, so a training step's buffers are not created and mapped "   \
     "anew every time. Read at the first allocation.")                                            \
-  X(QuantMinNodes, "HICOLL_QUANT_MIN_NODES", Int, "2", "", 1, HICOLL_KNOB_INT_MAX, Agree,          \
-    "hcAllGatherQuantized quantizes on communicators of at least this many nodes and runs the "  \
-    "exact AllGather on fewer (within a node memory, not a link, bounds the call, and "          \
-    "quantizing costs more than it saves: see perf/README.md). 1: quantize everywhere.")         \
+  X(QuantMinNodes, "HICOLL_QUANT_MIN_NODES", Int, "2", "", 0, HICOLL_KNOB_INT_MAX, Agree,          \
+    "hcAllGatherQuantized and hcReduceScatterQuantized quantize on communicators of at least "  \
+    "this many nodes and run the exact collective on fewer (within a node memory, not a link, "  \
+    "bounds the call, and quantizing costs more than it saves: see perf/README.md). 1: "        \
+    "quantize everywhere. 0: the cost model decides per call (quantize where it predicts the "   \
+    "quantized call faster than the exact one; uniform nodes, else as 2).")                      \
   X(OfiProvider, "HICOLL_OFI_PROVIDER", String, "tcp;ofi_rxm", "", 0, 0, Agree,                  \
     "libfabric provider for inter-node traffic (FI_PROVIDER, when set, takes precedence). "     \
     "EFA in production; tcp;ofi_rxm or net on ordinary Linux.")                                  \

@@ -12,6 +12,7 @@ namespace {
 struct Field {
   const char* name;
   double MachineFigures::*member;
+  bool optional = false;  // added after version 1's first files: absent keeps the default
 };
 constexpr Field kFields[] = {
     {"call_s", &MachineFigures::call_s},
@@ -22,6 +23,7 @@ constexpr Field kFields[] = {
     {"net_Bps", &MachineFigures::net_Bps},
     {"net_cpu_s_per_B", &MachineFigures::net_cpu_s_per_B},
     {"net_msg_s", &MachineFigures::net_msg_s},
+    {"quant_Bps", &MachineFigures::quant_Bps, true},
 };
 // Bandwidths divide: they must be positive.
 bool isRate(const Field& f) { return std::string(f.name).find("_Bps") != std::string::npos; }
@@ -57,6 +59,7 @@ MachineFigures parseFigures(const std::string& text, const std::string& what) {
   m.source = what;
   for (const Field& f : kFields) {
     auto it = j.find(f.name);
+    if (it == j.end() && f.optional) continue;
     HC_CHECK(it != j.end(), hcInvalidArgument, "{}: no field '{}'", what, f.name);
     HC_CHECK(it->is_number(), hcInvalidArgument, "{}: field '{}' is not a number", what, f.name);
     const double v = it->get<double>();

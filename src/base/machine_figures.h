@@ -18,6 +18,9 @@ struct MachineFigures {
   double net_Bps = 1.25e9;      // one node's link, each direction
   double net_cpu_s_per_B = 0;   // CPU time per byte sent or received across nodes (kernel TCP)
   double net_msg_s = 5e-6;      // CPU time per inter-node message (chunk) sent or received
+  // One core's int8 block quantization: full-precision bytes quantized or dequantized per
+  // second (the quantized collectives). Optional in the file (older files keep the default).
+  double quant_Bps = 4e9;
 };
 
 // The figures for a libfabric provider when there is no model file ("tcp;ofi_rxm", "efa", ...).

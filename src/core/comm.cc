@@ -335,9 +335,10 @@ char* hcComm::quantBuffer(size_t bytes) {
   return static_cast<char*>(quant_buf ? quant_buf : quant_heap.data());
 }
 
-void hcComm::countQuantized(hcColl_t c) {
+void hcComm::countQuantized(hcColl_t c, double predicted_s) {
   std::lock_guard<std::mutex> lock(stats_mu);
   stats.quantized_calls[c]++;
+  if (predicted_s > 0) stats.predicted_us[c] = predicted_s * 1e6;
 }
 
 void hcComm::countNodeMemory(hcColl_t c, size_t bytes) {

@@ -109,7 +109,8 @@ struct hcComm {
   // At least `bytes` of node memory (hcMemAlloc's kind) for the quantized calls' packed images,
   // kept for later calls (grows, never shrinks): local peers read it where it lies.
   char* quantBuffer(size_t bytes);
-  void countQuantized(hcColl_t c);
+  // predicted_s > 0: the model's time of the whole quantized call (its pieces counted their own).
+  void countQuantized(hcColl_t c, double predicted_s = 0);
   void* quant_buf = nullptr;      // node memory, or null: then quant_heap
   std::vector<char> quant_heap;
   size_t quant_bytes = 0;

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/quant_format.h"
+
 namespace hicoll {
 
 const char* algoName(Algo a) { return a == Algo::Hier ? "hier" : "ring"; }
@@ -64,7 +66,8 @@ Prediction hierAllGather(const Ctx& c, size_t b, bool in_place) {
 
 // Hierarchical ReduceScatter: each rank sums its rail's blocks over the node (reading the
 // peers' inputs), sends the N-1 partials to their owners' rail peers, sums the N it receives.
-Prediction hierReduceScatter(const Ctx& c, size_t b) {
+// wire: bytes that cross per byte of partial (below 1 when the partials cross quantized).
+Prediction hierReduceScatter(const Ctx& c, size_t b, double wire = 1) {
   Prediction p;
   const size_t C = std::min(b, c.s.chunk), K = chunks(b, C);
   p.latency = c.m.call_s + (c.L > 1 ? 2 * c.m.shm_alpha_s : 0) + (c.N > 1 ? c.m.net_alpha_s : 0);
@@ -72,7 +75,7 @@ Prediction hierReduceScatter(const Ctx& c, size_t b) {
   if (c.N == 1) {  // pushed through scratch: L-1 copies out, a sum of L inputs
     p.cpu = (static_cast<double>(c.L - 1) * B) / c.m.copy_Bps + static_cast<double>(c.L) * B / c.m.reduce_Bps;
   } else {
-    const double out = static_cast<double>(c.N - 1) * B;
+    const double out = static_cast<double>(c.N - 1) * B * wire;
     p.cpu = static_cast<double>(c.N * c.L) * B / c.m.reduce_Bps  // the rail's sums over the node
             + static_cast<double>(c.N) * B / c.m.reduce_Bps      // the owner's sum of N partials
             + out / c.m.copy_Bps                                 // partials staged for the network
@@ -130,12 +133,17 @@ Prediction gatherAndSum(const Ctx& c, Algo algo, size_t bytes) {
   return p;
 }
 
+Ctx context(const MachineFigures& m, const Shape& s) {
+  const size_t N = static_cast<size_t>(std::max(1, s.nodes)), L = static_cast<size_t>(std::max(1, s.local));
+  return Ctx{m, s, N, L, N * L, std::max(1.0, static_cast<double>(s.host_ranks) / std::max(1, s.cores))};
+}
+
 }  // namespace
 
 Prediction predict(const MachineFigures& m, const Shape& s, hcColl_t coll, Algo algo, size_t bytes, bool in_place,
                    bool allreduce_small) {
-  const size_t N = static_cast<size_t>(std::max(1, s.nodes)), L = static_cast<size_t>(std::max(1, s.local));
-  const Ctx c{m, s, N, L, N * L, std::max(1.0, static_cast<double>(s.host_ranks) / std::max(1, s.cores))};
+  const Ctx c = context(m, s);
+  const size_t N = c.N, L = c.L;
   const size_t b = bytes / c.W;  // per-rank block
   switch (coll) {
     case hcCollAllGather: return algo == Algo::Hier ? hierAllGather(c, b, in_place) : ring(c, b, in_place, false);
@@ -152,6 +160,38 @@ Prediction predict(const MachineFigures& m, const Shape& s, hcColl_t coll, Algo 
       return p;
     }
   }
+}
+
+Prediction predictQuantized(const MachineFigures& m, const Shape& s, hcColl_t coll, Algo algo, size_t bytes,
+                            bool in_place, size_t elem, size_t block) {
+  const Ctx c = context(m, s);
+  const size_t e = std::max<size_t>(elem, 1), n = bytes / c.W / e;  // elements per rank
+  const double B = static_cast<double>(n * e), image = static_cast<double>(quant::packedBytes(n, block));
+  if (coll == hcCollAllGather) {
+    // The images' gather is in place in the image buffer; the user's buffers take only the
+    // dequantized output (the own block too, in place or not).
+    (void)in_place;
+    const size_t P = quant::numPieces(n, block);
+    const size_t piece_image = quant::packedBytes(std::min(n, quant::pieceElems(n, block)), block);
+    Prediction p = predict(m, s, coll, algo, static_cast<size_t>(image) * c.W, true);
+    const Prediction one = predict(m, s, coll, algo, piece_image * c.W, true);
+    p.latency += static_cast<double>(P - 1) * one.latency;  // each piece is a call of its own
+    const double compute = (B + static_cast<double>(c.W) * B) / m.quant_Bps * c.share;
+    if (P == 1) {
+      p.after += compute;
+    } else {
+      p.cpu += compute;
+      p.fill += 2 * compute / static_cast<double>(P);  // the first piece's codes, the last one's values
+    }
+    return p;
+  }
+  if (coll == hcCollReduceScatter && algo == Algo::Hier && c.N > 1 && image < B) {
+    Prediction p = hierReduceScatter(c, n * e, image / B);
+    // Each of the N-1 partials sent is quantized, each received one dequantized to fp32.
+    p.cpu += static_cast<double>(c.N - 1) * (B + static_cast<double>(n) * 4) / m.quant_Bps * c.share;
+    return p;
+  }
+  return predict(m, s, coll, algo, bytes, in_place);
 }
 
 }  // namespace hicoll

@@ -52,4 +52,16 @@ struct Prediction {
 Prediction predict(const MachineFigures& m, const Shape& s, hcColl_t coll, Algo algo, size_t bytes,
                    bool in_place, bool allreduce_small = false);
 
+// A quantized call (hcAllGatherQuantized, hcReduceScatterQuantized) that quantizes: elements
+// of elem bytes cross as int8 codes with one fp32 scale per block (base/quant_format.h).
+//   AllGather: each rank quantizes its block once and dequantizes every rank's; the packed
+//     images are gathered exactly, piece by piece (each piece its own call), while the caller
+//     quantizes the next piece and dequantizes the last: the compute joins the cpu term,
+//     and only the first and last pieces' compute is exposed (all of it with one piece).
+//   ReduceScatter (hierarchical, across nodes): the partials cross the links as images,
+//     quantized by their senders and dequantized to fp32 by their owners; the ring runs it
+//     exactly.
+Prediction predictQuantized(const MachineFigures& m, const Shape& s, hcColl_t coll, Algo algo, size_t bytes,
+                            bool in_place, size_t elem, size_t block);
+
 }  // namespace hicoll

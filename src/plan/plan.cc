@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/quant_format.h"
 #include "core/comm.h"
 
 namespace hicoll {
@@ -82,12 +83,22 @@ void modelChoice(const hcComm& c, const CollArgs& a, const Capabilities& caps, C
   }
 }
 
+// Whether a is a quantized ReduceScatter that quantizes (the images of a quantized AllGather
+// are gathered by exact calls).
+bool quantizesHere(const CollArgs& a) {
+  return a.coll == hcCollReduceScatter && a.quant.block && !a.quant.exact;
+}
+
+Algo algoOf(const CollPlan& p) { return p.path == hcPathHierarchical ? Algo::Hier : Algo::Ring; }
+
 // The prediction of the path the plan takes (for the statistics and the logs).
 void modelPrediction(const hcComm& c, const CollArgs& a, CollPlan& p) {
   if (!modelledColl(a.coll) || !c.topo.uniform) return;
   const Shape s = modelShape(c, p.chunk_bytes, p.net_window);
-  p.predicted = predict(c.model, s, a.coll, p.path == hcPathHierarchical ? Algo::Hier : Algo::Ring, callBytes(c, a),
-                        inPlace(c, a), p.allreduce_small);
+  p.predicted = quantizesHere(a) ? predictQuantized(c.model, s, a.coll, algoOf(p), callBytes(c, a), inPlace(c, a),
+                                                    hcTypeSize(a.dtype), a.quant.block)
+                                 : predict(c.model, s, a.coll, algoOf(p), callBytes(c, a), inPlace(c, a),
+                                           p.allreduce_small);
   p.modelled = true;
 }
 
@@ -210,13 +221,56 @@ CollPlan planCall(const hcComm& c, const CollArgs& a, const Capabilities& caps) 
   if (!c.plan_memo) c.plan_memo = std::make_shared<PlanMemos>();
   PlanMemo& m = c.plan_memo->of[a.coll];
   const bool ip = inPlace(c, a);
-  if (m.valid && m.count == a.count && m.dtype == a.dtype && m.in_place == ip &&
+  const size_t qb = quantizesHere(a) ? a.quant.block : 0;
+  if (m.valid && m.count == a.count && m.dtype == a.dtype && m.quant_block == qb && m.in_place == ip &&
       m.single_copy_reads == caps.single_copy_reads && m.max_reduce_inputs == caps.max_reduce_inputs)
     return m.plan;
   CollPlan p = planRules(c, a, caps);
   modelPrediction(c, a, p);
-  m = PlanMemo{true, a.count, a.dtype, ip, caps.single_copy_reads, caps.max_reduce_inputs, p};
+  m = PlanMemo{true, a.count, a.dtype, qb, ip, caps.single_copy_reads, caps.max_reduce_inputs, p};
   return p;
+}
+
+QuantPlan planQuantized(const hcComm& c, const CollArgs& a, const Capabilities& caps) {
+  QuantPlan q;
+  const int64_t min_nodes = c.cfg.num(Knob::QuantMinNodes);
+  const bool model_decides = min_nodes == 0 && c.topo.uniform;
+  // The rule (and HICOLL_QUANT_MIN_NODES=0 on uneven nodes, which the model does not cover):
+  // quantize from that many nodes on, from 2 when the model would decide.
+  q.quantize = c.topo.nnodes >= (min_nodes > 0 ? min_nodes : model_decides ? 0 : 2);
+  if (!q.quantize) q.why = fmt::format("exact on {} node(s) (HICOLL_QUANT_MIN_NODES={})", c.topo.nnodes, min_nodes);
+  if (!c.topo.uniform) return q;
+  // The exact call as it would run, and the exact call that would move the images: their
+  // paths and chunking are what each variant runs with.
+  CollArgs exact = a;
+  exact.quant = QuantArgs{};
+  const CollPlan pe = planCall(c, exact, caps);
+  CollPlan pw = pe;
+  if (a.coll == hcCollAllGather) {
+    CollArgs wire = exact;
+    wire.dtype = hcUint8;
+    wire.count = quant::packedBytes(std::min(a.count, quant::pieceElems(a.count, a.quant.block)), a.quant.block);
+    pw = planCall(c, wire, caps);
+  }
+  const size_t bytes = callBytes(c, a), e = hcTypeSize(a.dtype);
+  auto quantized = [&](bool ip) {
+    return predictQuantized(c.model, modelShape(c, pw.chunk_bytes, pw.net_window), a.coll, algoOf(pw), bytes, ip, e,
+                            a.quant.block);
+  };
+  auto exactTime = [&](bool ip) {
+    return predict(c.model, modelShape(c, pe.chunk_bytes, pe.net_window), a.coll, algoOf(pe), bytes, ip);
+  };
+  if (model_decides) {
+    // Out of place on every rank: the in-place flag may differ between ranks.
+    const double tq = quantized(false).total(), te = exactTime(false).total();
+    q.quantize = tq < te;
+    q.why = fmt::format("cost model (HICOLL_QUANT_MIN_NODES=0): {} {:.1f} us < {} {:.1f} us",
+                        q.quantize ? "quantized" : "exact", std::min(tq, te) * 1e6, q.quantize ? "exact" : "quantized",
+                        std::max(tq, te) * 1e6);
+  }
+  q.predicted = q.quantize ? quantized(inPlace(c, a)) : exactTime(inPlace(c, a));
+  q.modelled = true;
+  return q;
 }
 
 }  // namespace hicoll

@@ -67,6 +67,7 @@ struct PlanMemo {
   bool valid = false;
   size_t count = 0;
   hcDataType_t dtype = hcFloat32;
+  size_t quant_block = 0;  // a quantized ReduceScatter that quantizes is predicted otherwise
   bool in_place = false, single_copy_reads = true;
   int max_reduce_inputs = 0;
   CollPlan plan;
@@ -88,5 +89,18 @@ size_t modelWindow(const MachineFigures& m, const Shape& s, size_t floor);
 
 // The plan of a (a validated call) on comm, for a path with these capabilities.
 CollPlan planCall(const hcComm& comm, const CollArgs& a, const Capabilities& caps);
+
+// A host quantized call (hcAllGatherQuantized, hcReduceScatterQuantized, a.quant.block set):
+// whether it quantizes or runs the exact collective, and the model's time for what it runs.
+// Exact below HICOLL_QUANT_MIN_NODES nodes; with HICOLL_QUANT_MIN_NODES=0, exact wherever the
+// model predicts the exact call faster (on one node memory, not a link, bounds it). Decided
+// from values alike on every rank.
+struct QuantPlan {
+  bool quantize = true;
+  std::string why;  // for people: which rule or which predictions decided
+  bool modelled = false;
+  Prediction predicted;  // of what runs
+};
+QuantPlan planQuantized(const hcComm& comm, const CollArgs& a, const Capabilities& caps);
 
 }  // namespace hicoll

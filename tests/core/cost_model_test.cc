@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "base/error.h"
+#include "base/quant_format.h"
 #include "plan/cost_model.h"
 #include "base/machine_figures.h"
 #include "plan/plan.h"
@@ -103,6 +104,45 @@ TEST(CostModel, WindowCoversTheRoundTrip) {
   EXPECT_EQ(modelWindow(m, shape(1, 4), 4), 4u) << "no network";
 }
 
+TEST(CostModel, QuantizedAllGatherMovesTheImagesAndPaysForTheCompute) {
+  MachineFigures m = figures();
+  m.quant_Bps = 2e9;
+  const Shape s = shape(2, 2);
+  const size_t n = 4u << 20, bytes = 4 * n * 4;  // 4 M fp32 elements per rank
+  const double image = static_cast<double>(quant::packedBytes(n, 256));
+  const Prediction exact = predict(m, s, hcCollAllGather, Algo::Hier, bytes, false);
+  const Prediction q = predictQuantized(m, s, hcCollAllGather, Algo::Hier, bytes, false, 4, 256);
+  // The links carry the images: L x (N-1) of them per node.
+  EXPECT_DOUBLE_EQ(q.link, 2 * image / m.net_Bps);
+  // Quantizing the own block and dequantizing all four, pipelined with the gather.
+  const double compute = 5.0 * n * 4 / m.quant_Bps;
+  const Prediction wire = predict(m, s, hcCollAllGather, Algo::Hier, static_cast<size_t>(image) * 4, true);
+  EXPECT_NEAR(q.cpu, wire.cpu + compute, 1e-12);
+  EXPECT_NEAR(q.fill, wire.fill + 2 * compute / static_cast<double>(quant::numPieces(n, 256)), 1e-12);
+  EXPECT_LT(q.total(), exact.total() / 3) << "1 Gbit/s: a quarter of the bytes";
+  // One node: the same compute and no link to save on.
+  EXPECT_GT(predictQuantized(m, shape(1, 2), hcCollAllGather, Algo::Hier, bytes / 2, false, 4, 256).total(),
+            predict(m, shape(1, 2), hcCollAllGather, Algo::Hier, bytes / 2, false).total());
+  // A small call is one piece: nothing overlaps its compute.
+  const Prediction small = predictQuantized(m, s, hcCollAllGather, Algo::Hier, 4 * 1024 * 4, false, 4, 256);
+  EXPECT_NEAR(small.after, 5.0 * 1024 * 4 / m.quant_Bps, 1e-15);
+}
+
+TEST(CostModel, QuantizedReduceScatterShrinksWhatCrossesTheLinks) {
+  MachineFigures m = figures();
+  m.quant_Bps = 2e9;
+  const size_t n = 4u << 20, bytes = 4 * n * 2;  // bf16
+  const Prediction exact = predict(m, shape(2, 2), hcCollReduceScatter, Algo::Hier, bytes, false);
+  const Prediction q = predictQuantized(m, shape(2, 2), hcCollReduceScatter, Algo::Hier, bytes, false, 2, 256);
+  EXPECT_NEAR(q.link, exact.link * static_cast<double>(quant::packedBytes(n, 256)) / (2.0 * n), 1e-12);
+  EXPECT_GT(q.cpu, exact.cpu) << "the codes and the fp32 values cost more than the bytes saved";
+  // The ring, and one node, run it exactly.
+  EXPECT_EQ(predictQuantized(m, shape(2, 2), hcCollReduceScatter, Algo::Ring, bytes, false, 2, 256).total(),
+            predict(m, shape(2, 2), hcCollReduceScatter, Algo::Ring, bytes, false).total());
+  EXPECT_EQ(predictQuantized(m, shape(1, 4), hcCollReduceScatter, Algo::Hier, bytes, false, 2, 256).total(),
+            predict(m, shape(1, 4), hcCollReduceScatter, Algo::Hier, bytes, false).total());
+}
+
 TEST(ModelFile, RoundTripsAndNamesWhatIsWrong) {
   const MachineFigures m = figures();
   const MachineFigures back = parseFigures(figuresJson(m, "test"), "t.json");
@@ -136,6 +176,14 @@ TEST(ModelFile, RoundTripsAndNamesWhatIsWrong) {
   EXPECT_NE(error(with("\"version\": 1", "\"version\": 1, \"extra\": 3")).find("unknown field 'extra'"),
             std::string::npos);
   EXPECT_NE(error("{}").find("version 0"), std::string::npos);
+  // quant_Bps came later: a file without it keeps the default.
+  std::string old = good;
+  const size_t at = old.find(",\n  \"quant_Bps\"");
+  ASSERT_NE(at, std::string::npos) << old;
+  old.erase(at, old.find('\n', at + 2) - at);
+  EXPECT_EQ(parseFigures(old, "old.json").quant_Bps, MachineFigures{}.quant_Bps) << old;
+  EXPECT_NE(error(with("\"quant_Bps\": 4000000000.0", "\"quant_Bps\": 0")).find("'quant_Bps' = 0 is out of range"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -15,10 +15,11 @@ using hctest::contiguous;
 using hctest::Job;
 using hctest::runRaw;
 
-std::string figures(double net_Bps) {
+std::string figures(double net_Bps, double quant_Bps = 0) {
   return "{\"version\": 1, \"call_s\": 1e-6, \"shm_alpha_s\": 2e-6, \"copy_Bps\": 5e9, \"reduce_Bps\": 4e9, "
          "\"net_alpha_s\": 4e-5, \"net_Bps\": " + std::to_string(net_Bps) +
-         ", \"net_cpu_s_per_B\": 4e-10, \"net_msg_s\": 5e-6}\n";
+         ", \"net_cpu_s_per_B\": 4e-10, \"net_msg_s\": 5e-6" +
+         (quant_Bps > 0 ? ", \"quant_Bps\": " + std::to_string(quant_Bps) : std::string()) + "}\n";
 }
 
 std::string writeFile(const std::string& tag, const std::string& text) {
@@ -145,6 +146,67 @@ TEST(Model, AChosenRingIsNoFallback) {
     return 0;
   });
   for (int r = 0; r < 4; ++r) EXPECT_EQ(st[r], 0) << "rank " << r;
+}
+
+// HICOLL_QUANT_MIN_NODES=0: a quantized call quantizes where the model predicts it faster than
+// the exact call. 1 Gbit/s links and fast kernels: 2 x 2 quantizes (a quarter of the bytes),
+// and its predicted time is below the exact call's; one node runs it exact (memory bounds it);
+// 1 Tbit/s links and slow kernels: 2 x 2 runs it exact too.
+TEST(Model, QuantizedCallsQuantizeWhereThePredictionIsFaster) {
+  const std::string slow = writeFile("qslow", figures(1.25e8, 4e9)), fast = writeFile("qfast", figures(1.25e11, 5e8));
+  struct Case {
+    int nodes, local;
+    std::string file;
+    bool quantizes;
+  };
+  for (const Case& k : {Case{2, 2, slow, true}, Case{1, 2, slow, false}, Case{2, 2, fast, false}}) {
+    Job job;
+    job.nranks = k.nodes * k.local;
+    job.node = contiguous(k.nodes, k.local);
+    job.env["HICOLL_MODEL_FILE"] = k.file;
+    job.env["HICOLL_QUANT_MIN_NODES"] = "0";
+    auto st = hctest::run(job, [&](int rank, hcComm_t comm) {
+      const size_t n = 1 << 20, W = static_cast<size_t>(job.nranks);
+      std::vector<float> in(W * n), out(W * n);
+      for (size_t i = 0; i < in.size(); ++i) in[i] = 0.001f * static_cast<float>((i * 7 + rank) % 1999) - 1.f;
+      hcQuant q = HC_QUANT_INITIALIZER;
+      if (hcAllGatherQuantized(in.data(), out.data(), n, hcFloat32, &q, comm, nullptr) != hcSuccess) return 1;
+      hcStats s = HC_STATS_INITIALIZER;
+      if (hcCommGetStats(comm, &s) != hcSuccess) return 2;
+      const double quantized_us = s.predicted_us[hcCollAllGather];
+      const bool quantized = s.quantized_calls[hcCollAllGather] == 1;
+      // Exact: every element is what its rank sent (0.001 * k - 1 is no multiple of a scale).
+      bool exact = true;
+      for (size_t j = 0; j < W && exact; ++j)
+        for (size_t i = 0; i < n; ++i)
+          if (out[j * n + i] != 0.001f * static_cast<float>((i * 7 + j) % 1999) - 1.f) {
+            exact = false;
+            break;
+          }
+      if (quantized != k.quantizes || exact == k.quantizes) {
+        std::fprintf(stderr, "[rank %d] quantized %d exact %d, want quantized %d\n", rank, quantized, exact,
+                     k.quantizes);
+        return 3;
+      }
+      if (hcReduceScatterQuantized(in.data(), out.data(), n, hcFloat32, hcSum, &q, comm, nullptr) != hcSuccess)
+        return 4;
+      if (hcCommGetStats(comm, &s) != hcSuccess) return 5;
+      if ((s.quantized_calls[hcCollReduceScatter] == 1) != k.quantizes) return 6;
+      // The exact AllGather of the same size is predicted slower where the call quantized.
+      if (hcAllGather(in.data(), out.data(), n, hcFloat32, comm, nullptr) != hcSuccess) return 7;
+      if (hcCommGetStats(comm, &s) != hcSuccess) return 8;
+      if (quantized_us <= 0 || (k.quantizes && quantized_us >= s.predicted_us[hcCollAllGather])) {
+        std::fprintf(stderr, "[rank %d] predicted quantized %.1f us, exact %.1f us\n", rank, quantized_us,
+                     s.predicted_us[hcCollAllGather]);
+        return 9;
+      }
+      return 0;
+    });
+    for (int r = 0; r < job.nranks; ++r)
+      EXPECT_EQ(st[r], 0) << k.nodes << "x" << k.local << " " << k.file << " rank " << r;
+  }
+  std::remove(slow.c_str());
+  std::remove(fast.c_str());
 }
 
 }  // namespace

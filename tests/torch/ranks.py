@@ -413,9 +413,10 @@ def scenario_options() -> dict:
     dist.broadcast(b, 0)
     assert ht.fallback_counts().get("broadcast") == 1, ht.fallback_counts()
     # A new group with its own options; the default group keeps its own.
-    g = dist.new_group(list(range(WORLD)), pg_options=ht.Options(net_window=2, chunk_size=65536))
+    g = dist.new_group(list(range(WORLD)), pg_options=ht.Options(net_window=2, chunk_size=65536, quant_min_nodes=0))
     sub = ht.config(g)
     assert sub["algo"] == "auto" and sub["net_window"] == 2 and sub["chunk_size"] == 65536, sub
+    assert sub["quant_min_nodes"] == 0 and world["quant_min_nodes"] == 2, (sub, world)
     t = torch.full((1 << 12,), 1.0)
     dist.all_reduce(t, group=g)
     check(t, torch.full((1 << 12,), float(WORLD)), "allreduce on the new group")

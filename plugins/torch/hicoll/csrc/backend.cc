@@ -33,7 +33,8 @@ hcConfig_t hcConfigOf(const HicollBackend::Config& cfg) {
       {"timeout_ms", &c.timeoutMs},         {"chunk_size", &c.chunkBytes},
       {"net_chunk_size", &c.netChunkBytes}, {"net_window", &c.netWindow},
       {"device_chunk_size", &c.deviceChunkBytes}, {"allreduce_small_bytes", &c.allreduceSmallBytes},
-      {"scratch_bytes", &c.scratchBytes},   {"sort_bytes", &c.sortBytes}};
+      {"scratch_bytes", &c.scratchBytes},   {"sort_bytes", &c.sortBytes},
+      {"quant_min_nodes", &c.quantMinNodes}};
   for (const auto& [k, v] : cfg.text_options) {
     auto it = text.find(k);
     TORCH_CHECK(it != text.end(), "hicoll.torch.Options: unknown option '", k, "'");

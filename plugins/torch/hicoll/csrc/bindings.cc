@@ -114,7 +114,7 @@ PYBIND11_MODULE(_C, m) {
                             {"net_chunk_size", c.netChunkBytes}, {"net_window", c.netWindow},
                             {"device_chunk_size", c.deviceChunkBytes},
                             {"allreduce_small_bytes", c.allreduceSmallBytes}, {"scratch_bytes", c.scratchBytes},
-                            {"sort_bytes", c.sortBytes}})
+                            {"sort_bytes", c.sortBytes}, {"quant_min_nodes", c.quantMinNodes}})
           d[k] = v;
         return d;
       }, "hcCommGetConfig: what the group's communicator runs with.")
