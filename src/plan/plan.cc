@@ -55,6 +55,22 @@ size_t callBytes(const hcComm& c, const CollArgs& a) {
   return a.coll == hcCollAllReduce ? b : b * static_cast<size_t>(c.nranks);
 }
 
+// Whether a is a quantized ReduceScatter that quantizes (the images of a quantized AllGather
+// are gathered by exact calls).
+bool quantizesHere(const CollArgs& a) {
+  return a.coll == hcCollReduceScatter && a.quant.block && !a.quant.exact;
+}
+
+Algo algoOf(const CollPlan& p) { return p.path == hcPathHierarchical ? Algo::Hier : Algo::Ring; }
+
+// The model's time of a on a path (a quantized ReduceScatter that quantizes as such).
+Prediction predictFor(const hcComm& c, const CollArgs& a, const Shape& s, Algo algo, bool in_place,
+                      bool allreduce_small) {
+  if (quantizesHere(a))
+    return predictQuantized(c.model, s, a.coll, algo, callBytes(c, a), in_place, hcTypeSize(a.dtype), a.quant.block);
+  return predict(c.model, s, a.coll, algo, callBytes(c, a), in_place, allreduce_small);
+}
+
 // HICOLL_ALGO=auto on a path the rules allow: the model picks the split of an AllReduce (when
 // HICOLL_ALLREDUCE_SMALL_BYTES is not set and both are possible), then hierarchical or ring.
 void modelChoice(const hcComm& c, const CollArgs& a, const Capabilities& caps, CollPlan& p) {
@@ -74,8 +90,8 @@ void modelChoice(const hcComm& c, const CollArgs& a, const Capabilities& caps, C
       p.block_bytes = small ? bytes : p.allreduce_block * e;
     }
   }
-  const double hier = predict(c.model, s, a.coll, Algo::Hier, bytes, false, p.allreduce_small).total();
-  const double ring = predict(c.model, s, a.coll, Algo::Ring, bytes, false, p.allreduce_small).total();
+  const double hier = predictFor(c, a, s, Algo::Hier, false, p.allreduce_small).total();
+  const double ring = predictFor(c, a, s, Algo::Ring, false, p.allreduce_small).total();
   if (ring < hier) {
     p.path = hcPathRing;
     p.rule = Rule::ModelChoseRing;
@@ -83,22 +99,11 @@ void modelChoice(const hcComm& c, const CollArgs& a, const Capabilities& caps, C
   }
 }
 
-// Whether a is a quantized ReduceScatter that quantizes (the images of a quantized AllGather
-// are gathered by exact calls).
-bool quantizesHere(const CollArgs& a) {
-  return a.coll == hcCollReduceScatter && a.quant.block && !a.quant.exact;
-}
-
-Algo algoOf(const CollPlan& p) { return p.path == hcPathHierarchical ? Algo::Hier : Algo::Ring; }
-
 // The prediction of the path the plan takes (for the statistics and the logs).
 void modelPrediction(const hcComm& c, const CollArgs& a, CollPlan& p) {
   if (!modelledColl(a.coll) || !c.topo.uniform) return;
   const Shape s = modelShape(c, p.chunk_bytes, p.net_window);
-  p.predicted = quantizesHere(a) ? predictQuantized(c.model, s, a.coll, algoOf(p), callBytes(c, a), inPlace(c, a),
-                                                    hcTypeSize(a.dtype), a.quant.block)
-                                 : predict(c.model, s, a.coll, algoOf(p), callBytes(c, a), inPlace(c, a),
-                                           p.allreduce_small);
+  p.predicted = predictFor(c, a, s, algoOf(p), inPlace(c, a), p.allreduce_small);
   p.modelled = true;
 }
 
@@ -245,13 +250,15 @@ QuantPlan planQuantized(const hcComm& c, const CollArgs& a, const Capabilities& 
   CollArgs exact = a;
   exact.quant = QuantArgs{};
   const CollPlan pe = planCall(c, exact, caps);
-  CollPlan pw = pe;
+  CollArgs wire = a;  // the ReduceScatter quantizes inside its path
+  wire.quant.packed = true;
+  wire.quant.exact = false;
   if (a.coll == hcCollAllGather) {
-    CollArgs wire = exact;
+    wire = exact;
     wire.dtype = hcUint8;
     wire.count = quant::packedBytes(std::min(a.count, quant::pieceElems(a.count, a.quant.block)), a.quant.block);
-    pw = planCall(c, wire, caps);
   }
+  const CollPlan pw = planCall(c, wire, caps);
   const size_t bytes = callBytes(c, a), e = hcTypeSize(a.dtype);
   auto quantized = [&](bool ip) {
     return predictQuantized(c.model, modelShape(c, pw.chunk_bytes, pw.net_window), a.coll, algoOf(pw), bytes, ip, e,
