@@ -2,12 +2,18 @@
 """The cost model's validation report from perf/model_validate.sh's JSON files.
 
     perf/model_report.py DIR [DIR ...] [--plot perf/img/model_predicted_vs_measured.png] [--markdown F]
+    perf/model_report.py --quantized DIR [--markdown F]
 
 A point is (collective, layout, link rate, size, path) for the two fixed paths, hierarchical
 (the --baseline hier communicator) and ring, out of place and in place: the prediction is the
 engine's own (hcStats.predicted_us), the measurement agbench's median. The choice check
 compares what HICOLL_ALGO=auto (the main column) measured with the best fixed path measured in
 the same run.
+
+--quantized reads perf/model_quantized.sh's files instead: the exact call (hicoll) and the
+quantized one (hicoll-int8) per collective, type, layout and size, and checks the choice that
+HICOLL_QUANT_MIN_NODES=0 makes (quantize where the quantized call's prediction is the lower)
+against the faster of the two measured in the same run.
 """
 import argparse
 import glob
@@ -59,6 +65,87 @@ def load(dirs):
     return points, choices
 
 
+def load_quantized(dirs):
+    points, choices = [], []
+    for f in sorted(f for d in dirs for f in glob.glob(os.path.join(d, "*_*_*x*_*.json"))):
+        m = re.match(r"(allgather|reducescatter)_(\w+?)_(\d+)x(\d+)_(\w+)\.json", os.path.basename(f))
+        if not m:
+            continue
+        coll, dtype, N, L, rate = m.group(1), m.group(2), int(m.group(3)), int(m.group(4)), m.group(5)
+        for row in json.load(open(f))["rows"]:
+            v = row["variants"]
+            size = 1 << round(math.log2(row["size"]))
+            for place in ("oop", "ip"):
+                got = {}
+                for name, key in (("exact", "hicoll"), ("int8", "hicoll-int8")):
+                    x = v.get(key, {}).get(place, {})
+                    if x.get("ran") is False or "time_us" not in x or not x.get("predicted_us"):
+                        continue
+                    got[name] = x
+                    points.append(dict(coll=coll, dtype=dtype, N=N, L=L, rate=rate, size=size, algo=name,
+                                       place=place, pred=x["predicted_us"], meas=x["time_us"]))
+                if len(got) == 2:
+                    # The decision is made out of place on every rank (the flag may differ).
+                    oop = {k: v[key]["oop"]["predicted_us"] for k, key in (("exact", "hicoll"), ("int8", "hicoll-int8"))}
+                    pick = "int8" if oop["int8"] < oop["exact"] else "exact"
+                    best = min(got[k]["time_us"] for k in got)
+                    choices.append(dict(coll=coll, dtype=dtype, N=N, L=L, rate=rate, size=size, place=place,
+                                        pick=pick, exact=got["exact"]["time_us"], int8=got["int8"]["time_us"],
+                                        ratio=got[pick]["time_us"] / best))
+    return points, choices
+
+
+def quantized_report(dirs):
+    points, choices = load_quantized(dirs)
+    if not points:
+        sys.exit(f"no quantized results in {dirs}")
+    out = []
+    # The accuracy is counted on the emulated nodes; one node (no emulation, cache-resident
+    # buffers at the small sizes) is there for the verdict.
+    for algo in ("exact", "int8"):
+        ps = [p for p in points if p["algo"] == algo and p["N"] > 1]
+        if not ps:
+            continue
+        within = sum(abs(p["pred"] / p["meas"] - 1) <= 0.2 for p in ps)
+        out.append(f"{algo}, emulated nodes: {len(ps)} points, prediction within 20 % of the measured median at "
+                   f"{within} ({100 * within / len(ps):.1f} %), median |error| "
+                   f"{100 * statistics.median(abs(p['pred'] / p['meas'] - 1) for p in ps):.1f} %.")
+    for name, cs in (("emulated nodes", [c for c in choices if c["N"] > 1]), ("one node", [c for c in choices if c["N"] == 1])):
+        if cs:
+            ok = sum(c["ratio"] <= 1.10 for c in cs)
+            out.append(f"Choice on {name} (quantize where predicted faster; its measured time / the faster "
+                       f"measured): {ok} of {len(cs)} within 10 %, median {statistics.median(c['ratio'] for c in cs):.3f}.")
+    sizes = sorted({p["size"] for p in points})
+    idx = {(p["coll"], p["dtype"], p["N"], p["L"], p["size"], p["algo"], p["place"]): p for p in points}
+    cidx = {(c["coll"], c["dtype"], c["N"], c["L"], c["size"], c["place"]): c for c in choices}
+    out.append("")
+    out.append("Predicted / measured, out of place, exact | int8 (measured speedup of int8; the model's pick):")
+    out.append("")
+    out.append("| collective | type | layout | " + " | ".join(size_name(s) for s in sizes) + " |")
+    out.append("|---|---|---|" + "---|" * len(sizes))
+    for coll in ("allgather", "reducescatter"):
+        for dtype in sorted({p["dtype"] for p in points}):
+            for N, L in sorted({(p["N"], p["L"]) for p in points if p["coll"] == coll and p["dtype"] == dtype}):
+                cells = []
+                for s in sizes:
+                    e, q = (idx.get((coll, dtype, N, L, s, a, "oop")) for a in ("exact", "int8"))
+                    c = cidx.get((coll, dtype, N, L, s, "oop"))
+                    cell = " \\| ".join(f"{x['pred'] / x['meas']:.2f}" if x else "-" for x in (e, q))
+                    if c:
+                        cell += f" ({c['exact'] / c['int8']:.2f}x; {c['pick']})"
+                    cells.append(cell)
+                out.append(f"| {coll} | {dtype} | {N}x{L} | " + " | ".join(cells) + " |")
+    out.append("")
+    out.append("Worst points:")
+    for p in sorted(points, key=lambda p: -abs(p["pred"] / p["meas"] - 1))[:8]:
+        out.append(f"- {p['coll']} {p['dtype']} {p['N']}x{p['L']} {size_name(p['size'])} {p['algo']} {p['place']}: "
+                   f"predicted {p['pred']:.0f} us, measured {p['meas']:.0f} us ({p['pred'] / p['meas']:.2f})")
+    for c in (c for c in choices if c["ratio"] > 1.10):
+        out.append(f"- wrong pick: {c['coll']} {c['dtype']} {c['N']}x{c['L']} {size_name(c['size'])} {c['place']}: "
+                   f"picked {c['pick']}, exact {c['exact']:.0f} us, int8 {c['int8']:.0f} us ({c['ratio']:.2f})")
+    return "\n".join(out) + "\n"
+
+
 def size_name(b):
     for unit, div in (("M", 1 << 20), ("K", 1 << 10)):
         if b >= div and b % div == 0:
@@ -71,7 +158,14 @@ def main():
     ap.add_argument("dirs", nargs="+", help="model_validate.sh output folders (their points are merged)")
     ap.add_argument("--plot")
     ap.add_argument("--markdown")
+    ap.add_argument("--quantized", action="store_true", help="perf/model_quantized.sh's files")
     a = ap.parse_args()
+    if a.quantized:
+        text = quantized_report(a.dirs)
+        print(text, end="")
+        if a.markdown:
+            open(a.markdown, "w").write(text)
+        return
     points, choices = load(a.dirs)
     if not points:
         sys.exit(f"no results in {a.dirs}")

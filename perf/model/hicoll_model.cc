@@ -55,7 +55,8 @@ Prediction logStep(const MachineFigures& m, const Shape& s, hcColl_t coll, size_
   return p;
 }
 
-int predictCmd(const MachineFigures& m, Shape s, const std::string& coll, const std::string& bytes_s) {
+int predictCmd(const MachineFigures& m, Shape s, const std::string& coll, const std::string& bytes_s, bool in_place,
+               size_t quant, size_t elem) {
   const size_t bytes = bytesOf(bytes_s);
   const hcColl_t c = collOf(coll);
   std::printf("# %s of %zu bytes on %d x %d (host ranks %d, cores %d), chunk %zu, window %zu; figures: %s\n",
@@ -63,9 +64,13 @@ int predictCmd(const MachineFigures& m, Shape s, const std::string& coll, const 
   for (Algo a : {Algo::Hier, Algo::Ring})
     for (bool small : {false, true}) {
       if (small && c != hcCollAllReduce) continue;
-      const Prediction p = predict(m, s, c, a, bytes, false, small);
+      const Prediction p = predict(m, s, c, a, bytes, in_place, small);
       std::printf("%-5s%s %s (%s-bound)\n", algoName(a), c == hcCollAllReduce ? (small ? " gather" : " rs+ag ") : "",
                   p.terms().c_str(), p.bound());
+      if (quant && c != hcCollAllReduce) {
+        const Prediction q = predictQuantized(m, s, c, a, bytes, in_place, elem, quant);
+        std::printf("%-5s int8 %s (%s-bound)\n", algoName(a), q.terms().c_str(), q.bound());
+      }
     }
   return 0;
 }
@@ -133,6 +138,13 @@ int main(int argc, char** argv) {
   size_t chunk = 256u << 10;
   pred->add_option("--chunk", chunk, "pipeline chunk bytes")->capture_default_str();
   pred->add_option("--window", s.window, "chunks in flight per peer")->capture_default_str();
+  bool in_place = false;
+  pred->add_flag("--in-place", in_place, "the call in place");
+  size_t quant = 0, elem = 4;
+  pred->add_option("--quant", quant, "also the quantized call, this many elements per scale (256)");
+  pred->add_option("--elem", elem, "bytes per element of the quantized call's type (4: fp32, 2: bf16)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({2, 4}));
   auto* scale = app.add_subcommand("scale", "predictions at 8-192 nodes x 8 GPUs (perf/README.md)");
   double gbps = 400;
   scale->add_option("--gbps", gbps, "per-node network, Gbit/s")->capture_default_str();
@@ -142,7 +154,7 @@ int main(int argc, char** argv) {
     const MachineFigures m = model_file.empty() ? defaultFigures(provider) : loadFigures(model_file);
     if (s.host_ranks <= 1) s.host_ranks = s.nodes * s.local;
     s.chunk = chunk;
-    return predictCmd(m, s, coll, bytes);
+    return predictCmd(m, s, coll, bytes, in_place, quant, elem);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "hicoll_model: %s\n", e.what());
     return 2;
