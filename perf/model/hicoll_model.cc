@@ -30,7 +30,9 @@ size_t bytesOf(const std::string& s) {
 }
 
 hcColl_t collOf(const std::string& c) {
-  return c == "allgather" ? hcCollAllGather : c == "reducescatter" ? hcCollReduceScatter : hcCollAllReduce;
+  return c == "allgather" ? hcCollAllGather : c == "reducescatter" ? hcCollReduceScatter
+         : c == "alltoall"  ? hcCollAllToAll
+                            : hcCollAllReduce;
 }
 
 // NCCL's bus bandwidth: AllGather and ReduceScatter move (W-1)/W of the size per rank.
@@ -61,6 +63,11 @@ int predictCmd(const MachineFigures& m, Shape s, const std::string& coll, const 
   const hcColl_t c = collOf(coll);
   std::printf("# %s of %zu bytes on %d x %d (host ranks %d, cores %d), chunk %zu, window %zu; figures: %s\n",
               coll.c_str(), bytes, s.nodes, s.local, s.host_ranks, s.cores, s.chunk, s.window, m.source.c_str());
+  if (c == hcCollAllToAll) {  // one path
+    const Prediction p = predict(m, s, c, Algo::Ring, bytes, in_place);
+    std::printf("pairwise %s (%s-bound)\n", p.terms().c_str(), p.bound());
+    return 0;
+  }
   for (Algo a : {Algo::Hier, Algo::Ring})
     for (bool small : {false, true}) {
       if (small && c != hcCollAllReduce) continue;
@@ -128,7 +135,7 @@ int main(int argc, char** argv) {
   pred->add_option("--model", model_file, "figures (HICOLL_MODEL_FILE JSON); default: the provider's");
   pred->add_option("--provider", provider, "provider whose default figures to use")->capture_default_str();
   pred->add_option("--coll", coll, "collective")
-      ->check(CLI::IsMember({"allgather", "reducescatter", "allreduce"}))
+      ->check(CLI::IsMember({"allgather", "reducescatter", "allreduce", "alltoall"}))
       ->capture_default_str();
   pred->add_option("--bytes", bytes, "size as nccl-tests counts it (K/M/G)")->capture_default_str();
   pred->add_option("-N,--nodes", s.nodes, "nodes")->capture_default_str()->check(CLI::PositiveNumber);

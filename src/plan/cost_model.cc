@@ -114,6 +114,27 @@ Prediction ring(const Ctx& c, size_t b, bool in_place, bool sums) {
   return p;
 }
 
+// The pairwise AllToAll of a b-byte block per pair: each rank's own block and its local
+// peers' are copied once; the blocks for other nodes' ranks cross the link straight, the node's
+// L ranks sharing it, in chunks with a few in flight per peer.
+Prediction pairwise(const Ctx& c, size_t b) {
+  Prediction p;
+  const size_t C = std::min(b, c.s.chunk), K = chunks(b, C);
+  p.latency = c.m.call_s + (c.L > 1 ? 2 * c.m.shm_alpha_s : 0) + (c.N > 1 ? c.m.net_alpha_s : 0);
+  const double B = static_cast<double>(b);
+  p.cpu = static_cast<double>(c.L) * B / c.m.copy_Bps;
+  if (c.N > 1) {
+    const double blocks = static_cast<double>((c.N - 1) * c.L);  // to (and from) other nodes
+    p.link = blocks * B * static_cast<double>(c.L) / c.m.net_Bps;
+    p.cpu += netCpu(c, blocks * B, blocks * static_cast<double>(K));
+    const double in_flight = static_cast<double>(c.s.window * std::min<size_t>(c.W - 1, 4));
+    p.window = blocks * static_cast<double>(K) / in_flight * 2 * c.m.net_alpha_s;
+    p.fill = static_cast<double>(C) / c.m.copy_Bps * c.share;
+  }
+  p.cpu *= c.share;
+  return p;
+}
+
 // Phases in sequence: the second's whole time comes after the first.
 Prediction then(Prediction a, const Prediction& b) {
   a.after += b.total();
@@ -148,6 +169,7 @@ Prediction predict(const MachineFigures& m, const Shape& s, hcColl_t coll, Algo 
   switch (coll) {
     case hcCollAllGather: return algo == Algo::Hier ? hierAllGather(c, b, in_place) : ring(c, b, in_place, false);
     case hcCollReduceScatter: return algo == Algo::Hier ? hierReduceScatter(c, b) : ring(c, b, false, true);
+    case hcCollAllToAll: return pairwise(c, b);  // its one path, whatever algo
     case hcCollAllReduce: {
       if (allreduce_small) return gatherAndSum(c, algo, bytes);
       const Prediction rs = algo == Algo::Hier ? hierReduceScatter(c, b) : ring(c, b, false, true);

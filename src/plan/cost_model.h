@@ -47,7 +47,8 @@ struct Prediction {
 };
 
 // One collective on one path. bytes: nccl-tests' size (AllGather: the whole output;
-// ReduceScatter: the whole input; AllReduce: the buffer). allreduce_small: AllReduce's
+// ReduceScatter: the whole input; AllReduce: the buffer; AllToAll: what one rank sends, its
+// pairwise path whatever algo). allreduce_small: AllReduce's
 // latency path (one AllGather of every buffer, then a local sum) instead of RS + AG.
 Prediction predict(const MachineFigures& m, const Shape& s, hcColl_t coll, Algo algo, size_t bytes,
                    bool in_place, bool allreduce_small = false);

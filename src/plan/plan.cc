@@ -34,9 +34,11 @@ CollPlan fallback(CollPlan p, Rule r, std::string reason) {
   return p;
 }
 
+// What the model chooses for (path, AllReduce split, window) and what it predicts.
 bool modelledColl(hcColl_t coll) {
   return coll == hcCollAllGather || coll == hcCollReduceScatter || coll == hcCollAllReduce;
 }
+bool predictedColl(hcColl_t coll) { return modelledColl(coll) || coll == hcCollAllToAll; }
 
 bool inPlace(const hcComm& c, const CollArgs& a) {
   const size_t b = a.count * hcTypeSize(a.dtype);
@@ -50,9 +52,10 @@ bool inPlace(const hcComm& c, const CollArgs& a) {
   }
 }
 
+// nccl-tests' size of the call (an AllToAll's count is what this rank sends in all).
 size_t callBytes(const hcComm& c, const CollArgs& a) {
   const size_t b = a.count * hcTypeSize(a.dtype);
-  return a.coll == hcCollAllReduce ? b : b * static_cast<size_t>(c.nranks);
+  return a.coll == hcCollAllReduce || a.coll == hcCollAllToAll ? b : b * static_cast<size_t>(c.nranks);
 }
 
 // Whether a is a quantized ReduceScatter that quantizes (the images of a quantized AllGather
@@ -101,7 +104,7 @@ void modelChoice(const hcComm& c, const CollArgs& a, const Capabilities& caps, C
 
 // The prediction of the path the plan takes (for the statistics and the logs).
 void modelPrediction(const hcComm& c, const CollArgs& a, CollPlan& p) {
-  if (!modelledColl(a.coll) || !c.topo.uniform) return;
+  if (!predictedColl(a.coll) || !c.topo.uniform) return;
   const Shape s = modelShape(c, p.chunk_bytes, p.net_window);
   p.predicted = predictFor(c, a, s, algoOf(p), inPlace(c, a), p.allreduce_small);
   p.modelled = true;

@@ -52,8 +52,8 @@ struct CollPlan {
   // beyond those received from the rail peers (HICOLL_NET_WINDOW).
   size_t chunk_bytes = 0;
   size_t net_window = 0;
-  // The cost model's time for this call on its path (host AllGather, ReduceScatter, AllReduce
-  // on uniform nodes; modelled false otherwise). Under HICOLL_ALGO=auto the path, the AllReduce
+  // The cost model's time for this call on its path (host AllGather, ReduceScatter, AllReduce,
+  // AllToAll on uniform nodes; modelled false otherwise). Under HICOLL_ALGO=auto the path, the AllReduce
   // split and the window are the ones it predicts fastest, from values alike on every rank
   // (never the in-place flag, which may differ).
   bool modelled = false;

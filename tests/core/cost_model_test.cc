@@ -143,6 +143,20 @@ TEST(CostModel, QuantizedReduceScatterShrinksWhatCrossesTheLinks) {
             predict(m, shape(1, 4), hcCollReduceScatter, Algo::Hier, bytes, false).total());
 }
 
+TEST(CostModel, AllToAllSendsEveryRemoteBlockOnce) {
+  const MachineFigures m = figures();
+  const size_t bytes = 16u << 20, b = bytes / 4;  // what one rank sends, a quarter to each rank
+  const Prediction p = predict(m, shape(2, 2), hcCollAllToAll, Algo::Ring, bytes, false);
+  // 2 x 2: each of the node's 2 ranks sends 2 blocks to the other node.
+  EXPECT_DOUBLE_EQ(p.link, 4.0 * b / m.net_Bps);
+  EXPECT_STREQ(p.bound(), "link");
+  EXPECT_EQ(p.total(), predict(m, shape(2, 2), hcCollAllToAll, Algo::Hier, bytes, false).total()) << "one path";
+  // One node: the own block and the peer's, copied once each.
+  const Prediction one = predict(m, shape(1, 2), hcCollAllToAll, Algo::Ring, bytes / 2, false);
+  EXPECT_EQ(one.link, 0);
+  EXPECT_DOUBLE_EQ(one.cpu, 2.0 * (bytes / 4) / m.copy_Bps);
+}
+
 TEST(ModelFile, RoundTripsAndNamesWhatIsWrong) {
   const MachineFigures m = figures();
   const MachineFigures back = parseFigures(figuresJson(m, "test"), "t.json");
