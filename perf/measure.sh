@@ -32,23 +32,23 @@ target_a() {
   # The copy bandwidths that bound 2 ranks on one node (memcpy; process_vm_readv alone and with
   # both processes reading at once, as during an AllGather).
   { echo "\$ build-perf/perf/copybw 32M 7"; "$(dirname "$B")/copybw" 32M 7; } | tee "$R/copybw.txt"
-  run a_allgather_1x2 "$B" allgather --np 2 -b 64M -e 64M -n 20 -w 5 -c 1 --reps 5 --baseline mpi,memcpy
+  run allgather_64M_1x2 "$B" allgather --np 2 -b 64M -e 64M -n 20 -w 5 -c 1 --reps 5 --baseline mpi,memcpy
 }
 target_b() {
-  run b_reducescatter_1x2 "$B" reducescatter --np 2 -b 64M -e 64M -n 20 -w 5 -c 1 --reps 5 --baseline mpi,memcpy
+  run reducescatter_64M_1x2 "$B" reducescatter --np 2 -b 64M -e 64M -n 20 -w 5 -c 1 --reps 5 --baseline mpi,memcpy
 }
 target_c() {
   for coll in allgather reducescatter; do
-    run "c_${coll}_2x2_tcp" $NS -N 2 -L 2 -m mpi -- "$coll" -b 64M -e 64M -n 3 -w 1 -c 1 --reps 5 --baseline ring -v
-    run "c_${coll}_2x2_han" $NS -N 2 -L 2 -m han -- "$coll" -b 64M -e 64M -n 3 -w 1 -c 1 --reps 5 -v
+    run "${coll}_64M_2x2_tcp" $NS -N 2 -L 2 -m mpi -- "$coll" -b 64M -e 64M -n 3 -w 1 -c 1 --reps 5 --baseline ring -v
+    run "${coll}_64M_2x2_han" $NS -N 2 -L 2 -m han -- "$coll" -b 64M -e 64M -n 3 -w 1 -c 1 --reps 5 -v
   done
 }
 target_d() {
   # int8, so that 8 B is a whole element per rank on 4 ranks too.
-  run d_allgather_small_1x2 "$B" allgather --np 2 -d int8 -b 8 -e 64K -f 2 -n 200 -w 20 -c 1 --reps 5 --baseline mpi
-  run d_allgather_small_2x2 $NS -N 2 -L 2 -m mpi -- allgather -d int8 -b 8 -e 64K -f 2 -n 50 -w 5 -c 1 --reps 5
+  run allgather_small_1x2 "$B" allgather --np 2 -d int8 -b 8 -e 64K -f 2 -n 200 -w 20 -c 1 --reps 5 --baseline mpi
+  run allgather_small_2x2 $NS -N 2 -L 2 -m mpi -- allgather -d int8 -b 8 -e 64K -f 2 -n 50 -w 5 -c 1 --reps 5
   # 2 x 1: no more ranks than cores, where Open MPI's busy polling is not starved (see README)
-  run d_allgather_small_2x1 $NS -N 2 -L 1 -m mpi -- allgather -d int8 -b 8 -e 64K -f 2 -n 50 -w 5 -c 1 --reps 5
+  run allgather_small_2x1 $NS -N 2 -L 1 -m mpi -- allgather -d int8 -b 8 -e 64K -f 2 -n 50 -w 5 -c 1 --reps 5
 }
 sweeps_1x2() {
   run sweep_allgather_1x2 "$B" allgather --np 2 -b 1K -e 64M -f 4 -n 10 -w 3 -c 1 --reps 3 --baseline mpi,memcpy
@@ -71,7 +71,7 @@ plots() {
   done
   "$PY" "$here/plot.py" -o "$I/allgather_small.png" --metric time --logy \
     --title "allgather 8 B - 64 KiB: 1x2 (shm), 2x2 and 2x1 (netns)" \
-    "$R/d_allgather_small_1x2.json=1x2" "$R/d_allgather_small_2x2.json=2x2" "$R/d_allgather_small_2x1.json=2x1"
+    "$R/allgather_small_1x2.json=1x2" "$R/allgather_small_2x2.json=2x2" "$R/allgather_small_2x1.json=2x1"
   "$PY" "$here/targets.py" "$R" >"$R/targets.md"
   cat "$R/targets.md"
 }

@@ -37,7 +37,7 @@ def verdict(value, goal):
 
 
 def target_a(d, out):
-    run = load(d, "a_allgather_1x2")
+    run = load(d, "allgather_64M_1x2")
     if not run:
         return
     r = row_at(run)
@@ -56,7 +56,7 @@ def target_a(d, out):
 
 
 def target_b(d, out):
-    run = load(d, "b_reducescatter_1x2")
+    run = load(d, "reducescatter_64M_1x2")
     if not run:
         return
     r = row_at(run)
@@ -79,7 +79,7 @@ def target_c(d, out):
     out.append("|---|---|---|---|---|---|---|---|---|")
     stats_lines = []
     for coll in ("allgather", "reducescatter"):
-        tcp, han = load(d, f"c_{coll}_2x2_tcp"), load(d, f"c_{coll}_2x2_han")
+        tcp, han = load(d, f"{coll}_64M_2x2_tcp"), load(d, f"{coll}_64M_2x2_han")
         if not tcp:
             continue
         r = row_at(tcp)
@@ -125,8 +125,8 @@ def target_d(d, out):
     out.append("### d. AllGather 8 B - 64 KiB, time per call: hicoll vs Open MPI (same run)\n")
     out.append("| layout | size (B) | hicoll oop (us) | MPI oop (us) | hicoll in-place (us) | MPI in-place (us) | hicoll <= MPI |")
     out.append("|---|---|---|---|---|---|---|")
-    for name, label in (("d_allgather_small_1x2", "1x2 shm"), ("d_allgather_small_2x2", "2x2 netns"),
-                        ("d_allgather_small_2x1", "2x1 netns")):
+    for name, label in (("allgather_small_1x2", "1x2 shm"), ("allgather_small_2x2", "2x2 netns"),
+                        ("allgather_small_2x1", "2x1 netns")):
         run = load(d, name)
         if not run:
             continue
