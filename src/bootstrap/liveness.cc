@@ -142,12 +142,13 @@ Liveness::~Liveness() {
   for (Peer& p : peers_) (void)!::send(p.fd.get(), msg, len, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
-void Liveness::check() {
+void Liveness::poll(bool causes_only) {
   const auto now = std::chrono::steady_clock::now();
-  if (peers_.empty() || now - last_ < kCheckEvery) return;
-  last_ = now;
+  if (peers_.empty() || (!causes_only && now - last_ < kCheckEvery)) return;
+  if (!causes_only) last_ = now;
   // Without its cause this is a symptom (the caller waits briefly for a failure notice).
   auto failedAndClosed = [&](const Peer& p) {
+    if (p.why.empty() && causes_only) return;
     if (p.why.empty())
       throw Error(hcRemoteError, fmt::format("{} failed and closed its communicator", who_(p.rank)), Error::kSymptom);
     throw Error(hcRemoteError, fmt::format("{} failed and closed its communicator: {}", who_(p.rank), p.why));
@@ -173,6 +174,7 @@ void Liveness::check() {
       p.failed_call = call;
       continue;
     }
+    if (causes_only) continue;  // a closed link is the symptom being explained
     if (n > 0 && buf[0] == kBye)
       HC_THROW(hcRemoteError, "{} destroyed its communicator while this rank still waited for it", who_(p.rank));
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))

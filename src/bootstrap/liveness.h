@@ -34,7 +34,11 @@ class Liveness {
 
   // Throws hcRemoteError naming a watched rank whose connection closed. At most one system
   // call every few milliseconds (waits call it in their idle loops).
-  void check();
+  void check() { poll(/*causes_only=*/false); }
+  // Throws only where a watched rank's failure with its cause has arrived: what a rank whose
+  // link to a peer broke asks before it reports the broken link (the peer may have closed its
+  // endpoint, losing the failure notice it sent on that link, but its cause comes here first).
+  void explain() { poll(/*causes_only=*/true); }
   // This rank's communicator failed (why: the cause, kept from the first call): its
   // destruction says so instead of "bye", with the cause, so that a watcher whose failure
   // notice is slow to come still names the rank behind it.
@@ -45,6 +49,7 @@ class Liveness {
   static constexpr size_t kReasonBytes = 240;  // of why, carried
 
  private:
+  void poll(bool causes_only);
   bool failed_ = false;
   std::string why_;
   struct Peer {

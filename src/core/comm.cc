@@ -287,6 +287,7 @@ void hcComm::explainSymptom(long ms) {
   hicoll::Deadline d(ms);
   while (!d.expired()) {
     ofi->checkFailureNotices();
+    if (liveness) liveness->explain();  // a peer that closed its endpoint told its cause here
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
 }

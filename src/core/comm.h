@@ -97,8 +97,8 @@ struct hcComm {
   // died or aborted, a failure notice arrived, a watched rank's liveness connection closed.
   // Cheap enough for every idle pass of a wait (each source is rate-limited).
   void checkPeers();
-  // After an error that is a symptom (a broken link): waits up to ms for a failure notice that
-  // names the cause, and throws it if one arrives.
+  // After an error that is a symptom (a broken link): waits up to ms for a failure notice, or
+  // a watched rank's failure with its cause on liveness, and throws it if one arrives.
   void explainSymptom(long ms);
   void countCall(hcColl_t c, hcPath_t path, const std::string& fallback_reason = "", double predicted_s = 0);
   void countBytes(hcColl_t c, int peer, size_t bytes);

@@ -80,6 +80,47 @@ TEST(Liveness, FailureInALaterCallIsReportedWhenThisRankGetsThere) {
   });
 }
 
+// explain() is asked after a broken link: a peer that only closed (here: destroyed, "bye") is
+// the symptom and not thrown; a peer's failure with its cause is, naming who is behind it.
+TEST(Liveness, ExplainThrowsOnlyAFailureThatCarriesItsCause) {
+  onThreads(3, makeInMemoryStore(), [](Bootstrap& bs) {
+    const int me = bs.rank();
+    std::vector<int> peers = me == 0 ? std::vector<int>{1, 2} : std::vector<int>{0};
+    auto live = std::make_unique<Liveness>(bs, peers, "127.0.0.1", 5000,
+                                           [](int r) { return fmt::format("rank {}", r); });
+    bs.barrier();
+    if (me == 2) live.reset();  // bye
+    bs.barrier();
+    if (me == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      try {
+        live->explain();
+      } catch (const Error& e) {
+        ADD_FAILURE() << "a bye is no cause: " << e.what();
+      }
+    }
+    bs.barrier();
+    if (me == 1) {
+      live->markFailed("rank 1: AllGather #3: rank 7 died");
+      live.reset();
+    }
+    bs.barrier();
+    if (me != 0) return;
+    std::string msg;
+    for (int i = 0; i < 50 && msg.empty(); ++i) {
+      try {
+        live->explain();
+      } catch (const Error& e) {
+        msg = e.what();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    EXPECT_NE(msg.find("rank 1 failed and closed its communicator: rank 1: AllGather #3: rank 7 died"),
+              std::string::npos)
+        << msg;
+  });
+}
+
 TEST(Bootstrap, TcpStoreServesRanksAndRejectsStrangers) {
   SockAddr addr = addressOfInterface("");
   Secret secret = randomSecret();
