@@ -291,8 +291,10 @@ typedef struct {
  * same count, datatype and block. Communicators of fewer than HICOLL_QUANT_MIN_NODES nodes
  * (default 2) run it exactly; with HICOLL_QUANT_MIN_NODES=0 it quantizes where the cost model
  * predicts that faster than the exact call (hcStats.quantized_calls counts the quantized
- * ones; predicted_us holds the model's time of the whole call). Host buffers only (stream
- * NULL) for now. */
+ * ones; predicted_us holds the model's time of the whole call). Device buffers (with a
+ * stream) quantize on the device path from HICOLL_QUANT_MIN_NODES nodes on (from 2 under 0:
+ * the model has no device figures), with the same bits as the host; where that path cannot
+ * run, NCCL's exact AllGather (announced as a fallback). */
 HC_API hcResult_t hcAllGatherQuantized(const void* sendbuff, void* recvbuff, size_t sendcount,
                                        hcDataType_t datatype, const hcQuant* quant, hcComm_t comm,
                                        hcStream_t stream);
@@ -305,7 +307,8 @@ HC_API hcResult_t hcAllGatherQuantized(const void* sendbuff, void* recvbuff, siz
  * the rounding of datatype. op: hcSum, hcAvg or a pre-multiplied sum; datatype fp32, bf16 or
  * fp16. The flat ring (HICOLL_ALGO=ring, fallbacks) runs it exactly, and so does a
  * communicator that would not quantize an hcAllGatherQuantized (HICOLL_QUANT_MIN_NODES, the
- * cost model under 0) (hcStats.quantized_calls counts the quantized ones). Host buffers only. */
+ * cost model under 0) (hcStats.quantized_calls counts the quantized ones). Device buffers run
+ * the exact ReduceScatter (no device kernels yet; logged at HICOLL_DEBUG=INFO). */
 HC_API hcResult_t hcReduceScatterQuantized(const void* sendbuff, void* recvbuff, size_t recvcount,
                                            hcDataType_t datatype, hcRedOp_t op, const hcQuant* quant,
                                            hcComm_t comm, hcStream_t stream);

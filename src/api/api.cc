@@ -182,7 +182,6 @@ void validate(hcComm& c, const CollArgs& a, const char* fn) {
              "{}: datatype {} cannot be quantized (float32, bfloat16 or float16)", fn, dtypeName(a.dtype));
     HC_CHECK(a.quant.block <= quant::kMaxBlock, hcInvalidArgument, "{}: block {} is above the largest, {}", fn,
              a.quant.block, quant::kMaxBlock);
-    HC_CHECK(!a.stream, hcUnsupported, "{}: device buffers are not supported yet (host buffers only)", fn);
     HC_CHECK(a.coll != hcCollReduceScatter || a.op.kind == OpKind::Sum || a.op.kind == OpKind::Avg ||
                  a.op.kind == OpKind::PreMulSum,
              hcInvalidArgument, "{}: reduction op {} has no quantized form (sum, avg or a pre-multiplied sum)", fn,

@@ -312,17 +312,26 @@ void CudaDeviceEngine::enqueue(const CollArgs& a) {
   if (a.coll != hcCollBroadcast || comm_.rank == a.root) checkBuffer(a.send, "sendbuff", a);
   checkBuffer(a.recv, "recvbuff", a);
 
-  const dev::DeviceChoice d = dev::decide(comm_, a, status_, hier_.get());
+  CollArgs run = a;  // a quantized call that does not quantize runs exact, described as itself
+  if (a.quant.block) {
+    const std::string why = dev::exactInstead(comm_, a);
+    if (!why.empty()) {
+      HC_INFO("{} runs exact: {}", describe(a), why);
+      run.quant.packed = run.quant.exact = true;
+    }
+  }
+  const dev::DeviceChoice d = dev::decide(comm_, dev::planArgs(run), status_, hier_.get());
   if (d.fallback) {
-    HC_INFO("fallback: {} runs on NCCL: {}", describe(a), d.reason);
+    HC_INFO("fallback: {} runs{} on NCCL: {}", describe(a), dev::quantizes(run) ? " exact" : "", d.reason);
     comm_.countCall(a.coll, hcPathFallback, d.reason);
-    fallback().run(a);
+    fallback().run(a);  // NCCL has no quantized form: the exact collective
     return;
   }
   HC_TRACE("{}: device hierarchical path", describe(a));
   comm_.countCall(a.coll, hcPathHierarchical);
-  hier_->forEachPeerBytes(a, [this, &a](int peer, size_t bytes) { comm_.countBytes(a.coll, peer, bytes); });
-  hier_->enqueue(a);
+  hier_->forEachPeerBytes(run, [this, &a](int peer, size_t bytes) { comm_.countBytes(a.coll, peer, bytes); });
+  hier_->enqueue(run);
+  if (dev::quantizes(run)) comm_.countQuantized(a.coll);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "device/cuda_check.h"
+#include "device/quant_kernels.h"
 #include "device/reduce_kernels.h"
 
 namespace hicoll::dev {
@@ -102,6 +103,8 @@ void CudaStream::waitFlag(const FlagRef& f, uint32_t value) {
 }
 
 void CudaStream::reduce(const ReduceJob& job) { HC_CUDA(launchReduce(job, stream_, max_blocks_)); }
+void CudaStream::quantize(const QuantJob& job) { HC_CUDA(launchQuantize(job, stream_)); }
+void CudaStream::dequantize(const QuantJob& job) { HC_CUDA(launchDequantize(job, stream_)); }
 
 void* CudaStream::allocTemp(size_t bytes) {
   void* p = nullptr;

@@ -1,7 +1,7 @@
 // The CUDA backend of DevStream: one non-blocking stream per communicator, copies with
 // cudaMemcpyAsync (copy engines, including peer copies into/out of CUDA IPC mappings),
 // counters with cuStreamWriteValue32 / cuStreamWaitValue32 on pinned host memory, the
-// reduction kernel, and stream-ordered scratch from a private memory pool.
+// reduction and quantization kernels, and stream-ordered scratch from a private memory pool.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -37,6 +37,8 @@ class CudaStream final : public DevStream {
   void writeFlag(const FlagRef& f, uint32_t value) override;
   void waitFlag(const FlagRef& f, uint32_t value) override;
   void reduce(const ReduceJob& job) override;
+  void quantize(const QuantJob& job) override;
+  void dequantize(const QuantJob& job) override;
   void* allocTemp(size_t bytes) override;
   void freeTemp(void* p) override;
   bool idle() override;

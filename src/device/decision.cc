@@ -1,5 +1,8 @@
 #include "device/decision.h"
 
+#include <fmt/format.h>
+
+#include "base/quant_format.h"
 #include "core/comm.h"
 #include "device/dev_stream.h"
 #include "device/hier_engine.h"
@@ -27,6 +30,24 @@ DeviceChoice decide(const CollPlan& plan, const EngineStatus& status, const std:
     d.reason = engine_unsupported;
   }
   return d;
+}
+
+std::string exactInstead(const hcComm& comm, const CollArgs& a) {
+  if (a.coll != hcCollAllGather) return fmt::format("the quantized {} has no device kernels", collName(a.coll));
+  const int64_t min_nodes = comm.cfg.num(Knob::QuantMinNodes);
+  const int64_t from = min_nodes > 0 ? min_nodes : 2;
+  if (comm.topo.nnodes >= from) return "";
+  return fmt::format("exact on {} node(s) (HICOLL_QUANT_MIN_NODES={}{})", comm.topo.nnodes, min_nodes,
+                     min_nodes == 0 ? "; device calls quantize from 2 nodes" : "");
+}
+
+CollArgs planArgs(const CollArgs& a) {
+  if (!quantizes(a)) return a;
+  CollArgs wire = a;
+  wire.dtype = hcUint8;
+  wire.count = quant::packedBytes(a.count, a.quant.block);
+  wire.quant.packed = true;
+  return wire;
 }
 
 DeviceChoice decide(const hcComm& comm, const CollArgs& a, const EngineStatus& status, const HierEngine* engine) {

@@ -39,6 +39,16 @@ struct ReduceJob {
   int divisor = 0;
 };
 
+// Block quantization (algorithms/quantize.h has the format): quantize writes the packed image
+// of count elements of dtype at src to image; dequantize writes them back from image to out.
+struct QuantJob {
+  hcDataType_t dtype = hcFloat32;
+  size_t block = 0;  // elements per scale
+  size_t count = 0;
+  const void* in = nullptr;  // elements (quantize) or an image (dequantize)
+  void* out = nullptr;       // an image (quantize) or elements (dequantize)
+};
+
 class DevStream {
  public:
   virtual ~DevStream() = default;
@@ -54,6 +64,8 @@ class DevStream {
   // Later operations wait until reached(*f, value).
   virtual void waitFlag(const FlagRef& f, uint32_t value) = 0;
   virtual void reduce(const ReduceJob& job) = 0;
+  virtual void quantize(const QuantJob& job) = 0;
+  virtual void dequantize(const QuantJob& job) = 0;
   // Stream-ordered scratch memory: usable by operations enqueued before freeTemp(p).
   virtual void* allocTemp(size_t bytes) = 0;
   virtual void freeTemp(void* p) = 0;

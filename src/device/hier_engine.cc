@@ -75,7 +75,10 @@ void HierEngine::enqueue(const CollArgs& a) {
     stream_->writeFlag(mine(Counter::Started), static_cast<uint32_t>(job.id));
     switch (a.coll) {
       case hcCollAllGather:
-        emitAllGather(static_cast<const char*>(a.send), static_cast<char*>(a.recv), a.count * e, e, job);
+        if (quantizes(a))
+          emitQuantizedAllGather(a, job);
+        else
+          emitAllGather(static_cast<const char*>(a.send), static_cast<char*>(a.recv), a.count * e, e, job);
         break;
       case hcCollReduceScatter:
         emitReduceScatter(static_cast<const char*>(a.send), static_cast<char*>(a.recv), a.count * e, a, job);

@@ -47,7 +47,10 @@
 
 namespace hicoll::dev {
 
-constexpr int kDepth = 2;  // ring slots per buffer: chunk k+1 fills while chunk k drains
+constexpr int kDepth = 2;
+
+// A quantized call that quantizes here (one run exact carries quant.packed, as on the host).
+inline bool quantizes(const CollArgs& a) { return a.quant.block && !a.quant.packed; }  // ring slots per buffer: chunk k+1 fills while chunk k drains
 
 enum class Counter : int { Pub = 0, Cons, Staged, Sent, Recvd, H2d, Started, Finished, kCount };
 
@@ -167,6 +170,9 @@ class HierEngine {
   void emitReduceScatter(const char* send, char* recv, size_t b, const CollArgs& a, Job& job);
   void emitBroadcast(const char* send, char* recv, size_t b, int root, Job& job);
   void emitAllReduce(const CollArgs& a, Job& job);
+  // hcAllGatherQuantized: this rank's block quantized once on the stream, the images gathered
+  // by emitAllGather, every image (its own too) dequantized into recv.
+  void emitQuantizedAllGather(const CollArgs& a, Job& job);
   ReduceJob reduction(const CollArgs& a, bool first_stage, bool last_stage) const;
 
   void proxyMain();

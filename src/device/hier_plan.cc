@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "base/error.h"
+#include "base/quant_format.h"
 #include "device/decision.h"
 
 namespace hicoll::dev {
@@ -53,7 +54,7 @@ size_t HierEngine::chunkFor(const CollArgs& a) const {
   const size_t e = hcTypeSize(a.dtype);
   if (e == 0) return 0;
   switch (a.coll) {
-    case hcCollAllGather: return chunkBytes(Kind::AllGather, e);
+    case hcCollAllGather: return chunkBytes(Kind::AllGather, quantizes(a) ? 1 : e);  // the images' bytes
     case hcCollReduceScatter: return chunkBytes(Kind::ReduceScatter, e);
     case hcCollBroadcast: return chunkBytes(Kind::Broadcast, e);
     case hcCollAllReduce:
@@ -73,6 +74,8 @@ std::string HierEngine::unsupported(const CollArgs& a) const {
   if (a.coll != hcCollAllGather && a.coll != hcCollReduceScatter && a.coll != hcCollAllReduce &&
       a.coll != hcCollBroadcast)
     return fmt::format("{} has no device path", collName(a.coll));
+  if (quantizes(a) && a.coll != hcCollAllGather)
+    return fmt::format("the quantized {} has no device path", collName(a.coll));
   const bool reduces = a.coll == hcCollReduceScatter ||
                        (a.coll == hcCollAllReduce && !smallAllReduce(a));
   if (reduces && L_ > kMaxReduceInputs)
@@ -96,7 +99,7 @@ void HierEngine::forEachPeerBytes(const CollArgs& a, const std::function<void(in
       if (m != n_) fn(t.rankAt(m, l_), b);
   };
   switch (a.coll) {
-    case hcCollAllGather:
+    case hcCollAllGather: hier(quantizes(a) ? quant::packedBytes(a.count, a.quant.block) : a.count * e); break;
     case hcCollReduceScatter: hier(a.count * e); break;
     case hcCollAllReduce:
       if (smallAllReduce(a)) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "base/error.h"
+#include "base/quant_format.h"
 #include "device/decision.h"
 
 namespace hicoll::dev {
@@ -60,6 +61,18 @@ ReduceJob HierEngine::reduction(const CollArgs& a, bool first_stage, bool last_s
   j.scalar = a.op.scalar;
   j.divisor = last_stage && a.op.kind == OpKind::Avg ? W_ : 0;
   return j;
+}
+
+void HierEngine::emitQuantizedAllGather(const CollArgs& a, Job& job) {
+  const size_t block = a.quant.block, img = quant::packedBytes(a.count, block), e = hcTypeSize(a.dtype);
+  char* images = static_cast<char*>(stream_->allocTemp(static_cast<size_t>(W_) * img));
+  char* own = images + static_cast<size_t>(res_.rank) * img;
+  stream_->quantize({a.dtype, block, a.count, a.send, own});
+  emitAllGather(own, images, img, 1, job);
+  for (int r = 0; r < W_; ++r)
+    stream_->dequantize({a.dtype, block, a.count, images + static_cast<size_t>(r) * img,
+                         static_cast<char*>(a.recv) + static_cast<size_t>(r) * a.count * e});
+  stream_->freeTemp(images);
 }
 
 void HierEngine::emitAllGather(const char* send, char* recv, size_t b, size_t e, Job& job) {

@@ -125,6 +125,39 @@ TEST(DeviceDecision, WithTheCommunicatorsConfiguration) {
 
 // The host rules about host memory (HICOLL_ALGO=ring, single-copy reads) never send a device
 // call to NCCL: the device plans with its own capabilities.
+// A quantized AllGather on device buffers quantizes from 2 nodes on (or HICOLL_QUANT_MIN_NODES),
+// and the rules judge the images it moves: an 8 KiB scratch holds the image of 8000 fp32
+// elements (8000 codes + 32 fp32 scales), not their 32000 bytes.
+TEST(DeviceDecision, QuantizedAllGatherIsJudgedByItsImages) {
+  CollArgs q = call(hcCollAllGather, 8000);
+  q.quant = hicoll::QuantArgs{.block = 256, .dtype = hcFloat32, .count = 8000};
+  {
+    FakeComm f({"a", "a", "b", "b"}, {{"SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES", "8192"}});
+    EXPECT_EQ(hicoll::dev::exactInstead(f.c, q), "");
+    EXPECT_TRUE(decide(f.c, call(hcCollAllGather, 8000), ok(), nullptr).fallback) << "32000 exact bytes";
+    const CollArgs wire = hicoll::dev::planArgs(q);
+    EXPECT_EQ(wire.count, 8128u);
+    EXPECT_EQ(wire.dtype, hcUint8);
+    EXPECT_FALSE(decide(f.c, wire, ok(), nullptr).fallback) << "the 8128-byte image fits";
+  }
+  {
+    FakeComm f({"a", "a"}, {});
+    EXPECT_NE(hicoll::dev::exactInstead(f.c, q).find("exact on 1 node"), std::string::npos);
+  }
+  {
+    FakeComm f({"a", "a"}, {{"HICOLL_QUANT_MIN_NODES", "1"}});
+    EXPECT_EQ(hicoll::dev::exactInstead(f.c, q), "");
+  }
+  {
+    FakeComm f({"a", "b"}, {});
+    CollArgs rs = call(hcCollReduceScatter, 8000);
+    rs.quant = q.quant;
+    EXPECT_NE(hicoll::dev::exactInstead(f.c, rs).find("no device kernels"), std::string::npos);
+    rs.quant.packed = rs.quant.exact = true;  // what then runs
+    EXPECT_EQ(hicoll::dev::planArgs(rs).count, 8000u);
+  }
+}
+
 TEST(DeviceDecision, HostOnlyRulesDoNotApplyToDeviceBuffers) {
   using hicoll::Capabilities;
   {

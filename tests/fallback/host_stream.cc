@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "algorithms/quantize.h"
+
 namespace hctest {
 
 using hicoll::dev::FlagRef;
@@ -134,6 +136,21 @@ void HostStream::reduce(const hicoll::dev::ReduceJob& job) {
   enqueueFn([this, job] {
     hicoll::dev::hostReduce(job);
     ++reductions_;
+  });
+}
+
+// The host quantizer: the CUDA kernels produce the same bits (tests/gpu checks it on a GPU).
+void HostStream::quantize(const hicoll::dev::QuantJob& j) {
+  enqueueFn([this, j] {
+    hicoll::quant::quantize(j.in, j.count, j.dtype, j.block, j.out);
+    ++quantizations_;
+  });
+}
+
+void HostStream::dequantize(const hicoll::dev::QuantJob& j) {
+  enqueueFn([this, j] {
+    hicoll::quant::dequantize(j.in, j.count, j.dtype, j.block, j.out);
+    ++quantizations_;
   });
 }
 

@@ -29,6 +29,7 @@ class HostStream : public hicoll::dev::DevStream {
   // Operations run so far, by kind (the tests check that copies, not kernels, move data).
   size_t copies() const { return copies_.load(); }
   size_t reductions() const { return reductions_.load(); }
+  size_t quantizations() const { return quantizations_.load(); }
 
   void joinFrom(void* user) override;
   void joinTo(void* user) override;
@@ -37,6 +38,8 @@ class HostStream : public hicoll::dev::DevStream {
   void writeFlag(const hicoll::dev::FlagRef& f, uint32_t value) override;
   void waitFlag(const hicoll::dev::FlagRef& f, uint32_t value) override;
   void reduce(const hicoll::dev::ReduceJob& job) override;
+  void quantize(const hicoll::dev::QuantJob& job) override;
+  void dequantize(const hicoll::dev::QuantJob& job) override;
   void* allocTemp(size_t bytes) override;
   void freeTemp(void* p) override;
   bool idle() override;
@@ -53,7 +56,7 @@ class HostStream : public hicoll::dev::DevStream {
   std::atomic<bool> stuck_{false};
   mutable std::mutex stuck_mu_;
   std::string stuck_what_;
-  std::atomic<size_t> copies_{0}, reductions_{0};
+  std::atomic<size_t> copies_{0}, reductions_{0}, quantizations_{0};
   std::thread worker_;
 };
 

@@ -1,7 +1,10 @@
 #include "values.h"
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 
+#include "algorithms/quantize.h"
 #include "device/dev_stream.h"
 #include "base/numeric.h"
 
@@ -113,6 +116,37 @@ std::string compareOutput(hcDataType_t t, const void* got, const std::vector<cha
       return "element " + std::to_string(i) + " is " + std::to_string(getElem(t, got, i)) + ", expected " +
              std::to_string(getElem(t, want.data(), i));
   return "";
+}
+
+std::vector<char> quantInput(hcDataType_t t, size_t count, size_t block, int rank) {
+  const size_t e = hcTypeSize(t);
+  std::vector<char> out(count * e);
+  for (size_t i = 0; i < count; ++i) {
+    const size_t b = i / block;
+    float x = std::sin(0.37f * static_cast<float>(i) + static_cast<float>(rank)) *
+              std::ldexp(1.0f, static_cast<int>(b % 7) - 3);
+    if (b == 1) x = 0.0f;
+    if (rank % 2 == 1 && i == 2) x = std::numeric_limits<float>::quiet_NaN();
+    if (rank % 2 == 1 && i == count - 1 && count > 3) x = -std::numeric_limits<float>::infinity();
+    if (t == hcFloat32) {
+      std::memcpy(out.data() + i * e, &x, e);
+    } else {
+      const uint16_t h = t == hcBfloat16 ? hicoll::num::floatToBf16(x) : hicoll::num::floatToHalf(x);
+      std::memcpy(out.data() + i * e, &h, e);
+    }
+  }
+  return out;
+}
+
+std::vector<char> quantExpected(hcDataType_t t, size_t count, size_t block, int nranks) {
+  const size_t e = hcTypeSize(t);
+  std::vector<char> out(static_cast<size_t>(nranks) * count * e), img(hicoll::quant::packedBytes(count, block));
+  for (int j = 0; j < nranks; ++j) {
+    const auto in = quantInput(t, count, block, j);
+    hicoll::quant::quantize(in.data(), count, t, block, img.data());
+    hicoll::quant::dequantize(img.data(), count, t, block, out.data() + static_cast<size_t>(j) * count * e);
+  }
+  return out;
 }
 
 }  // namespace hctest

@@ -25,6 +25,13 @@ double testScalar(hcDataType_t t);
 std::vector<char> testInput(hcColl_t coll, hcDataType_t t, hicoll::OpKind op, size_t count, int rank, int nranks);
 std::vector<char> expectedOutput(hcColl_t coll, hcDataType_t t, hicoll::OpKind op, size_t count, int root, int rank,
                                  int nranks);
+// The quantized AllGather's tests (host engine and GPU): rank's block of count elements of a
+// float type, a smooth signal whose scale changes per quantization block, a zero block and, on
+// odd ranks, a NaN and an infinity; and what every rank must hold, the host quantizer's
+// dequantize(quantize(.)) of every rank's block.
+std::vector<char> quantInput(hcDataType_t t, size_t count, size_t block, int rank);
+std::vector<char> quantExpected(hcDataType_t t, size_t count, size_t block, int nranks);
+
 // "" when got (bytes) equals want, else the first differing element, decoded.
 std::string compareOutput(hcDataType_t t, const void* got, const std::vector<char>& want);
 

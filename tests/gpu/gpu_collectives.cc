@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -179,6 +180,7 @@ struct Scenario {
   bool ordering = false;                 // stream-order and back-to-back checks too
   std::vector<hcColl_t> expect_colls = {hcCollAllGather, hcCollReduceScatter, hcCollAllReduce, hcCollBroadcast};
   bool repeat = false;                   // gpu_bench's repeated calls on the same buffers too
+  bool quant = false;                    // hcAllGatherQuantized too (quantizes from 2 nodes on)
 };
 
 int checkStats(const Scenario& sc, int rank) {
@@ -314,6 +316,71 @@ int repeatChecks(int rank, int W, cudaStream_t s) {
   return bad ? 1 : 0;
 }
 
+// hcAllGatherQuantized on device buffers: from 2 nodes on every rank must hold the host
+// quantizer's bits for every rank's block (the kernels match it exactly), on one node the exact
+// gather; the send buffer is not modified, and the statistics count the quantized calls.
+int quantChecks(const Scenario& sc, int rank, int W, cudaStream_t s) {
+  const std::set<std::string> nodes(sc.nodes.begin(), sc.nodes.end());
+  const bool quantizes = nodes.size() >= 2 && !sc.env.count("HICOLL_FORCE_FALLBACK");
+  hcStats before = HC_STATS_INITIALIZER, after = HC_STATS_INITIALIZER;
+  HK(hcCommGetStats(g_comm, &before));
+  int bad = 0, calls = 0;
+  for (hcDataType_t dt : {hcFloat32, hcBfloat16, hcFloat16})
+    for (size_t count : {size_t{1}, size_t{1000}, size_t{300001}})
+      for (size_t block : {size_t{256}, size_t{2048}})
+        for (bool ip : {false, true}) {
+          const size_t e = hcTypeSize(dt), b = count * e;
+          const std::vector<char> in = hctest::quantInput(dt, count, block, rank);
+          std::vector<char> want(static_cast<size_t>(W) * b), got(want.size()), back(b);
+          if (quantizes) {
+            want = hctest::quantExpected(dt, count, block, W);
+          } else {
+            for (int j = 0; j < W; ++j) {
+              const auto inj = hctest::quantInput(dt, count, block, j);
+              std::memcpy(want.data() + static_cast<size_t>(j) * b, inj.data(), b);
+            }
+          }
+          char *ds = nullptr, *dr = nullptr;
+          CK(cudaMalloc(&ds, b));
+          CK(cudaMalloc(&dr, W * b));
+          char* sp = ip ? dr + static_cast<size_t>(rank) * b : ds;
+          CK(cudaMemcpyAsync(sp, in.data(), b, cudaMemcpyHostToDevice, s));
+          hcQuant q = HC_QUANT_INITIALIZER;
+          q.block = block;
+          HK(hcAllGatherQuantized(sp, dr, count, dt, &q, g_comm, s));
+          ++calls;
+          CK(cudaMemcpyAsync(got.data(), dr, W * b, cudaMemcpyDeviceToHost, s));
+          CK(cudaMemcpyAsync(back.data(), ds, b, cudaMemcpyDeviceToHost, s));
+          CK(cudaStreamSynchronize(s));
+          const char* what = quantizes ? "the host quantizer's bits" : "the exact gather";
+          if (got != want) {
+            size_t i = 0;
+            while (got[i] == want[i]) ++i;
+            std::fprintf(stderr, "[rank %d] hcAllGatherQuantized %zu x %s block %zu%s: byte %zu differs from %s\n",
+                         rank, count, hicoll::dtypeName(dt), block, ip ? " in place" : "", i, what);
+            ++bad;
+          } else if (!ip && back != in) {
+            std::fprintf(stderr, "[rank %d] hcAllGatherQuantized %zu x %s: the send buffer was modified\n", rank,
+                         count, hicoll::dtypeName(dt));
+            ++bad;
+          }
+          CK(cudaFree(ds));
+          CK(cudaFree(dr));
+          if (bad >= 3) return 1;
+        }
+  HK(hcCommGetStats(g_comm, &after));
+  const uint64_t counted = after.quantized_calls[hcCollAllGather] - before.quantized_calls[hcCollAllGather];
+  if (counted != (quantizes ? static_cast<uint64_t>(calls) : 0)) {
+    std::fprintf(stderr, "[rank %d] hcAllGatherQuantized: %d calls, %llu counted as quantized\n", rank, calls,
+                 (unsigned long long)counted);
+    ++bad;
+  }
+  if (rank == 0 && !bad)
+    std::printf("  hcAllGatherQuantized (fp32/bf16/fp16, blocks 256/2048, in place too): %s\n",
+                quantizes ? "bit-identical to the host quantizer" : "exact on one node");
+  return bad ? 1 : 0;
+}
+
 int rankMain(const Scenario& sc, int rank, int W) {
   g_rank = rank;
   int ndev = 0;
@@ -344,6 +411,7 @@ int rankMain(const Scenario& sc, int rank, int W) {
                 sc.counts.back(), secs, bad ? "FAILURES" : "all match the reference");
   if (!bad && sc.ordering) bad += orderingChecks(rank, W, dsend, drecv, s);
   if (!bad && sc.repeat) bad += repeatChecks(rank, W, s);
+  if (!bad && sc.quant) bad += quantChecks(sc, rank, W, s);
   if (!bad) bad += checkStats(sc, rank);
   CK(cudaFree(dsend));
   CK(cudaFree(drecv));
@@ -360,14 +428,16 @@ std::vector<Scenario> scenarios() {
   };
   std::vector<Scenario> v;
   // First and small: does a multi-process device collective work at all on this machine?
-  v.push_back({"smoke_one_node_x2", {"n0", "n0"}, env({}), {hcFloat32}, {1000}});
+  v.push_back({"smoke_one_node_x2", {"n0", "n0"}, env({}), {hcFloat32}, {1000}, hcPathHierarchical, "", false,
+               {hcCollAllGather, hcCollReduceScatter, hcCollAllReduce, hcCollBroadcast}, false, true});
   v.push_back({"one_node_x4", {"n0", "n0", "n0", "n0"}, env({}), kAllTypes, {1, 1000, 300001}});
   v.push_back({"nodes_2x2", {"n0", "n0", "n1", "n1"}, env({{"HICOLL_CHUNK_SIZE", "65536"}}), kAllTypes, {1, 777, 300001},
-               hcPathHierarchical, "", true});
+               hcPathHierarchical, "", true, {hcCollAllGather, hcCollReduceScatter, hcCollAllReduce, hcCollBroadcast},
+               false, true});
   v.push_back({"nodes_2x2_interleaved", {"n0", "n1", "n0", "n1"}, env({}), kSomeTypes, {5, 300001}});
   // gpu_bench's 2-node layout and sizes: one ReduceScatter chunk per 1 MiB collective.
   v.push_back({"nodes_2x1", {"a", "b"}, env({}), {hcFloat32, hcBfloat16}, {5, 131072}, hcPathHierarchical, "", false,
-               {hcCollAllGather, hcCollReduceScatter, hcCollAllReduce, hcCollBroadcast}, true});
+               {hcCollAllGather, hcCollReduceScatter, hcCollAllReduce, hcCollBroadcast}, true, true});
   v.push_back({"nodes_3x1", {"a", "b", "c"}, env({{"HICOLL_CHUNK_SIZE", "131072"}}), kSomeTypes, {3, 200003}});
   v.push_back({"one_rank_hier", {"n0"}, env({}), kAllTypes, {1, 4099}});
   // 4097 (float32) and 16386 (float64): counts whose last elements NCCL 2.19.1-2.29.2's one-rank

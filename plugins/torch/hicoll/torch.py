@@ -211,13 +211,18 @@ class _QuantizedComm:
     def allocate(self, size, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         return torch.empty(*size, dtype=dtype, device=device)
 
+    # Devices whose hicoll backend quantizes this collective (CUDA: the AllGather only).
+    _devices = ("cpu",)
+    _coll = ""
+
     def _why_exact(self, output, input, group):
         if input.dtype not in (torch.float32, torch.bfloat16, torch.float16):
             return f"dtype {input.dtype} cannot be quantized"
-        if input.device.type != "cpu":
-            return f"{input.device.type} tensors have no quantized path yet"
-        if _backend_or_none(group, "cpu")[1] is None:
-            return "the group has no hicoll CPU backend"
+        device = input.device.type
+        if device not in self._devices:
+            return f"{device} tensors have no quantized {self._coll} yet"
+        if _backend_or_none(group, device)[1] is None:
+            return f"the group has no hicoll {device.upper()} backend"
         return None
 
     def _exact(self, why: str) -> None:
@@ -241,17 +246,22 @@ class QuantizedAllGather(_QuantizedComm, _FsdpAllGather):
         model.set_custom_all_gather(hicoll.torch.QuantizedAllGather())
 
     Every rank receives the same dequantized values (its own shard too), off by at most
-    absmax(block) / 254 per element; the sharded parameters stay exact. Inputs it cannot
-    quantize (not float32/bfloat16/float16, e.g. FSDP2's uint8 buffers of mixed dtypes, or a
-    group without a hicoll CPU backend) take the exact all-gather, logged once per reason.
+    absmax(block) / 254 per element; the sharded parameters stay exact. CPU and CUDA tensors
+    (CUDA: on the caller's stream, through hicoll's device path). Inputs it cannot quantize
+    (not float32/bfloat16/float16, e.g. FSDP2's uint8 buffers of mixed dtypes, or a group
+    without a hicoll backend for their device) take the exact all-gather, logged once per reason.
     Also callable directly: qag(output, input, group)."""
+
+    _devices = ("cpu", "cuda")
+    _coll = "all-gather"
 
     def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group=None,
                  async_op: bool = False):
         why = self._why_exact(output_tensor, input_tensor, group)
         if why is None:
             self.quantized_calls += 1
-            work = backend_of(group).allgather_quantized(output_tensor, input_tensor, self.block)
+            backend = backend_of(group, input_tensor.device.type)
+            work = backend.allgather_quantized(output_tensor, input_tensor, self.block)
         else:
             self._exact(why)
             work = dist.all_gather_into_tensor(output_tensor, input_tensor, group=group, async_op=True)
@@ -268,6 +278,8 @@ class QuantizedReduceScatter(_QuantizedComm, _FsdpReduceScatter):
     at its owner. On one node (or with HICOLL_QUANT_MIN_NODES above the group's nodes) it is
     exact. Inputs it cannot quantize (dtype, device, an op other than sum or avg, no hicoll CPU
     backend) take the exact reduce-scatter, with one warning per reason."""
+
+    _coll = "reduce-scatter"
 
     def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group=None, op=None,
                  async_op: bool = False):

@@ -36,8 +36,10 @@ c10::intrusive_ptr<c10d::Work> HicollBackend::allgatherQuantized(at::Tensor& out
   TORCH_CHECK(output.scalar_type() == input.scalar_type(), "hicoll: allgather_quantized: output and input dtypes differ");
   TORCH_CHECK(output.numel() == input.numel() * getSize(), "hicoll: allgather_quantized: output has ", output.numel(),
               " elements, expected world size x input = ", input.numel() * getSize());
-  TORCH_CHECK(input.device().is_cpu() && output.device().is_cpu(),
-              "hicoll: allgather_quantized: CPU tensors only (the device path has no quantized form yet)");
+  TORCH_CHECK(input.device() == output.device(), "hicoll: allgather_quantized: input on ", input.device(),
+              ", output on ", output.device());
+  TORCH_CHECK(input.device().is_cpu() || input.device().is_cuda(),
+              "hicoll: allgather_quantized: CPU or CUDA tensors, not ", input.device());
   const at::ScalarType t = input.scalar_type();
   TORCH_CHECK(t == at::kFloat || t == at::kBFloat16 || t == at::kHalf,
               "hicoll: allgather_quantized: ", t, " cannot be quantized (float32, bfloat16 or float16)");
@@ -52,8 +54,12 @@ c10::intrusive_ptr<c10d::Work> HicollBackend::allgatherQuantized(at::Tensor& out
             "allgather_quantized", s);
     });
   };
+  // Where hicoll declines a CUDA call (a libhicoll without CUDA): NCCL's exact all-gather.
+  auto fb = [output, input](c10d::Backend& b) mutable {
+    return b._allgather_base(output, input, c10d::AllgatherOptions());
+  };
   return submit(OpType::_ALLGATHER_BASE, "allgather_quantized", {output}, opTimeout(c10d::kUnsetTimeout), {input},
-                std::nullopt, run, nullptr);
+                std::nullopt, run, fb);
 }
 
 c10::intrusive_ptr<c10d::Work> HicollBackend::reducescatterQuantized(at::Tensor& output, at::Tensor& input,
