@@ -57,8 +57,10 @@ def load(dirs):
                                 st["hicoll"].get("inter_bytes_per_call_by_node") == st[k].get("inter_bytes_per_call_by_node"):
                             same = k
                     path_time = min(meas["auto"], meas[same]) if same else meas["auto"]
+                    pred = {k: v[k][place].get("predicted_us", 0) for k in ("hier", "ring")}
                     choices.append(dict(coll=coll, N=N, L=L, rate=rate, size=row["size"], place=place,
                                         auto=meas["auto"], hier=meas["hier"], ring=meas["ring"],
+                                        pred_hier=pred["hier"], pred_ring=pred["ring"],
                                         auto_pred=v["hicoll"][place].get("predicted_us", 0),
                                         path=same or "own split", ratio=meas["auto"] / best,
                                         path_ratio=path_time / best))
@@ -153,12 +155,30 @@ def size_name(b):
     return str(b)
 
 
+def margin_lines(choices):
+    """Whether preferring one path unless the model predicts the other faster by a margin would
+    have chosen better: the fixed paths' predictions and measurements of each point, re-decided."""
+    cs = [c for c in choices if c["coll"] != "allreduce" and c["pred_hier"] and c["pred_ring"]]
+    out = [f"Tie margins ({len(cs)} AllGather / ReduceScatter points; the measured time of the path taken / the "
+           f"best fixed path, beyond 10 %):"]
+    for toward in ("hier", "ring"):
+        for m in (0.0, 0.01, 0.02, 0.05, 0.1):
+            bad = 0
+            for c in cs:
+                ring = c["pred_ring"] < c["pred_hier"] * (1 - m if toward == "hier" else 1 + m)
+                bad += (c["ring"] if ring else c["hier"]) / min(c["hier"], c["ring"]) > 1.10
+            out.append(f"- toward {toward}, margin {100 * m:.0f} %: {bad} of {len(cs)} beyond 10 %")
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dirs", nargs="+", help="model_validate.sh output folders (their points are merged)")
     ap.add_argument("--plot")
     ap.add_argument("--markdown")
     ap.add_argument("--quantized", action="store_true", help="perf/model_quantized.sh's files")
+    ap.add_argument("--margins", action="store_true",
+                    help="also: the choices a tie margin toward either path would make (AllGather, ReduceScatter)")
     a = ap.parse_args()
     if a.quantized:
         text = quantized_report(a.dirs)
@@ -197,6 +217,8 @@ def main():
             out.append(f"- {c['coll']} {c['N']}x{c['L']} {c['rate']} {size_name(c['size'])} {c['place']}: auto took "
                        f"{c['path']} ({c['auto']:.0f} us), hier {c['hier']:.0f}, ring {c['ring']:.0f} "
                        f"({c['path_ratio']:.2f})")
+        if a.margins:
+            out.extend(margin_lines(choices))
         gains = sorted((c for c in choices if c["hier"] / c["auto"] >= 1.15), key=lambda c: -c["hier"] / c["auto"])
         if gains:
             out.append("")
