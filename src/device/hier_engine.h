@@ -47,10 +47,10 @@
 
 namespace hicoll::dev {
 
-constexpr int kDepth = 2;
+constexpr int kDepth = 2;  // ring slots per buffer: chunk k+1 fills while chunk k drains
 
 // A quantized call that quantizes here (one run exact carries quant.packed, as on the host).
-inline bool quantizes(const CollArgs& a) { return a.quant.block && !a.quant.packed; }  // ring slots per buffer: chunk k+1 fills while chunk k drains
+inline bool quantizes(const CollArgs& a) { return a.quant.block && !a.quant.packed; }
 
 enum class Counter : int { Pub = 0, Cons, Staged, Sent, Recvd, H2d, Started, Finished, kCount };
 

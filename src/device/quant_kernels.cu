@@ -30,6 +30,8 @@ struct F16 {
   static __device__ uint16_t store(float y) { return num::floatToHalf(y); }
 };
 
+// base/quant_format's numBlocks / packedBytes for the kernels (those check the block and
+// throw; the launchers take blocks that the API validated).
 __host__ __device__ size_t blocksOf(size_t count, size_t block) { return (count + block - 1) / block; }
 __host__ __device__ size_t imageBytes(size_t count, size_t block) {
   const size_t used = blocksOf(count, block) * sizeof(float) + count;
