@@ -12,7 +12,6 @@
 #include "algorithms/quantize.h"
 #include "algorithms/run.h"
 #include "base/error.h"
-#include "base/numeric.h"
 
 namespace hicoll {
 
@@ -101,29 +100,6 @@ void pushReduceScatter(Run& r, const char* in, char* out, size_t count) {
   r.finishNode();
 }
 
-// The final sum of a quantized ReduceScatter's chunk: this node's partial (in dtype) plus the
-// other nodes' partials, dequantized to fp32, summed in fp32 and rounded once to dtype.
-void sumQuantizedParts(const Run& r, char* out, const std::vector<const char*>& images, size_t n,
-                       std::vector<float>& acc, std::vector<float>& tmp) {
-  const hcDataType_t dt = r.a.dtype;
-  acc.resize(n);
-  tmp.resize(n);
-  for (size_t i = 0; i < n; ++i)
-    acc[i] = dt == hcFloat32 ? reinterpret_cast<const float*>(out)[i]
-             : dt == hcBfloat16 ? num::bf16ToFloat(reinterpret_cast<const uint16_t*>(out)[i])
-                                : num::halfToFloat(reinterpret_cast<const uint16_t*>(out)[i]);
-  for (const char* img : images) {
-    quant::dequantize(img, n, hcFloat32, r.a.quant.block, tmp.data());
-    for (size_t i = 0; i < n; ++i) acc[i] += tmp[i];
-  }
-  const float div = r.a.op.kind == OpKind::Avg ? static_cast<float>(r.comm.nranks) : 1.0f;
-  for (size_t i = 0; i < n; ++i) {
-    const float v = acc[i] / div;
-    if (dt == hcFloat32) reinterpret_cast<float*>(out)[i] = v;
-    else reinterpret_cast<uint16_t*>(out)[i] = dt == hcBfloat16 ? num::floatToBf16(v) : num::floatToHalf(v);
-  }
-}
-
 }  // namespace
 
 void hierReduceScatter(Run& r, const void* send, void* recv, size_t count) {
@@ -150,7 +126,6 @@ void hierReduceScatter(Run& r, const void* send, void* recv, size_t count) {
   const bool quantized = qblock && imageLen(0) < chunkLen(0) && imageLen(K - 1) <= chunkLen(K - 1);
   auto wireLen = [&](size_t k) { return quantized ? imageLen(k) : chunkLen(k); };
   std::vector<char> image(quantized ? quant::packedBytes(C / r.esize, qblock) : 0);
-  std::vector<float> qacc, qtmp;
 
   r.post(in, hcCollReduceScatter);
   r.waitAllPosted();
@@ -240,10 +215,12 @@ void hierReduceScatter(Run& r, const void* send, void* recv, size_t count) {
     while (finals < K && own_done[finals] && chunk_left[finals] == 0) {
       const size_t k = finals++;
       if (quantized) {
-        std::vector<const char*> images;
+        std::vector<const void*> images;
         for (int m = 0; m < N; ++m)
           if (m != n) images.push_back(my_sort + m * b + k * C);
-        sumQuantizedParts(r, out + k * C, images, chunkLen(k) / r.esize, qacc, qtmp);
+        // This node's partial plus the others' images, summed in fp32, rounded once.
+        quant::sumImages(out + k * C, images.data(), images.size(), chunkLen(k) / r.esize, r.a.dtype, qblock,
+                         r.a.op.kind == OpKind::Avg ? c.nranks : 0, out + k * C);
       } else {
         std::vector<const void*> parts{out + k * C};
         for (int m = 0; m < N; ++m)

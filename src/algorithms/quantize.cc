@@ -204,6 +204,42 @@ void dequantizeT(const uint8_t* src, size_t count, size_t block, void* dst) {
   }
 }
 
+// sumImages over the elements [off, off + n) of one quantization block of each image.
+template <class F>
+void sumBlock(const void* own, const void* const* images, size_t nimages, size_t count, size_t block, size_t off,
+              size_t n, float div, void* out) {
+  const size_t nb = numBlocks(count, block), b = off / block;
+  alignas(64) float acc[kChunk], deq[kChunk];
+  for (size_t j = 0; j < n; j += kChunk) {
+    const size_t m = std::min(kChunk, n - j), at = off + j;
+    if constexpr (std::is_same_v<F, F32>)
+      std::memcpy(acc, static_cast<const float*>(own) + at, m * sizeof(float));
+    else
+      for (size_t i = 0; i < m; ++i) acc[i] = F::value(static_cast<const uint16_t*>(own)[at + i]);
+    for (size_t k = 0; k < nimages; ++k) {
+      const auto* img = static_cast<const uint8_t*>(images[k]);
+      float a;
+      std::memcpy(&a, img + b * sizeof(float), sizeof a);
+      values(reinterpret_cast<const int8_t*>(img + nb * sizeof(float)) + at, m, static_cast<double>(a) / 127.0, deq);
+      for (size_t i = 0; i < m; ++i) acc[i] += deq[i];
+    }
+    if (div > 0)
+      for (size_t i = 0; i < m; ++i) acc[i] /= div;
+    if constexpr (std::is_same_v<F, F32>)
+      std::memcpy(static_cast<float*>(out) + at, acc, m * sizeof(float));
+    else
+      for (size_t i = 0; i < m; ++i) static_cast<uint16_t*>(out)[at + i] = F::fromFloat(acc[i]);
+  }
+}
+
+template <class F>
+void sumImagesT(const void* own, const void* const* images, size_t nimages, size_t count, size_t block, int divisor,
+                void* out) {
+  const float div = divisor > 0 ? static_cast<float>(divisor) : 0.0f;
+  for (size_t off = 0; off < count; off += block)
+    sumBlock<F>(own, images, nimages, count, block, off, std::min(block, count - off), div, out);
+}
+
 void checkBlock(size_t block) { (void)numBlocks(0, block); }  // throws on a block out of range
 
 }  // namespace
@@ -240,6 +276,17 @@ HC_QUANT_KERNEL void dequantize(const void* src, size_t count, hcDataType_t dtyp
     case hcBfloat16: return dequantizeT<BF16>(s, count, block, dst);
     case hcFloat16: return dequantizeT<F16>(s, count, block, dst);
     default: HC_THROW(hcInvalidArgument, "dequantize: datatype {} is not quantizable", static_cast<int>(dtype));
+  }
+}
+
+HC_QUANT_KERNEL void sumImages(const void* own, const void* const* images, size_t nimages, size_t count,
+                               hcDataType_t dtype, size_t block, int divisor, void* out) {
+  checkBlock(block);
+  switch (dtype) {
+    case hcFloat32: return sumImagesT<F32>(own, images, nimages, count, block, divisor, out);
+    case hcBfloat16: return sumImagesT<BF16>(own, images, nimages, count, block, divisor, out);
+    case hcFloat16: return sumImagesT<F16>(own, images, nimages, count, block, divisor, out);
+    default: HC_THROW(hcInvalidArgument, "sumImages: datatype {} is not quantizable", static_cast<int>(dtype));
   }
 }
 

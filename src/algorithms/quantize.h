@@ -38,5 +38,11 @@ bool quantizable(hcDataType_t dtype);
 void quantize(const void* src, size_t count, hcDataType_t dtype, size_t block, void* dst);
 // Reads a packed image of count elements and writes count elements of dtype to dst.
 void dequantize(const void* src, size_t count, hcDataType_t dtype, size_t block, void* dst);
+// The final sum of a quantized ReduceScatter: out[i] = (own[i] + the nimages images, each
+// dequantized to fp32, added in order) / divisor (when divisor > 0), in fp32, rounded once to
+// dtype. own and out are count elements of dtype and may be the same; the images hold count
+// elements each. The device kernel (device/quant_kernels.cu) computes the same bits.
+void sumImages(const void* own, const void* const* images, size_t nimages, size_t count, hcDataType_t dtype,
+               size_t block, int divisor, void* out);
 
 }  // namespace hicoll::quant
