@@ -307,8 +307,10 @@ HC_API hcResult_t hcAllGatherQuantized(const void* sendbuff, void* recvbuff, siz
  * the rounding of datatype. op: hcSum, hcAvg or a pre-multiplied sum; datatype fp32, bf16 or
  * fp16. The flat ring (HICOLL_ALGO=ring, fallbacks) runs it exactly, and so does a
  * communicator that would not quantize an hcAllGatherQuantized (HICOLL_QUANT_MIN_NODES, the
- * cost model under 0) (hcStats.quantized_calls counts the quantized ones). Device buffers run
- * the exact ReduceScatter (no device kernels yet; logged at HICOLL_DEBUG=INFO). */
+ * cost model under 0) (hcStats.quantized_calls counts the quantized ones). Device buffers (with
+ * a stream) quantize on the device path from HICOLL_QUANT_MIN_NODES nodes on (from 2 under 0),
+ * each chunk's partials on their own (so the blocks restart at chunk boundaries), with the same
+ * bound; where that path cannot run, NCCL's exact ReduceScatter (announced as a fallback). */
 HC_API hcResult_t hcReduceScatterQuantized(const void* sendbuff, void* recvbuff, size_t recvcount,
                                            hcDataType_t datatype, hcRedOp_t op, const hcQuant* quant,
                                            hcComm_t comm, hcStream_t stream);

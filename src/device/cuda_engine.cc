@@ -331,7 +331,7 @@ void CudaDeviceEngine::enqueue(const CollArgs& a) {
   comm_.countCall(a.coll, hcPathHierarchical);
   hier_->forEachPeerBytes(run, [this, &a](int peer, size_t bytes) { comm_.countBytes(a.coll, peer, bytes); });
   hier_->enqueue(run);
-  if (dev::quantizes(run)) comm_.countQuantized(a.coll);
+  if (hier_->wireBlock(run)) comm_.countQuantized(a.coll);
 }
 
 }  // namespace

@@ -105,6 +105,7 @@ void CudaStream::waitFlag(const FlagRef& f, uint32_t value) {
 void CudaStream::reduce(const ReduceJob& job) { HC_CUDA(launchReduce(job, stream_, max_blocks_)); }
 void CudaStream::quantize(const QuantJob& job) { HC_CUDA(launchQuantize(job, stream_)); }
 void CudaStream::dequantize(const QuantJob& job) { HC_CUDA(launchDequantize(job, stream_)); }
+void CudaStream::sumQuantized(const QuantSumJob& job) { HC_CUDA(launchSumQuantized(job, stream_)); }
 
 void* CudaStream::allocTemp(size_t bytes) {
   void* p = nullptr;

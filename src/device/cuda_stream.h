@@ -39,6 +39,7 @@ class CudaStream final : public DevStream {
   void reduce(const ReduceJob& job) override;
   void quantize(const QuantJob& job) override;
   void dequantize(const QuantJob& job) override;
+  void sumQuantized(const QuantSumJob& job) override;
   void* allocTemp(size_t bytes) override;
   void freeTemp(void* p) override;
   bool idle() override;

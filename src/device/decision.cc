@@ -33,7 +33,8 @@ DeviceChoice decide(const CollPlan& plan, const EngineStatus& status, const std:
 }
 
 std::string exactInstead(const hcComm& comm, const CollArgs& a) {
-  if (a.coll != hcCollAllGather) return fmt::format("the quantized {} has no device kernels", collName(a.coll));
+  if (a.coll != hcCollAllGather && a.coll != hcCollReduceScatter)
+    return fmt::format("the quantized {} has no device kernels", collName(a.coll));
   const int64_t min_nodes = comm.cfg.num(Knob::QuantMinNodes);
   const int64_t from = min_nodes > 0 ? min_nodes : 2;
   if (comm.topo.nnodes >= from) return "";
@@ -42,7 +43,7 @@ std::string exactInstead(const hcComm& comm, const CollArgs& a) {
 }
 
 CollArgs planArgs(const CollArgs& a) {
-  if (!quantizes(a)) return a;
+  if (!quantizes(a) || a.coll != hcCollAllGather) return a;
   CollArgs wire = a;
   wire.dtype = hcUint8;
   wire.count = quant::packedBytes(a.count, a.quant.block);

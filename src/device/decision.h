@@ -38,12 +38,12 @@ Capabilities deviceCapabilities();
 DeviceChoice decide(const CollPlan& plan, const EngineStatus& status, const std::string& engine_unsupported);
 
 // A quantized call (a.quant.block) on device buffers: "" when it quantizes, else why it runs
-// the exact collective. It quantizes an AllGather from HICOLL_QUANT_MIN_NODES nodes on (from
-// 2 when the knob is 0: the cost model has no device figures to decide with); the quantized
-// ReduceScatter has no device kernels and runs exact.
+// the exact collective. It quantizes from HICOLL_QUANT_MIN_NODES nodes on (from 2 when the
+// knob is 0: the cost model has no device figures to decide with).
 std::string exactInstead(const hcComm& comm, const CollArgs& a);
 // What the plan's rules judge for a quantized call: the images' bytes for an AllGather that
-// quantizes (the scratch/sort rules apply to what moves), the call itself otherwise.
+// quantizes (the scratch/sort rules apply to what moves), the call itself otherwise (a
+// ReduceScatter's images replace partials in chunks sized for them).
 CollArgs planArgs(const CollArgs& a);
 
 // The same with the communicator's configuration (plans the call, asks the engine once).

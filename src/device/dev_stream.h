@@ -49,6 +49,20 @@ struct QuantJob {
   void* out = nullptr;       // an image (quantize) or elements (dequantize)
 };
 
+// The final sum of a quantized ReduceScatter (algorithms/quantize.h's sumImages): out = (own +
+// each image dequantized to fp32, in order) / divisor (divisor > 0), in fp32, rounded once to
+// dtype. out may equal own.
+struct QuantSumJob {
+  hcDataType_t dtype = hcFloat32;
+  size_t block = 0;
+  size_t count = 0;
+  const void* own = nullptr;
+  int nimages = 0;
+  const void* images[kMaxReduceInputs] = {};
+  void* out = nullptr;
+  int divisor = 0;
+};
+
 class DevStream {
  public:
   virtual ~DevStream() = default;
@@ -66,6 +80,7 @@ class DevStream {
   virtual void reduce(const ReduceJob& job) = 0;
   virtual void quantize(const QuantJob& job) = 0;
   virtual void dequantize(const QuantJob& job) = 0;
+  virtual void sumQuantized(const QuantSumJob& job) = 0;
   // Stream-ordered scratch memory: usable by operations enqueued before freeTemp(p).
   virtual void* allocTemp(size_t bytes) = 0;
   virtual void freeTemp(void* p) = 0;

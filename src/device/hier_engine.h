@@ -136,6 +136,11 @@ class HierEngine {
   void forEachPeerBytes(const CollArgs& a, const std::function<void(int peer, size_t bytes)>& fn) const;
   // Chunk size (bytes) the engine uses for a, 0 when the buffers cannot hold one element.
   size_t chunkFor(const CollArgs& a) const;
+  // The quantization block of what a moves as images, 0 when it moves exact. A quantized
+  // ReduceScatter's partials cross nodes as images chunk by chunk (the node's own sums stay
+  // exact), unless on one node or when a chunk's image would not be smaller than the chunk
+  // (every rank decides alike from the call, as the host path does).
+  size_t wireBlock(const CollArgs& a) const;
   DevStream& stream() { return *stream_; }
 
  private:

@@ -64,6 +64,17 @@ size_t HierEngine::chunkFor(const CollArgs& a) const {
   }
 }
 
+size_t HierEngine::wireBlock(const CollArgs& a) const {
+  if (!quantizes(a)) return 0;
+  if (a.coll == hcCollAllGather) return a.quant.block;
+  if (a.coll != hcCollReduceScatter || N_ == 1) return 0;
+  const size_t e = hcTypeSize(a.dtype), b = a.count * e, q = std::min(chunkFor(a), b);
+  if (q == 0) return 0;
+  const size_t last = b - (b - 1) / q * q;
+  auto image = [&](size_t bytes) { return quant::packedBytes(bytes / e, a.quant.block); };
+  return image(q) < q && image(last) <= last ? a.quant.block : 0;
+}
+
 bool HierEngine::smallAllReduce(const CollArgs& a) const {
   return allReduceIsSmall(a.count, hcTypeSize(a.dtype), W_, res_.allreduce_small_bytes, deviceCapabilities());
 }
@@ -74,7 +85,7 @@ std::string HierEngine::unsupported(const CollArgs& a) const {
   if (a.coll != hcCollAllGather && a.coll != hcCollReduceScatter && a.coll != hcCollAllReduce &&
       a.coll != hcCollBroadcast)
     return fmt::format("{} has no device path", collName(a.coll));
-  if (quantizes(a) && a.coll != hcCollAllGather)
+  if (quantizes(a) && a.coll != hcCollAllGather && a.coll != hcCollReduceScatter)
     return fmt::format("the quantized {} has no device path", collName(a.coll));
   const bool reduces = a.coll == hcCollReduceScatter ||
                        (a.coll == hcCollAllReduce && !smallAllReduce(a));
@@ -100,7 +111,19 @@ void HierEngine::forEachPeerBytes(const CollArgs& a, const std::function<void(in
   };
   switch (a.coll) {
     case hcCollAllGather: hier(quantizes(a) ? quant::packedBytes(a.count, a.quant.block) : a.count * e); break;
-    case hcCollReduceScatter: hier(a.count * e); break;
+    case hcCollReduceScatter:
+      if (const size_t qb = wireBlock(a)) {  // exact within the node, images to the rail peers
+        const size_t b = a.count * e, q = std::min(chunkFor(a), b);
+        size_t wire = 0;
+        for (size_t off = 0; off < b; off += q) wire += quant::packedBytes(std::min(q, b - off) / e, qb);
+        for (int p = 0; p < L_; ++p)
+          if (p != l_) fn(t.rankAt(n_, p), N * b);
+        for (int m = 0; m < N_; ++m)
+          if (m != n_) fn(t.rankAt(m, l_), wire);
+      } else {
+        hier(a.count * e);
+      }
+      break;
     case hcCollAllReduce:
       if (smallAllReduce(a)) {
         hier(a.count * e);

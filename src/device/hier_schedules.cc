@@ -149,6 +149,14 @@ void HierEngine::emitReduceScatter(const char* send, char* recv, size_t b, const
   auto hs = [&](uint64_t x) { return res_.hscratch + (x % kDepth) * hsslot_; };
   auto hr = [&](uint64_t x) { return res_.hsort + (x % kDepth) * hrslot_; };
   const size_t nq = static_cast<size_t>(n_) * q, rest = (N - static_cast<size_t>(n_) - 1) * q;
+  // hcReduceScatterQuantized: the partials for other nodes cross as images (quantized into
+  // device memory, then staged: the stream is serial, so one buffer serves every chunk), node
+  // m's at m * ib in the slots (ib, a whole chunk's image, is a multiple of 8 and below q, so
+  // the kernels' scales stay aligned); the final sum adds them in fp32 (sumQuantized).
+  const size_t qb = wireBlock(a), ib = qb ? quant::packedBytes(q / e, qb) : 0;
+  auto wire = [&](size_t c) { return qb ? quant::packedBytes(len(c) / e, qb) : len(c); };
+  auto img = [&](int m) { return static_cast<size_t>(m) * ib; };
+  char* images = qb ? static_cast<char*>(stream_->allocTemp(N * ib)) : nullptr;
 
   // Intra-node: push our blocks of rail l' into local rank l''s slot, then reduce our slot:
   // the node's partial sums for the N blocks of our rail.
@@ -176,8 +184,16 @@ void HierEngine::emitReduceScatter(const char* send, char* recv, size_t b, const
     stream_->writeFlag(cons(l_), static_cast<uint32_t>(s));
     if (net) {  // the partials for the other nodes go out through hscratch
       waitFreed(mine(Counter::Sent), x);
-      if (n_ > 0) stream_->copy(hs(x), partial(x), nq);
-      if (rest) stream_->copy(hs(x) + nq + q, partial(x) + nq + q, rest);
+      if (qb) {
+        for (int m = 0; m < N_; ++m) {
+          if (m == n_) continue;
+          stream_->quantize({a.dtype, qb, len(c) / e, partial(x) + static_cast<size_t>(m) * q, images + img(m)});
+          stream_->copy(hs(x) + img(m), images + img(m), wire(c));
+        }
+      } else {
+        if (n_ > 0) stream_->copy(hs(x), partial(x), nq);
+        if (rest) stream_->copy(hs(x) + nq + q, partial(x) + nq + q, rest);
+      }
       stream_->writeFlag(mine(Counter::Staged), static_cast<uint32_t>(x));
     }
   };
@@ -185,9 +201,27 @@ void HierEngine::emitReduceScatter(const char* send, char* recv, size_t b, const
   auto final_ = [&](size_t c) {
     const uint64_t x = X0 + c + 1;
     waitAtLeast(mine(Counter::Recvd), x);
-    if (n_ > 0) stream_->copy(inbox, hr(x), nq);
-    if (rest) stream_->copy(inbox + nq + q, hr(x) + nq + q, rest);
+    if (qb) {
+      for (int m = 0; m < N_; ++m)
+        if (m != n_) stream_->copy(inbox + img(m), hr(x) + img(m), wire(c));
+    } else {
+      if (n_ > 0) stream_->copy(inbox, hr(x), nq);
+      if (rest) stream_->copy(inbox + nq + q, hr(x) + nq + q, rest);
+    }
     stream_->writeFlag(mine(Counter::H2d), static_cast<uint32_t>(x));
+    if (qb) {
+      QuantSumJob j;
+      j.dtype = a.dtype;
+      j.block = qb;
+      j.count = len(c) / e;
+      j.own = partial(x) + nq;
+      for (int m = 0; m < N_; ++m)
+        if (m != n_) j.images[j.nimages++] = inbox + img(m);
+      j.out = recv + c * q;
+      j.divisor = reduction(a, false, true).divisor;
+      stream_->sumQuantized(j);
+      return;
+    }
     ReduceJob j = reduction(a, false, true);
     j.nin = 0;
     j.in[j.nin++] = partial(x) + nq;
@@ -209,14 +243,16 @@ void HierEngine::emitReduceScatter(const char* send, char* recv, size_t b, const
       st.x = X0 + c + 1;
       for (int m = 0; m < N_; ++m) {
         if (m == n_) continue;
-        st.sends.push_back({t.rankAt(m, l_), hs(st.x) + static_cast<size_t>(m) * q, len(c)});
-        st.recvs.push_back({t.rankAt(m, l_), hr(st.x) + static_cast<size_t>(m) * q, len(c)});
+        const size_t at = qb ? img(m) : static_cast<size_t>(m) * q;
+        st.sends.push_back({t.rankAt(m, l_), hs(st.x) + at, wire(c)});
+        st.recvs.push_back({t.rankAt(m, l_), hr(st.x) + at, wire(c)});
       }
       job.steps.push_back(std::move(st));
     }
     X_ += K;
   }
   S_ += K;
+  if (images) stream_->freeTemp(images);
 }
 
 void HierEngine::emitBroadcast(const char* send, char* recv, size_t b, int root, Job& job) {

@@ -92,6 +92,28 @@ __global__ void dequantizeKernel(const unsigned char* img, size_t count, size_t 
   }
 }
 
+// The quantized ReduceScatter's final sum, element-wise: own plus each image's value in fp32
+// (q * (a / 127) in double, rounded once, as the host's sumImages), divided, rounded to dtype.
+template <class F>
+__global__ void sumQuantizedKernel(QuantSumJob j) {
+  const size_t nb = blocksOf(j.count, j.block);
+  const float nan = num::bitsToFloat(0x7fc00000u);
+  const auto* own = static_cast<const typename F::Elem*>(j.own);
+  auto* out = static_cast<typename F::Elem*>(j.out);
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < j.count; i += stride) {
+    float acc = F::load(own[i]);
+    for (int k = 0; k < j.nimages; ++k) {
+      const auto* img = static_cast<const unsigned char*>(j.images[k]);
+      const int q = reinterpret_cast<const signed char*>(img + nb * sizeof(float))[i];
+      const double c = static_cast<double>(reinterpret_cast<const float*>(img)[i / j.block]) / 127.0;
+      acc += q == kNonFinite ? nan : static_cast<float>(static_cast<double>(q) * c);
+    }
+    if (j.divisor > 0) acc = acc / static_cast<float>(j.divisor);
+    out[i] = F::store(acc);
+  }
+}
+
 int grid(size_t want) { return static_cast<int>(want < kMaxGrid ? (want ? want : 1) : kMaxGrid); }
 
 }  // namespace
@@ -131,6 +153,19 @@ cudaError_t launchDequantize(const QuantJob& j, cudaStream_t stream) {
     case hcFloat16:
       dequantizeKernel<F16><<<g, kThreads, 0, stream>>>(img, j.count, j.block, static_cast<uint16_t*>(j.out));
       break;
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t launchSumQuantized(const QuantSumJob& j, cudaStream_t stream) {
+  if (j.count == 0) return cudaSuccess;
+  if (j.block == 0 || j.nimages < 0 || j.nimages > kMaxReduceInputs) return cudaErrorInvalidValue;
+  const int g = grid((j.count + kThreads - 1) / kThreads);
+  switch (j.dtype) {
+    case hcFloat32: sumQuantizedKernel<F32><<<g, kThreads, 0, stream>>>(j); break;
+    case hcBfloat16: sumQuantizedKernel<BF16><<<g, kThreads, 0, stream>>>(j); break;
+    case hcFloat16: sumQuantizedKernel<F16><<<g, kThreads, 0, stream>>>(j); break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();

@@ -11,5 +11,6 @@ namespace hicoll::dev {
 // Enqueue job on stream; return the launch error, if any.
 cudaError_t launchQuantize(const QuantJob& job, cudaStream_t stream);
 cudaError_t launchDequantize(const QuantJob& job, cudaStream_t stream);
+cudaError_t launchSumQuantized(const QuantSumJob& job, cudaStream_t stream);
 
 }  // namespace hicoll::dev

@@ -125,8 +125,8 @@ TEST(DeviceDecision, WithTheCommunicatorsConfiguration) {
 
 // The host rules about host memory (HICOLL_ALGO=ring, single-copy reads) never send a device
 // call to NCCL: the device plans with its own capabilities.
-// A quantized AllGather on device buffers quantizes from 2 nodes on (or HICOLL_QUANT_MIN_NODES),
-// and the rules judge the images it moves: an 8 KiB scratch holds the image of 8000 fp32
+// A quantized call on device buffers quantizes from 2 nodes on (or HICOLL_QUANT_MIN_NODES), and
+// the rules judge the images an AllGather moves: an 8 KiB scratch holds the image of 8000 fp32
 // elements (8000 codes + 32 fp32 scales), not their 32000 bytes.
 TEST(DeviceDecision, QuantizedAllGatherIsJudgedByItsImages) {
   CollArgs q = call(hcCollAllGather, 8000);
@@ -152,9 +152,10 @@ TEST(DeviceDecision, QuantizedAllGatherIsJudgedByItsImages) {
     FakeComm f({"a", "b"}, {});
     CollArgs rs = call(hcCollReduceScatter, 8000);
     rs.quant = q.quant;
-    EXPECT_NE(hicoll::dev::exactInstead(f.c, rs).find("no device kernels"), std::string::npos);
-    rs.quant.packed = rs.quant.exact = true;  // what then runs
-    EXPECT_EQ(hicoll::dev::planArgs(rs).count, 8000u);
+    EXPECT_EQ(hicoll::dev::exactInstead(f.c, rs), "");
+    EXPECT_EQ(hicoll::dev::planArgs(rs).count, 8000u) << "the ReduceScatter's chunks hold its images";
+    FakeComm one({"a", "a"}, {});
+    EXPECT_NE(hicoll::dev::exactInstead(one.c, rs).find("exact on 1 node"), std::string::npos);
   }
 }
 

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "algorithms/quantize.h"
+#include "base/error.h"
 
 namespace hctest {
 
@@ -139,8 +140,20 @@ void HostStream::reduce(const hicoll::dev::ReduceJob& job) {
   });
 }
 
+namespace {
+
+// The CUDA kernels read and write an image's fp32 scales as floats: a misaligned image would
+// fault on a GPU, so it is an error here too.
+void checkImage(const void* image, const char* what) {
+  HC_CHECK(reinterpret_cast<uintptr_t>(image) % alignof(float) == 0, hcInternalError,
+           "host stream: {} image at {} is not {}-byte aligned", what, image, alignof(float));
+}
+
+}  // namespace
+
 // The host quantizer: the CUDA kernels produce the same bits (tests/gpu checks it on a GPU).
 void HostStream::quantize(const hicoll::dev::QuantJob& j) {
+  checkImage(j.out, "quantize's");
   enqueueFn([this, j] {
     hicoll::quant::quantize(j.in, j.count, j.dtype, j.block, j.out);
     ++quantizations_;
@@ -148,8 +161,18 @@ void HostStream::quantize(const hicoll::dev::QuantJob& j) {
 }
 
 void HostStream::dequantize(const hicoll::dev::QuantJob& j) {
+  checkImage(j.in, "dequantize's");
   enqueueFn([this, j] {
     hicoll::quant::dequantize(j.in, j.count, j.dtype, j.block, j.out);
+    ++quantizations_;
+  });
+}
+
+void HostStream::sumQuantized(const hicoll::dev::QuantSumJob& j) {
+  for (int k = 0; k < j.nimages; ++k) checkImage(j.images[k], "sumQuantized's");
+  enqueueFn([this, j] {
+    hicoll::quant::sumImages(j.own, j.images, static_cast<size_t>(j.nimages), j.count, j.dtype, j.block, j.divisor,
+                             j.out);
     ++quantizations_;
   });
 }

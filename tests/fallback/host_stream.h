@@ -40,6 +40,7 @@ class HostStream : public hicoll::dev::DevStream {
   void reduce(const hicoll::dev::ReduceJob& job) override;
   void quantize(const hicoll::dev::QuantJob& job) override;
   void dequantize(const hicoll::dev::QuantJob& job) override;
+  void sumQuantized(const hicoll::dev::QuantSumJob& job) override;
   void* allocTemp(size_t bytes) override;
   void freeTemp(void* p) override;
   bool idle() override;

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -381,6 +382,90 @@ int quantChecks(const Scenario& sc, int rank, int W, cudaStream_t s) {
   return bad ? 1 : 0;
 }
 
+// hcReduceScatterQuantized on device buffers: from 2 nodes on each element is within the
+// format's bound of the exact sum (the other nodes' partials, each off by at most its absmax /
+// 254, plus the roundings of the node partials and of the output), on one node exact; the send
+// buffer is not modified, and the calls whose images are smaller than their chunks count as
+// quantized. (The host-stream tests check the schedule bit for bit.)
+int quantRsChecks(const Scenario& sc, int rank, int W, cudaStream_t s) {
+  std::map<std::string, std::vector<int>> by_node;
+  for (int r = 0; r < W; ++r) by_node[sc.nodes[r]].push_back(r);
+  const bool quantizes = by_node.size() >= 2 && !sc.env.count("HICOLL_FORCE_FALLBACK");
+  hcStats before = HC_STATS_INITIALIZER, after = HC_STATS_INITIALIZER;
+  HK(hcCommGetStats(g_comm, &before));
+  int bad = 0;
+  uint64_t quantized_calls = 0;
+  for (hcDataType_t dt : {hcFloat32, hcBfloat16, hcFloat16})
+    for (size_t count : {size_t{1}, size_t{1000}, size_t{300001}})
+      for (hcRedOp_t op : {hcSum, hcAvg}) {
+        const size_t e = hcTypeSize(dt), b = count * e;
+        // Even "ranks" of quantInput: finite values, a scale that changes per block.
+        std::vector<std::vector<char>> in;
+        for (int j = 0; j < W; ++j) in.push_back(hctest::quantInput(dt, W * count, 256, 2 * j));
+        char *ds = nullptr, *dr = nullptr;
+        CK(cudaMalloc(&ds, W * b));
+        CK(cudaMalloc(&dr, b));
+        CK(cudaMemcpyAsync(ds, in[rank].data(), W * b, cudaMemcpyHostToDevice, s));
+        hcQuant q = HC_QUANT_INITIALIZER;
+        HK(hcReduceScatterQuantized(ds, dr, count, dt, op, &q, g_comm, s));
+        if (quantizes && count > 1) ++quantized_calls;
+        std::vector<char> got(b), back(W * b);
+        CK(cudaMemcpyAsync(got.data(), dr, b, cudaMemcpyDeviceToHost, s));
+        CK(cudaMemcpyAsync(back.data(), ds, W * b, cudaMemcpyDeviceToHost, s));
+        CK(cudaStreamSynchronize(s));
+        const double eps = dt == hcFloat32 ? 0x1p-23 : dt == hcBfloat16 ? 0x1p-7 : 0x1p-10;
+        // Each node's exact partial of this rank's block, and its absmax (no smaller than any
+        // quantization block's).
+        std::vector<std::vector<double>> partial;
+        double bound = 0, mag = 0;
+        for (const auto& [node, ranks] : by_node) {
+          std::vector<double> p(count, 0.0);
+          double amax = 0;
+          for (size_t i = 0; i < count; ++i) {
+            for (int r : ranks) p[i] += hctest::getElem(dt, in[r].data(), rank * count + i);
+            amax = std::max(amax, std::fabs(p[i]));
+          }
+          partial.push_back(std::move(p));
+          mag += amax;
+          if (quantizes && node != sc.nodes[rank]) bound += amax / 254;
+        }
+        const double div = op == hcAvg ? W : 1;
+        const double tol = (bound + 4 * eps * mag) / div * 1.001 + 1e-30;
+        size_t worst = count;
+        for (size_t i = 0; i < count && worst == count; ++i) {
+          double exact = 0;
+          for (const auto& p : partial) exact += p[i];
+          const double v = hctest::getElem(dt, got.data(), i);
+          if (!(std::fabs(v - exact / div) <= tol)) worst = i;
+        }
+        if (worst < count) {
+          std::fprintf(stderr, "[rank %d] hcReduceScatterQuantized %zu x %s %s: element %zu is %g, beyond the "
+                       "bound %g of the exact sum\n",
+                       rank, count, hicoll::dtypeName(dt), op == hcAvg ? "avg" : "sum", worst,
+                       hctest::getElem(dt, got.data(), worst), tol);
+          ++bad;
+        } else if (back != in[rank]) {
+          std::fprintf(stderr, "[rank %d] hcReduceScatterQuantized %zu x %s: the send buffer was modified\n", rank,
+                       count, hicoll::dtypeName(dt));
+          ++bad;
+        }
+        CK(cudaFree(ds));
+        CK(cudaFree(dr));
+        if (bad >= 3) return 1;
+      }
+  HK(hcCommGetStats(g_comm, &after));
+  const uint64_t counted = after.quantized_calls[hcCollReduceScatter] - before.quantized_calls[hcCollReduceScatter];
+  if (counted != quantized_calls) {
+    std::fprintf(stderr, "[rank %d] hcReduceScatterQuantized: %llu counted as quantized, want %llu\n", rank,
+                 (unsigned long long)counted, (unsigned long long)quantized_calls);
+    ++bad;
+  }
+  if (rank == 0 && !bad)
+    std::printf("  hcReduceScatterQuantized (fp32/bf16/fp16, sum/avg): %s\n",
+                quantizes ? "within the format's bound of the exact sum" : "exact on one node");
+  return bad ? 1 : 0;
+}
+
 int rankMain(const Scenario& sc, int rank, int W) {
   g_rank = rank;
   int ndev = 0;
@@ -412,6 +497,7 @@ int rankMain(const Scenario& sc, int rank, int W) {
   if (!bad && sc.ordering) bad += orderingChecks(rank, W, dsend, drecv, s);
   if (!bad && sc.repeat) bad += repeatChecks(rank, W, s);
   if (!bad && sc.quant) bad += quantChecks(sc, rank, W, s);
+  if (!bad && sc.quant) bad += quantRsChecks(sc, rank, W, s);
   if (!bad) bad += checkStats(sc, rank);
   CK(cudaFree(dsend));
   CK(cudaFree(drecv));
