@@ -211,8 +211,8 @@ class _QuantizedComm:
     def allocate(self, size, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         return torch.empty(*size, dtype=dtype, device=device)
 
-    # Devices whose hicoll backend quantizes this collective (CUDA: the AllGather only).
-    _devices = ("cpu",)
+    # Devices whose hicoll backend quantizes this collective.
+    _devices = ("cpu", "cuda")
     _coll = ""
 
     def _why_exact(self, output, input, group):
@@ -252,7 +252,6 @@ class QuantizedAllGather(_QuantizedComm, _FsdpAllGather):
     without a hicoll backend for their device) take the exact all-gather, logged once per reason.
     Also callable directly: qag(output, input, group)."""
 
-    _devices = ("cpu", "cuda")
     _coll = "all-gather"
 
     def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group=None,
@@ -275,9 +274,10 @@ class QuantizedReduceScatter(_QuantizedComm, _FsdpReduceScatter):
         model.set_custom_reduce_scatter(hicoll.torch.QuantizedReduceScatter())
 
     Within a node the sums stay exact; each node's partial is quantized once and summed in fp32
-    at its owner. On one node (or with HICOLL_QUANT_MIN_NODES above the group's nodes) it is
-    exact. Inputs it cannot quantize (dtype, device, an op other than sum or avg, no hicoll CPU
-    backend) take the exact reduce-scatter, with one warning per reason."""
+    at its owner. CPU and CUDA tensors (CUDA: hicoll's device path). On one node (or with
+    HICOLL_QUANT_MIN_NODES above the group's nodes) it is exact. Inputs it cannot quantize
+    (dtype, device, an op other than sum or avg, no hicoll backend for their device) take the
+    exact reduce-scatter, with one warning per reason."""
 
     _coll = "reduce-scatter"
 
@@ -289,7 +289,8 @@ class QuantizedReduceScatter(_QuantizedComm, _FsdpReduceScatter):
             why = f"op {op} is quantized only as a sum or an average"
         if why is None:
             self.quantized_calls += 1
-            work = backend_of(group).reducescatter_quantized(output_tensor, input_tensor, op, self.block)
+            backend = backend_of(group, input_tensor.device.type)
+            work = backend.reducescatter_quantized(output_tensor, input_tensor, op, self.block)
         else:
             self._exact(why)
             work = dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group, async_op=True)

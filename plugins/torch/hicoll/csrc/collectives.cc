@@ -68,8 +68,10 @@ c10::intrusive_ptr<c10d::Work> HicollBackend::reducescatterQuantized(at::Tensor&
               "hicoll: reducescatter_quantized: output and input dtypes differ");
   TORCH_CHECK(input.numel() == output.numel() * getSize(), "hicoll: reducescatter_quantized: input has ",
               input.numel(), " elements, expected world size x output = ", output.numel() * getSize());
-  TORCH_CHECK(input.device().is_cpu() && output.device().is_cpu(),
-              "hicoll: reducescatter_quantized: CPU tensors only (the device path has no quantized form yet)");
+  TORCH_CHECK(input.device() == output.device(), "hicoll: reducescatter_quantized: input on ", input.device(),
+              ", output on ", output.device());
+  TORCH_CHECK(input.device().is_cpu() || input.device().is_cuda(),
+              "hicoll: reducescatter_quantized: CPU or CUDA tensors, not ", input.device());
   const at::ScalarType t = input.scalar_type();
   TORCH_CHECK(t == at::kFloat || t == at::kBFloat16 || t == at::kHalf, "hicoll: reducescatter_quantized: ", t,
               " cannot be quantized (float32, bfloat16 or float16)");
@@ -88,8 +90,15 @@ c10::intrusive_ptr<c10d::Work> HicollBackend::reducescatterQuantized(at::Tensor&
       });
     });
   };
+  // Where hicoll declines a CUDA call (a libhicoll without CUDA): NCCL's exact reduce-scatter.
+  auto fb = [output, input, op](c10d::Backend& b) mutable -> WorkPtr {
+    c10d::ReduceScatterOptions opts;
+    opts.reduceOp = op;
+    if (!needsSumEmulation(b, op)) return b._reduce_scatter_base(output, input, opts);
+    return emulatedReduceScatter(b, output, input, op, c10d::kUnsetTimeout);
+  };
   return submit(OpType::_REDUCE_SCATTER_BASE, "reducescatter_quantized", {output}, opTimeout(c10d::kUnsetTimeout),
-                {input}, std::nullopt, run, nullptr);
+                {input}, std::nullopt, run, fb);
 }
 
 c10::intrusive_ptr<c10d::Work> HicollBackend::allgather_into_tensor_coalesced(
