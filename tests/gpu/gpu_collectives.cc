@@ -317,13 +317,24 @@ int repeatChecks(int rank, int W, cudaStream_t s) {
   return bad ? 1 : 0;
 }
 
+// 0 when the statistics counted `want` quantized calls of coll since `before`, else 1 (said).
+int checkQuantizedCount(const hcStats& before, hcColl_t coll, uint64_t want, const char* fn, int rank) {
+  hcStats after = HC_STATS_INITIALIZER;
+  HK(hcCommGetStats(g_comm, &after));
+  const uint64_t counted = after.quantized_calls[coll] - before.quantized_calls[coll];
+  if (counted == want) return 0;
+  std::fprintf(stderr, "[rank %d] %s: %llu calls counted as quantized, want %llu\n", rank, fn,
+               (unsigned long long)counted, (unsigned long long)want);
+  return 1;
+}
+
 // hcAllGatherQuantized on device buffers: from 2 nodes on every rank must hold the host
 // quantizer's bits for every rank's block (the kernels match it exactly), on one node the exact
 // gather; the send buffer is not modified, and the statistics count the quantized calls.
 int quantChecks(const Scenario& sc, int rank, int W, cudaStream_t s) {
   const std::set<std::string> nodes(sc.nodes.begin(), sc.nodes.end());
   const bool quantizes = nodes.size() >= 2 && !sc.env.count("HICOLL_FORCE_FALLBACK");
-  hcStats before = HC_STATS_INITIALIZER, after = HC_STATS_INITIALIZER;
+  hcStats before = HC_STATS_INITIALIZER;
   HK(hcCommGetStats(g_comm, &before));
   int bad = 0, calls = 0;
   for (hcDataType_t dt : {hcFloat32, hcBfloat16, hcFloat16})
@@ -369,13 +380,8 @@ int quantChecks(const Scenario& sc, int rank, int W, cudaStream_t s) {
           CK(cudaFree(dr));
           if (bad >= 3) return 1;
         }
-  HK(hcCommGetStats(g_comm, &after));
-  const uint64_t counted = after.quantized_calls[hcCollAllGather] - before.quantized_calls[hcCollAllGather];
-  if (counted != (quantizes ? static_cast<uint64_t>(calls) : 0)) {
-    std::fprintf(stderr, "[rank %d] hcAllGatherQuantized: %d calls, %llu counted as quantized\n", rank, calls,
-                 (unsigned long long)counted);
-    ++bad;
-  }
+  bad += checkQuantizedCount(before, hcCollAllGather, quantizes ? static_cast<uint64_t>(calls) : 0,
+                             "hcAllGatherQuantized", rank);
   if (rank == 0 && !bad)
     std::printf("  hcAllGatherQuantized (fp32/bf16/fp16, blocks 256/2048, in place too): %s\n",
                 quantizes ? "bit-identical to the host quantizer" : "exact on one node");
@@ -391,7 +397,7 @@ int quantRsChecks(const Scenario& sc, int rank, int W, cudaStream_t s) {
   std::map<std::string, std::vector<int>> by_node;
   for (int r = 0; r < W; ++r) by_node[sc.nodes[r]].push_back(r);
   const bool quantizes = by_node.size() >= 2 && !sc.env.count("HICOLL_FORCE_FALLBACK");
-  hcStats before = HC_STATS_INITIALIZER, after = HC_STATS_INITIALIZER;
+  hcStats before = HC_STATS_INITIALIZER;
   HK(hcCommGetStats(g_comm, &before));
   int bad = 0;
   uint64_t quantized_calls = 0;
@@ -453,13 +459,7 @@ int quantRsChecks(const Scenario& sc, int rank, int W, cudaStream_t s) {
         CK(cudaFree(dr));
         if (bad >= 3) return 1;
       }
-  HK(hcCommGetStats(g_comm, &after));
-  const uint64_t counted = after.quantized_calls[hcCollReduceScatter] - before.quantized_calls[hcCollReduceScatter];
-  if (counted != quantized_calls) {
-    std::fprintf(stderr, "[rank %d] hcReduceScatterQuantized: %llu counted as quantized, want %llu\n", rank,
-                 (unsigned long long)counted, (unsigned long long)quantized_calls);
-    ++bad;
-  }
+  bad += checkQuantizedCount(before, hcCollReduceScatter, quantized_calls, "hcReduceScatterQuantized", rank);
   if (rank == 0 && !bad)
     std::printf("  hcReduceScatterQuantized (fp32/bf16/fp16, sum/avg): %s\n",
                 quantizes ? "within the format's bound of the exact sum" : "exact on one node");
