@@ -123,7 +123,7 @@ void hierReduceScatter(Run& r, const void* send, void* recv, size_t count) {
   // small for an image to be smaller go exact (every rank decides alike from the call).
   const size_t qblock = r.a.quant.exact ? 0 : r.a.quant.block;
   auto imageLen = [&](size_t k) { return quant::packedBytes(chunkLen(k) / r.esize, qblock); };
-  const bool quantized = qblock && imageLen(0) < chunkLen(0) && imageLen(K - 1) <= chunkLen(K - 1);
+  const bool quantized = qblock && quant::chunkedImageBytes(b, C, r.esize, qblock) != 0;
   auto wireLen = [&](size_t k) { return quantized ? imageLen(k) : chunkLen(k); };
   std::vector<char> image(quantized ? quant::packedBytes(C / r.esize, qblock) : 0);
 

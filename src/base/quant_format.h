@@ -17,6 +17,12 @@ size_t numBlocks(size_t count, size_t block);
 // element, zeros to a multiple of 8 (0 for count 0).
 size_t packedBytes(size_t count, size_t block);
 
+// hcReduceScatterQuantized's partials of a b-byte block (elements of esize bytes), cut into
+// chunks of chunk bytes and each chunk quantized on its own: the bytes of all the chunks'
+// images, or 0 when they cross exact because a chunk's image would not be smaller than the
+// chunk (the last, shorter one: not larger). The host and device paths decide with it alike.
+size_t chunkedImageBytes(size_t b, size_t chunk, size_t esize, size_t block);
+
 // hcAllGatherQuantized cuts a rank's block into pieces of whole quantization blocks, each
 // image at least kMinPieceImage bytes and at most kMaxPieces of them, gathered one after the
 // other while the caller quantizes the next and dequantizes the last.

@@ -68,11 +68,8 @@ size_t HierEngine::wireBlock(const CollArgs& a) const {
   if (!quantizes(a)) return 0;
   if (a.coll == hcCollAllGather) return a.quant.block;
   if (a.coll != hcCollReduceScatter || N_ == 1) return 0;
-  const size_t e = hcTypeSize(a.dtype), b = a.count * e, q = std::min(chunkFor(a), b);
-  if (q == 0) return 0;
-  const size_t last = b - (b - 1) / q * q;
-  auto image = [&](size_t bytes) { return quant::packedBytes(bytes / e, a.quant.block); };
-  return image(q) < q && image(last) <= last ? a.quant.block : 0;
+  const size_t e = hcTypeSize(a.dtype);
+  return quant::chunkedImageBytes(a.count * e, chunkFor(a), e, a.quant.block) ? a.quant.block : 0;
 }
 
 bool HierEngine::smallAllReduce(const CollArgs& a) const {
@@ -103,26 +100,18 @@ std::string HierEngine::unsupported(const CollArgs& a) const {
 void HierEngine::forEachPeerBytes(const CollArgs& a, const std::function<void(int, size_t)>& fn) const {
   const Topology& t = res_.topo;
   const size_t e = hcTypeSize(a.dtype), N = static_cast<size_t>(N_);
-  auto hier = [&](size_t b) {  // AllGather and ReduceScatter move the same bytes
+  // AllGather and ReduceScatter move the same bytes: N blocks to each local peer, one to each
+  // rail peer (rail: a quantized ReduceScatter's images instead).
+  auto hier = [&](size_t b, size_t rail = 0) {
     for (int p = 0; p < L_; ++p)
       if (p != l_) fn(t.rankAt(n_, p), N * b);
     for (int m = 0; m < N_; ++m)
-      if (m != n_) fn(t.rankAt(m, l_), b);
+      if (m != n_) fn(t.rankAt(m, l_), rail ? rail : b);
   };
   switch (a.coll) {
     case hcCollAllGather: hier(quantizes(a) ? quant::packedBytes(a.count, a.quant.block) : a.count * e); break;
-    case hcCollReduceScatter:
-      if (const size_t qb = wireBlock(a)) {  // exact within the node, images to the rail peers
-        const size_t b = a.count * e, q = std::min(chunkFor(a), b);
-        size_t wire = 0;
-        for (size_t off = 0; off < b; off += q) wire += quant::packedBytes(std::min(q, b - off) / e, qb);
-        for (int p = 0; p < L_; ++p)
-          if (p != l_) fn(t.rankAt(n_, p), N * b);
-        for (int m = 0; m < N_; ++m)
-          if (m != n_) fn(t.rankAt(m, l_), wire);
-      } else {
-        hier(a.count * e);
-      }
+    case hcCollReduceScatter:  // a quantized one: exact within the node, images to the rail peers
+      hier(a.count * e, wireBlock(a) ? quant::chunkedImageBytes(a.count * e, chunkFor(a), e, a.quant.block) : 0);
       break;
     case hcCollAllReduce:
       if (smallAllReduce(a)) {

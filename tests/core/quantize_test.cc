@@ -198,6 +198,16 @@ TEST(Quantize, SizesOfTheImage) {
   EXPECT_THROW(numBlocks(10, kMaxBlock + 1), Error);
 }
 
+// A quantized ReduceScatter's chunks each carry their own image, or the call crosses exact.
+TEST(Quantize, ChunkedImages) {
+  EXPECT_EQ(chunkedImageBytes(16384, 4096, 4, 256), 4 * packedBytes(1024, 256));
+  EXPECT_EQ(chunkedImageBytes(10000, 4096, 4, 256), 2 * packedBytes(1024, 256) + packedBytes(452, 256));
+  EXPECT_EQ(chunkedImageBytes(402, 4096, 2, 64), packedBytes(201, 64)) << "one chunk, the whole block";
+  EXPECT_EQ(chunkedImageBytes(4, 4096, 4, 256), 0u) << "an 8-byte image of one fp32 element";
+  EXPECT_EQ(chunkedImageBytes(4096 + 4, 4096, 4, 256), 0u) << "a 4-byte last chunk, an 8-byte image";
+  EXPECT_EQ(chunkedImageBytes(0, 4096, 4, 256), 0u);
+}
+
 TEST(Quantize, OnlyTheFloatTypesAreQuantizable) {
   for (int t = 0; t < hcNumTypes; ++t) {
     const auto d = static_cast<hcDataType_t>(t);
