@@ -10,6 +10,10 @@
 //                collective) between 4 and 16 MiB per rank, medians of 5 (a slope from 2 MiB
 //                with 3 repetitions once overshot the line rate by 11 %)
 //   net_cpu_s_per_B  a loopback TCP stream's time per byte (tcp providers; 0 otherwise)
+//   net_msg_s    two ranks of node 0 made nodes of their own (their messages cross the host's
+//                own network stack, no link limit): an AllGather of 2 MiB per rank in 16 KiB
+//                and in 256 KiB messages, 64 in flight; the time difference per extra message
+//                sent and received (needs two ranks per node)
 //   quant_Bps    a quantized fp32 AllGather of 16 MiB on a communicator of one rank made to
 //                quantize: the block quantized and dequantized once each
 #include <arpa/inet.h>
@@ -150,6 +154,30 @@ double quantBps(hcComm_t self, double call_s) {
   return 2.0 * static_cast<double>(n * sizeof(float)) / std::max(1e-9, median(t) - call_s);
 }
 
+// Per-message CPU time: each of the pair's two ranks sends and receives K = b / chunk
+// messages per call at once, on a core each, so the time grows by 2 net_msg_s per message.
+double messageSeconds(hcComm_t fine, hcComm_t coarse, size_t b, size_t fine_chunk, size_t coarse_chunk) {
+  std::vector<double> d;
+  for (int r = 0; r < 3; ++r)
+    d.push_back(allGatherTime(fine, b, 5, 3) - allGatherTime(coarse, b, 5, 3));
+  const double extra = static_cast<double>(b / fine_chunk - b / coarse_chunk);
+  return std::max(0.0, median(d) / (2 * extra));
+}
+
+// Node 0's first two ranks as two nodes (HC_SPLIT_NOCOLOR elsewhere), in chunks of `chunk`.
+hcComm_t splitPair(hcComm_t c, bool member, int local_rank, size_t chunk) {
+  hcConfig_t cfg = HC_CONFIG_INITIALIZER;
+  cfg.algo = "hier";
+  cfg.name = "calibrate-pair";
+  cfg.topoNode = local_rank == 0 ? "calibrate-a" : "calibrate-b";
+  cfg.netChunkBytes = static_cast<long long>(chunk);
+  cfg.netWindow = 64;
+  hcComm_t out = nullptr;
+  hcCheck(hcCommSplitConfig(c, member ? 1 : HC_SPLIT_NOCOLOR, local_rank, &out, &cfg), c,
+          "hcCommSplitConfig (calibrate pair)");
+  return out;
+}
+
 hcComm_t split(hcComm_t c, int color, int key, bool quantize = false) {
   hcConfig_t cfg = HC_CONFIG_INITIALIZER;
   cfg.algo = "hier";  // what the figures describe, whatever the model would choose
@@ -196,8 +224,17 @@ int runCalibrate(const Args& a, World& w, hcComm_t comm) {
     t4 = allGatherTime(rail, 4u << 20, 2, 5);
     t16 = allGatherTime(rail, 16u << 20, 2, 5);
   }
-  double mine[9] = {f[0], f[1], f[2], f[3], f[4], t4, t16, f[6], f[7]};
-  sync.allreduce(mine, 9, Sync::Red::Max);
+  const bool pair = L > 1 && st.node == 0 && st.local_rank < 2;
+  const size_t fine_chunk = 16u << 10, coarse_chunk = 256u << 10;
+  hcComm_t fine = splitPair(comm, pair, st.local_rank, fine_chunk),
+           coarse = splitPair(comm, pair, st.local_rank, coarse_chunk);
+  double msg = 0;
+  if (pair) msg = messageSeconds(fine, coarse, 2u << 20, fine_chunk, coarse_chunk);
+  if (fine) hcCommDestroy(fine);
+  if (coarse) hcCommDestroy(coarse);
+  sync.barrier();
+  double mine[10] = {f[0], f[1], f[2], f[3], f[4], t4, t16, f[6], f[7], msg};
+  sync.allreduce(mine, 10, Sync::Red::Max);
   hcCommDestroy(rail);
   hcCommDestroy(node);
   hcCommDestroy(self);
@@ -208,7 +245,8 @@ int runCalibrate(const Args& a, World& w, hcComm_t comm) {
   j["version"] = 1;
   j["note"] = "agbench calibrate on " + std::to_string(N) + " node(s) x " + std::to_string(L) + " rank(s), provider " +
               provider + (L > 1 ? "" : "; shm_alpha_s: default (one rank per node)") +
-              (N > 1 ? "" : "; net_*: defaults (one node)") + "; net_msg_s: default, not measured";
+              (N > 1 ? "" : "; net_*: defaults (one node)") +
+              (L > 1 ? "" : "; net_msg_s: default (one rank per node)");
   j["call_s"] = call;
   j["shm_alpha_s"] = L > 1 ? std::max(0.0, (mine[1] - call) / 2) : 3e-6;
   j["copy_Bps"] = mine[2];
@@ -218,7 +256,7 @@ int runCalibrate(const Args& a, World& w, hcComm_t comm) {
   const double per_node = static_cast<double>(L) * (N - 1) * static_cast<double>((16u << 20) - (4u << 20));
   j["net_Bps"] = N > 1 && mine[6] > mine[5] ? per_node / (mine[6] - mine[5]) : 1.25e9;
   j["net_cpu_s_per_B"] = mine[7];
-  j["net_msg_s"] = 5e-6;
+  j["net_msg_s"] = L > 1 ? mine[9] : 5e-6;
   j["quant_Bps"] = mine[8];
   const std::string text = j.dump(2) + "\n";
   std::printf("# agbench calibrate: %d node(s) x %d rank(s)\n%s", N, L, text.c_str());

@@ -58,7 +58,7 @@ Prediction logStep(const MachineFigures& m, const Shape& s, hcColl_t coll, size_
 }
 
 int predictCmd(const MachineFigures& m, Shape s, const std::string& coll, const std::string& bytes_s, bool in_place,
-               size_t quant, size_t elem) {
+               size_t quant, size_t elem, size_t chunk_cap) {
   const size_t bytes = bytesOf(bytes_s);
   const hcColl_t c = collOf(coll);
   std::printf("# %s of %zu bytes on %d x %d (host ranks %d, cores %d), chunk %zu, window %zu; figures: %s\n",
@@ -78,6 +78,15 @@ int predictCmd(const MachineFigures& m, Shape s, const std::string& coll, const 
         const Prediction q = predictQuantized(m, s, c, a, bytes, in_place, elem, quant);
         std::printf("%-5s int8 %s (%s-bound)\n", algoName(a), q.terms().c_str(), q.bound());
       }
+    }
+  // What HICOLL_ALGO=auto runs under the defaults: each path's chunk from --chunk up to the cap.
+  if (s.nodes > 1)
+    for (Algo a : {Algo::Hier, Algo::Ring}) {
+      const Chunking k = modelChunking(m, s, chunk_cap, true, [&](const Shape& at) {
+        return predict(m, at, c, a, bytes, in_place);
+      });
+      std::printf("%-5s auto chunking: %zu x %zu in flight, %.1f us (chunk up to %zu)\n", algoName(a), k.chunk,
+                  k.window, k.predicted.total() * 1e6, chunk_cap);
     }
   return 0;
 }
@@ -145,6 +154,8 @@ int main(int argc, char** argv) {
   size_t chunk = 256u << 10;
   pred->add_option("--chunk", chunk, "pipeline chunk bytes")->capture_default_str();
   pred->add_option("--window", s.window, "chunks in flight per peer")->capture_default_str();
+  size_t chunk_cap = 1u << 20;
+  pred->add_option("--chunk-cap", chunk_cap, "largest chunk auto may choose (HICOLL_CHUNK_SIZE)")->capture_default_str();
   bool in_place = false;
   pred->add_flag("--in-place", in_place, "the call in place");
   size_t quant = 0, elem = 4;
@@ -161,7 +172,7 @@ int main(int argc, char** argv) {
     const MachineFigures m = model_file.empty() ? defaultFigures(provider) : loadFigures(model_file);
     if (s.host_ranks <= 1) s.host_ranks = s.nodes * s.local;
     s.chunk = chunk;
-    return predictCmd(m, s, coll, bytes, in_place, quant, elem);
+    return predictCmd(m, s, coll, bytes, in_place, quant, elem, chunk_cap);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "hicoll_model: %s\n", e.what());
     return 2;

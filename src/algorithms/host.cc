@@ -67,10 +67,10 @@ void logModelChoice(hcComm& c, const CollArgs& a, const CollPlan& p) {
   if (logLevel() < LogLevel::kInfo) return;
   const uint64_t key = (a.count << 12) ^ (static_cast<uint64_t>(a.dtype) << 4) ^ a.coll;
   if (c.model_logged.size() >= 256 || !c.model_logged.insert(key).second) return;
-  HC_INFO("cost model: {} takes the {} path{}, predicted {} ({}-bound; figures: {})", describe(a),
-          p.path == hcPathHierarchical ? "hierarchical" : "ring",
-          a.coll == hcCollAllReduce ? (p.allreduce_small ? " (latency split)" : " (RS + AG)") : "",
-          p.predicted.terms(), p.predicted.bound(), c.model.source);
+  HC_INFO("cost model: {} takes the {} path{}, chunk {} x {} in flight, predicted {} ({}-bound; figures: {})",
+          describe(a), p.path == hcPathHierarchical ? "hierarchical" : "ring",
+          a.coll == hcCollAllReduce ? (p.allreduce_small ? " (latency split)" : " (RS + AG)") : "", p.chunk_bytes,
+          p.net_window, p.predicted.terms(), p.predicted.bound(), c.model.source);
 }
 
 }  // namespace

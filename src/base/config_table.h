@@ -27,7 +27,8 @@
   X(Algo, "HICOLL_ALGO", Enum, "auto", "auto|hier|ring", 0, 0, Agree,                            \
     "Algorithm for host buffers: hier (hierarchical whenever the configuration supports it, "   \
     "fixed rules), ring (flat ring), or auto: the path, the AllReduce latency-path split and "   \
-    "the network window with the lowest time the cost model predicts (HICOLL_MODEL_FILE).")     \
+    "the network chunk and window with the lowest time the cost model predicts "                 \
+    "(HICOLL_MODEL_FILE).")                                                                      \
   X(ModelFile, "HICOLL_MODEL_FILE", String, "", "", 0, 0, Agree,                                 \
     "Machine figures of the cost model (JSON, written by agbench --calibrate). Empty: defaults " \
     "for HICOLL_OFI_PROVIDER. Every rank must read the same contents.")                         \
@@ -49,9 +50,10 @@
     "Pipeline chunk: the inter-node exchange of chunk k+1 overlaps the intra-node sort of "     \
     "chunk k.")                                                                                  \
   X(NetChunkBytes, "HICOLL_NET_CHUNK_SIZE", Size, "262144", "", 4096, HICOLL_KNOB_GIB, Agree,    \
-    "Largest inter-node message of the hierarchical algorithms: on more than one node their "  \
-    "chunk is the smaller of this and HICOLL_CHUNK_SIZE (how the default was chosen: "          \
-    "perf/README.md).")                                                                          \
+    "Inter-node message of the chunked algorithms: on more than one node their chunk is the "  \
+    "smaller of this and HICOLL_CHUNK_SIZE (how the default was chosen: perf/README.md). Left " \
+    "unset under HICOLL_ALGO=auto, the cost model may raise it, up to HICOLL_CHUNK_SIZE, where " \
+    "it predicts fewer messages faster.")                                                        \
   X(NetWindow, "HICOLL_NET_WINDOW", Int, "4", "", 1, 1024, Local,                                \
     "Hierarchical AllGather and ReduceScatter: chunks sent to a rail peer beyond those fully "  \
     "received from the rail peers. A few in flight, not all, keep the links' queues short "     \
@@ -90,7 +92,8 @@
     "Network interface for libfabric endpoints. Default: lo when all ranks share one host, "    \
     "else the provider's choice.")                                                               \
   X(OfiRxmEager, "HICOLL_OFI_RXM_EAGER", Enum, "1", "0|1", 0, 0, Agree,                          \
-    "With ofi_rxm: 1 sets FI_OFI_RXM_EAGER_LIMIT (unless set) to HICOLL_NET_CHUNK_SIZE, so each "  \
+    "With ofi_rxm: 1 sets FI_OFI_RXM_EAGER_LIMIT (unless set) to the largest net chunk "       \
+    "(HICOLL_NET_CHUNK_SIZE, or HICOLL_CHUNK_SIZE where the model may raise it), so each "       \
     "chunk is one eager message (rxm over tcp places it in the receive buffer) instead of "        \
     "rendezvous, which left links idle (perf/README.md). Applies when this process initializes " \
     "libfabric.")                                                                                \

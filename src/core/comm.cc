@@ -205,13 +205,20 @@ std::unique_ptr<hcComm> createComm(std::unique_ptr<Bootstrap> bs, std::shared_pt
     oo.iface = c->cfg.str(Knob::OfiIface);
     if (oo.iface.empty() && c->topo.single_host) oo.iface = "lo";  // simulated nodes: stay on loopback
     oo.timeout_ms = c->timeoutMs();
-    if (c->cfg.str(Knob::OfiRxmEager) == "1") oo.rxm_eager_bytes = static_cast<size_t>(c->cfg.num(Knob::NetChunkBytes));
+    // Under HICOLL_ALGO=auto with the default net chunk the model may raise it up to
+    // HICOLL_CHUNK_SIZE (plan/cost_model.h, modelChunking): such chunks go eager too.
+    const size_t net_chunk = static_cast<size_t>(c->cfg.num(Knob::NetChunkBytes));
+    const bool model_chunk = c->cfg.algoAuto() && c->cfg.isDefault(Knob::NetChunkBytes);
+    const size_t cap = model_chunk ? std::max(net_chunk, static_cast<size_t>(c->cfg.num(Knob::ChunkBytes))) : net_chunk;
+    if (c->cfg.str(Knob::OfiRxmEager) == "1") oo.rxm_eager_bytes = cap;
     oo.call_now = call_now;
     oo.while_blocked = [self] {  // no ofi calls here: the transport holds its lock
       self->shm->checkPeers();
       if (self->liveness) self->liveness->check();
     };
     c->ofi = makeOfiTransport(*c->bootstrap, oo);
+    // What this process's libfabric sends eagerly decides (it reads the limit once).
+    if (model_chunk) c->net_chunk_cap = std::min(cap, ofiEagerLimit(oo));
     c->ofi->registerRegion(c->scratch, c->scratch_bytes);
     c->ofi->registerRegion(c->sort, c->sort_bytes);
     for (auto* v : {&c->agree_in, &c->agree_out})

@@ -38,6 +38,9 @@ struct hcComm {
   // emulated nodes do), its cores, the most ring hops that leave one node.
   hicoll::MachineFigures model;
   int host_ranks = 1, host_cores = 1, ring_cross = 1;
+  // The largest inter-node chunk the model may raise HICOLL_NET_CHUNK_SIZE to under
+  // HICOLL_ALGO=auto: HICOLL_CHUNK_SIZE, within rxm's eager limit in this process (0: none).
+  size_t net_chunk_cap = 0;
   mutable std::shared_ptr<hicoll::PlanMemos> plan_memo;  // made by planCall on first use
   std::set<uint64_t> model_logged;  // shapes whose model choice HICOLL_DEBUG=INFO has shown
   // Remote ranks every call is agreed with (rail peers; ring neighbours on uneven nodes), and

@@ -216,4 +216,28 @@ Prediction predictQuantized(const MachineFigures& m, const Shape& s, hcColl_t co
   return predict(m, s, coll, algo, bytes, in_place);
 }
 
+size_t modelWindow(const MachineFigures& m, const Shape& s, size_t floor) {
+  if (s.nodes < 2) return floor;
+  // Each rank exchanges with N-1 rail peers, the node's L ranks at once: that many flows share
+  // the link, and each needs its share of the bandwidth-delay product in flight.
+  const double flows = static_cast<double>(s.local) * (s.nodes - 1);
+  const double bdp = 2 * m.net_alpha_s * m.net_Bps / flows;
+  const size_t w = static_cast<size_t>(std::ceil(bdp / static_cast<double>(std::max<size_t>(s.chunk, 1)))) + 1;
+  return std::clamp(w, floor, size_t{1024});
+}
+
+Chunking modelChunking(const MachineFigures& m, Shape s, size_t cap, bool window_free,
+                       const std::function<Prediction(const Shape&)>& time_at) {
+  const size_t window_floor = s.window;
+  Chunking best;
+  for (size_t chunk = std::max<size_t>(s.chunk, 1);; chunk *= 2) {
+    s.chunk = chunk;
+    s.window = window_free ? modelWindow(m, s, window_floor) : window_floor;
+    const Prediction p = time_at(s);
+    if (best.chunk == 0 || p.total() < (1 - kChunkGain) * best.predicted.total()) best = Chunking{chunk, s.window, p};
+    if (chunk > cap / 2) break;
+  }
+  return best;
+}
+
 }  // namespace hicoll

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
 
 #include "base/coll.h"
@@ -64,5 +65,23 @@ Prediction predict(const MachineFigures& m, const Shape& s, hcColl_t coll, Algo 
 //     exactly.
 Prediction predictQuantized(const MachineFigures& m, const Shape& s, hcColl_t coll, Algo algo, size_t bytes,
                             bool in_place, size_t elem, size_t block);
+
+// The window that keeps a round trip's worth of chunks in flight on each rail flow, never
+// below floor (the measured default).
+size_t modelWindow(const MachineFigures& m, const Shape& s, size_t floor);
+
+// The chunking the model picks for one call on one path: s.chunk (the measured default) or a
+// doubling of it up to cap, each with its window (modelWindow from s.window when window_free,
+// else s.window), whichever time_at predicts lowest. A larger chunk must be predicted at least
+// kChunkGain faster than the best smaller one: its gain is fewer per-message costs, and where
+// those do not bound the call the model's difference is noise beside what it does not see
+// (on the emulator smaller chunks measured no slower on idle cores and slower on shared ones).
+struct Chunking {
+  size_t chunk = 0, window = 0;
+  Prediction predicted;
+};
+constexpr double kChunkGain = 0.01;
+Chunking modelChunking(const MachineFigures& m, Shape s, size_t cap, bool window_free,
+                       const std::function<Prediction(const Shape&)>& time_at);
 
 }  // namespace hicoll

@@ -93,8 +93,21 @@ void modelChoice(const hcComm& c, const CollArgs& a, const Capabilities& caps, C
       p.block_bytes = small ? bytes : p.allreduce_block * e;
     }
   }
-  const double hier = predictFor(c, a, s, Algo::Hier, false, p.allreduce_small).total();
-  const double ring = predictFor(c, a, s, Algo::Ring, false, p.allreduce_small).total();
+  // Each path with its own chunking: under the defaults the model may raise the chunk (and
+  // with it the window) where per-message costs bound the call.
+  const size_t window_floor = static_cast<size_t>(c.cfg.num(Knob::NetWindow));
+  const bool window_free = c.cfg.isDefault(Knob::NetWindow);
+  const bool chunk_free = N > 1 && c.cfg.isDefault(Knob::NetChunkBytes) && c.net_chunk_cap > p.chunk_bytes;
+  auto chunking = [&](Algo algo) {
+    return modelChunking(c.model, modelShape(c, p.chunk_bytes, window_free ? window_floor : p.net_window),
+                         chunk_free ? c.net_chunk_cap : p.chunk_bytes, window_free,
+                         [&](const Shape& at) { return predictFor(c, a, at, algo, false, p.allreduce_small); });
+  };
+  const Chunking h = chunking(Algo::Hier), r = chunking(Algo::Ring);
+  const double hier = h.predicted.total(), ring = r.predicted.total();
+  const Chunking& best = ring < hier ? r : h;
+  p.chunk_bytes = best.chunk;
+  p.net_window = best.window;
   if (ring < hier) {
     p.path = hcPathRing;
     p.rule = Rule::ModelChoseRing;
@@ -123,16 +136,6 @@ Shape modelShape(const hcComm& c, size_t chunk_bytes, size_t net_window) {
   s.window = net_window;
   s.scratch = c.scratch_bytes;
   return s;
-}
-
-size_t modelWindow(const MachineFigures& m, const Shape& s, size_t floor) {
-  if (s.nodes < 2) return floor;
-  // Each rank exchanges with N-1 rail peers, the node's L ranks at once: that many flows share
-  // the link, and each needs its share of the bandwidth-delay product in flight.
-  const double flows = static_cast<double>(s.local) * (s.nodes - 1);
-  const double bdp = 2 * m.net_alpha_s * m.net_Bps / flows;
-  const size_t w = static_cast<size_t>(std::ceil(bdp / static_cast<double>(std::max<size_t>(s.chunk, 1)))) + 1;
-  return std::clamp(w, floor, size_t{1024});
 }
 
 bool allReduceIsSmall(size_t count, size_t e, int nranks, size_t small_bytes, const Capabilities& caps) {

@@ -83,9 +83,6 @@ size_t allReduceBlock(size_t count, int nranks, const Capabilities& caps);  // e
 
 // The model's view of comm: its nodes, hosts and the plan's chunking.
 Shape modelShape(const hcComm& comm, size_t chunk_bytes, size_t net_window);
-// The window that keeps a round trip's worth of chunks in flight on each rail flow, never
-// below floor (the measured default).
-size_t modelWindow(const MachineFigures& m, const Shape& s, size_t floor);
 
 // The plan of a (a validated call) on comm, for a path with these capabilities.
 CollPlan planCall(const hcComm& comm, const CollArgs& a, const Capabilities& caps);

@@ -1,6 +1,8 @@
 // The cost model's terms (plan/cost_model.h) and the model file's parser (base/machine_figures.h).
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "base/error.h"
 #include "base/quant_format.h"
 #include "plan/cost_model.h"
@@ -102,6 +104,64 @@ TEST(CostModel, WindowCoversTheRoundTrip) {
   // 2 x 15 us x 50 GB/s = 1.5 MB in flight on one flow: 6 chunks of 256 KiB, plus one.
   EXPECT_EQ(modelWindow(m, s, 4), 7u);
   EXPECT_EQ(modelWindow(m, shape(1, 4), 4), 4u) << "no network";
+}
+
+// The chunk leaves the measured default only for a prediction kChunkGain faster, each chunk
+// with its own window.
+TEST(CostModel, ChunkGrowsOnlyForAPredictedGain) {
+  const MachineFigures m = figures();
+  const Shape s = shape(2, 2);
+  auto scripted = [](std::map<size_t, double> totals) {
+    return [totals](const Shape& at) {
+      Prediction p;
+      p.link = totals.at(at.chunk);
+      return p;
+    };
+  };
+  const size_t K = 1024;
+  // 512 KiB is 0.5 % faster (not enough), 1 MiB 1.5 %: 1 MiB.
+  EXPECT_EQ(modelChunking(m, s, 1024 * K, false, scripted({{256 * K, 1.0}, {512 * K, 0.995}, {1024 * K, 0.985}})).chunk,
+            1024 * K);
+  EXPECT_EQ(modelChunking(m, s, 1024 * K, false, scripted({{256 * K, 1.0}, {512 * K, 0.995}, {1024 * K, 0.992}})).chunk,
+            256 * K);
+  // Never above the cap, nor below the floor when the cap is smaller.
+  EXPECT_EQ(modelChunking(m, s, 512 * K, false, scripted({{256 * K, 1.0}, {512 * K, 0.9}})).chunk, 512 * K);
+  EXPECT_EQ(modelChunking(m, s, 64 * K, false, scripted({{256 * K, 1.0}})).chunk, 256 * K);
+  // The window is the chunk's own: fixed, or from modelWindow.
+  EXPECT_EQ(modelChunking(m, s, 1024 * K, false, scripted({{256 * K, 1.0}, {512 * K, 0.9}, {1024 * K, 0.8}})).window, 4u);
+  MachineFigures fast = m;
+  fast.net_Bps = 400e9 / 8;
+  fast.net_alpha_s = 15e-6;
+  Shape at = s;
+  at.chunk = 1024 * K;
+  EXPECT_EQ(modelChunking(fast, s, 1024 * K, true, scripted({{256 * K, 1.0}, {512 * K, 0.9}, {1024 * K, 0.8}})).window,
+            modelWindow(fast, at, 4));
+}
+
+// With the model's own terms: on a 1 Gbit/s link the link bounds a large call and the measured
+// default stays; on a 400 Gbit/s link each rank's per-message work bounds it, and fewer,
+// larger messages are predicted faster.
+TEST(CostModel, ChunkFollowsThePerMessageWork) {
+  MachineFigures m = figures();
+  m.net_msg_s = 15e-6;
+  const Shape s = shape(2, 2);
+  const size_t bytes = 64u << 20, cap = 4u << 20;
+  auto hier = [&](const MachineFigures& f) {
+    return [&f, bytes](const Shape& at) { return predict(f, at, hcCollAllGather, Algo::Hier, bytes, false); };
+  };
+  const Chunking slow = modelChunking(m, s, cap, true, hier(m));
+  EXPECT_EQ(slow.chunk, s.chunk);
+  EXPECT_STREQ(slow.predicted.bound(), "link");
+  MachineFigures fast = m;
+  fast.net_Bps = 400e9 / 8;
+  fast.net_alpha_s = 15e-6;
+  fast.net_cpu_s_per_B = 0;
+  fast.copy_Bps = 100e9;
+  const Chunking big = modelChunking(fast, s, cap, true, hier(fast));
+  EXPECT_GT(big.chunk, s.chunk);
+  const Prediction at_floor = predict(fast, s, hcCollAllGather, Algo::Hier, bytes, false);
+  EXPECT_STREQ(at_floor.bound(), "cpu");
+  EXPECT_LT(big.predicted.total(), (1 - kChunkGain) * at_floor.total());
 }
 
 TEST(CostModel, QuantizedAllGatherMovesTheImagesAndPaysForTheCompute) {

@@ -303,4 +303,44 @@ TEST(Plan, AutoTakesWhatTheModelPredictsFastest) {
   EXPECT_TRUE(hicoll::planCall(pinned.c, call(hcCollAllReduce, 16384), hicoll::Capabilities{}).allreduce_small);
 }
 
+// HICOLL_ALGO=auto with the default net chunk: the plan runs the chunk and window the model
+// picks (modelChunking, up to the communicator's cap), and predicts the call at them; a chunk
+// set by hand, the fixed rules, a cap at the default, or a link that bounds the call keep
+// HICOLL_NET_CHUNK_SIZE.
+TEST(Plan, AutoTakesTheModelsChunk) {
+  hicoll::MachineFigures fast;  // 400 Gbit/s, per-message work as measured on tcp
+  fast.net_Bps = 50e9;
+  fast.net_alpha_s = 15e-6;
+  fast.net_cpu_s_per_B = 0;
+  fast.net_msg_s = 15e-6;
+  fast.copy_Bps = 100e9;
+  const size_t count = 1u << 20;  // 4 MiB per rank
+  auto plan = [&](std::map<std::string, std::string> env, const hicoll::MachineFigures& m, size_t cap) {
+    FakeComm f({"a", "a", "b", "b"}, std::move(env));
+    f.c.model = m;
+    f.c.net_chunk_cap = cap;
+    const CollPlan p = hicoll::planCall(f.c, call(hcCollAllGather, count), hicoll::Capabilities{});
+    EXPECT_TRUE(p.modelled);
+    EXPECT_EQ(p.path, hcPathHierarchical);
+    const hicoll::Shape s = hicoll::modelShape(f.c, p.chunk_bytes, p.net_window);
+    // (rank 0 with null buffers: an in-place call)
+    EXPECT_DOUBLE_EQ(p.predicted.total(), predict(m, s, hcCollAllGather, hicoll::Algo::Hier, count * 16, true).total());
+    EXPECT_EQ(p.net_window, hicoll::modelWindow(m, s, 4));
+    return p;
+  };
+  const size_t floor = 256u << 10, cap = 1u << 20;
+  EXPECT_EQ(plan({}, fast, cap).chunk_bytes, cap);
+  EXPECT_EQ(plan({{"HICOLL_NET_CHUNK_SIZE", "262144"}}, fast, cap).chunk_bytes, floor) << "set by hand";
+  EXPECT_EQ(plan({}, fast, floor).chunk_bytes, floor) << "rxm's eager limit at the default";
+  EXPECT_EQ(plan({}, fast, 0).chunk_bytes, floor) << "no cap: not an auto communicator";
+  hicoll::MachineFigures slow = fast;  // 1 Gbit/s
+  slow.net_Bps = 122e6;
+  slow.net_alpha_s = 33e-6;
+  EXPECT_EQ(plan({}, slow, cap).chunk_bytes, floor);
+  FakeComm fixed({"a", "a", "b", "b"}, {{"HICOLL_ALGO", "hier"}});
+  fixed.c.model = fast;
+  fixed.c.net_chunk_cap = cap;
+  EXPECT_EQ(hicoll::planCall(fixed.c, call(hcCollAllGather, count), hicoll::Capabilities{}).chunk_bytes, floor);
+}
+
 }  // namespace

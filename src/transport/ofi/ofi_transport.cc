@@ -1047,6 +1047,14 @@ std::unique_ptr<Transport> makeOfiTransport(Bootstrap& bs, const OfiOptions& opt
   return ofi_detail::makeOfiTransport(bs, opt, ofi_detail::OfiTuning{});
 }
 
+size_t ofiEagerLimit(const OfiOptions& opt) {
+  if (resolveProvider(opt).find("rxm") == std::string::npos) return SIZE_MAX;
+  const char* env = std::getenv("FI_OFI_RXM_EAGER_LIMIT");
+  char* end = nullptr;
+  const unsigned long long v = env && *env ? std::strtoull(env, &end, 10) : 0;
+  return env && *env && end && *end == '\0' ? static_cast<size_t>(v) : size_t{16384};  // rxm's own default
+}
+
 namespace ofi_detail {
 
 std::unique_ptr<Transport> makeOfiTransport(Bootstrap& bs, const OfiOptions& opt, const OfiTuning& tuning) {

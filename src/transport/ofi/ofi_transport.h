@@ -11,6 +11,7 @@
 // endpoint before the receiver matched it is lost.
 #pragma once
 
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <string>
@@ -40,5 +41,10 @@ struct OfiOptions {
 // ones - 1 (failure notices, one receive per peer posted for the transport's life; only with
 // at least 61 tag bits). Throws hicoll::Error.
 std::unique_ptr<Transport> makeOfiTransport(Bootstrap& bs, const OfiOptions& opt);
+
+// The largest message this process's endpoints send eagerly: with rxm its eager limit in
+// effect (FI_OFI_RXM_EAGER_LIMIT, set by hicoll or the user, else rxm's 16 KiB); SIZE_MAX for
+// providers without one. Larger messages still arrive, by rxm's slower protocols.
+size_t ofiEagerLimit(const OfiOptions& opt);
 
 }  // namespace hicoll
