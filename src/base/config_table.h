@@ -96,7 +96,7 @@
     "(HICOLL_NET_CHUNK_SIZE, or HICOLL_CHUNK_SIZE where the model may raise it), so each "       \
     "chunk is one eager message (rxm over tcp places it in the receive buffer) instead of "        \
     "rendezvous, which left links idle (perf/README.md). Applies when this process initializes " \
-    "libfabric.")                                                                                \
+    "libfabric; the limit must be the same on every rank (creation fails naming it otherwise).") \
   X(SocketIfname, "HICOLL_SOCKET_IFNAME", String, "", "", 0, 0, Local,                           \
     "Interface the hcGetUniqueId rendezvous listener binds to. Default: loopback.")             \
   X(CommId, "HICOLL_COMM_ID", String, "", "", 0, 0, Local,                                       \

@@ -31,6 +31,7 @@ struct RankInfo {
   uint64_t kernel;  // hash of the boot id: ranks on one kernel share its cores
   int32_t pid;
   int32_t cores;
+  uint64_t rxm_eager;  // the FI_OFI_RXM_EAGER_LIMIT this rank's libfabric will run with (0: no rxm)
 };
 
 // Ranks that share a kernel share its cores; without a boot id, the host name says as much.
@@ -91,6 +92,22 @@ void checkConsistency(Bootstrap& bs, const Config& cfg, const std::vector<RankIn
     HC_THROW(hcInvalidUsage, "{} must be the same on every rank{}: {}", table[k].name,
              table[k].id == Knob::ModelFile ? " (the file's contents too)" : "", list);
   }
+}
+
+// rxm connects two processes only when their eager limits agree (libfabric 1.17 waits forever
+// otherwise): a difference fails creation on every rank, naming the variable and the ranks.
+void checkEagerLimits(const std::vector<RankInfo>& all) {
+  std::string list;
+  bool same = true;
+  for (size_t r = 0; r < all.size(); ++r) {
+    same = same && all[r].rxm_eager == all[0].rxm_eager;
+    if (r == 0 || all[r].rxm_eager != all[r - 1].rxm_eager)
+      list += fmt::format("{}rank {} has {}", r ? ", " : "", r, all[r].rxm_eager);
+  }
+  HC_CHECK(same, hcInvalidUsage,
+           "FI_OFI_RXM_EAGER_LIMIT (set in the environment, or by hicoll from HICOLL_NET_CHUNK_SIZE / "
+           "HICOLL_CHUNK_SIZE when the process first opens libfabric) must be the same on every rank: {}",
+           list);
 }
 
 // The remote ranks each call is agreed with. With the node board agreeing every node, the rails
@@ -167,6 +184,15 @@ std::unique_ptr<hcComm> createComm(std::unique_ptr<Bootstrap> bs, std::shared_pt
   mine.pid = getpid();
   mine.kernel = bootIdHash(host);
   mine.cores = usableCores();
+  // Under HICOLL_ALGO=auto with the default net chunk the model may raise it up to
+  // HICOLL_CHUNK_SIZE (plan/cost_model.h, modelChunking): such chunks go eager too.
+  OfiOptions oo;
+  oo.provider = c->cfg.str(Knob::OfiProvider);
+  const size_t net_chunk = static_cast<size_t>(c->cfg.num(Knob::NetChunkBytes));
+  const bool model_chunk = c->cfg.algoAuto() && c->cfg.isDefault(Knob::NetChunkBytes);
+  const size_t chunk_cap = model_chunk ? std::max(net_chunk, static_cast<size_t>(c->cfg.num(Knob::ChunkBytes))) : net_chunk;
+  if (c->cfg.str(Knob::OfiRxmEager) == "1") oo.rxm_eager_bytes = chunk_cap;
+  mine.rxm_eager = ofiEagerLimit(oo);
   std::vector<RankInfo> all(c->nranks);
   bs->allgather(&mine, all.data(), sizeof mine);
   checkConsistency(*bs, c->cfg, all);
@@ -178,6 +204,7 @@ std::unique_ptr<hcComm> createComm(std::unique_ptr<Bootstrap> bs, std::shared_pt
     hosts.emplace_back(i.host);
   }
   c->topo = Topology::build(labels, hosts);
+  if (c->topo.nnodes > 1) checkEagerLimits(all);
   hostFacts(*c, all);
   c->bootstrap = std::move(bs);
   c->agree_peers = agreementPeers(c->topo, c->rank);
@@ -200,25 +227,18 @@ std::unique_ptr<hcComm> createComm(std::unique_ptr<Bootstrap> bs, std::shared_pt
   c->sort = c->shm->sort(c->shm->localIndex());
 
   if (c->topo.nnodes > 1) {
-    OfiOptions oo;
-    oo.provider = c->cfg.str(Knob::OfiProvider);
     oo.iface = c->cfg.str(Knob::OfiIface);
     if (oo.iface.empty() && c->topo.single_host) oo.iface = "lo";  // simulated nodes: stay on loopback
     oo.timeout_ms = c->timeoutMs();
-    // Under HICOLL_ALGO=auto with the default net chunk the model may raise it up to
-    // HICOLL_CHUNK_SIZE (plan/cost_model.h, modelChunking): such chunks go eager too.
-    const size_t net_chunk = static_cast<size_t>(c->cfg.num(Knob::NetChunkBytes));
-    const bool model_chunk = c->cfg.algoAuto() && c->cfg.isDefault(Knob::NetChunkBytes);
-    const size_t cap = model_chunk ? std::max(net_chunk, static_cast<size_t>(c->cfg.num(Knob::ChunkBytes))) : net_chunk;
-    if (c->cfg.str(Knob::OfiRxmEager) == "1") oo.rxm_eager_bytes = cap;
     oo.call_now = call_now;
     oo.while_blocked = [self] {  // no ofi calls here: the transport holds its lock
       self->shm->checkPeers();
       if (self->liveness) self->liveness->check();
     };
     c->ofi = makeOfiTransport(*c->bootstrap, oo);
-    // What this process's libfabric sends eagerly decides (it reads the limit once).
-    if (model_chunk) c->net_chunk_cap = std::min(cap, ofiEagerLimit(oo));
+    // Chunks beyond the eager limit would go by rxm's slower protocols (the limit is the same
+    // on every rank: checkEagerLimits).
+    if (model_chunk) c->net_chunk_cap = mine.rxm_eager ? std::min<size_t>(chunk_cap, mine.rxm_eager) : chunk_cap;
     c->ofi->registerRegion(c->scratch, c->scratch_bytes);
     c->ofi->registerRegion(c->sort, c->sort_bytes);
     for (auto* v : {&c->agree_in, &c->agree_out})

@@ -211,4 +211,45 @@ TEST(Model, QuantizedCallsQuantizeWhereThePredictionIsFaster) {
   std::remove(fast.c_str());
 }
 
+// Where the model raises the chunk (each rank's per-message work bounds a loopback call), the
+// raised chunk goes eager and the call is exact; so it is under an eager limit the environment
+// holds at the default on every rank. An eager limit that differs between ranks (rxm would never
+// connect them) fails creation on every rank, naming the variable.
+TEST(Model, TheModelsChunkAndTheEagerLimitAgree) {
+  const std::string fast = writeFile(
+      "msgbound", "{\"version\": 1, \"call_s\": 1e-6, \"shm_alpha_s\": 2e-6, \"copy_Bps\": 5e9, \"reduce_Bps\": 4e9, "
+                  "\"net_alpha_s\": 4e-5, \"net_Bps\": 1.25e10, \"net_cpu_s_per_B\": 0, \"net_msg_s\": 1e-4}\n");
+  auto gather = [](int rank, hcComm_t comm) {
+    const size_t n = 1u << 20;  // 4 MiB per rank: 16 messages of 256 KiB, 4 of 1 MiB
+    std::vector<float> in(n), all(2 * n, -1.f);
+    for (size_t i = 0; i < n; ++i) in[i] = static_cast<float>(rank * 7 + static_cast<int>(i % 1000));
+    for (int rep = 0; rep < 2; ++rep)
+      if (hcAllGather(in.data(), all.data(), n, hcFloat32, comm, nullptr) != hcSuccess) return 1;
+    for (int r = 0; r < 2; ++r)
+      for (size_t i = 0; i < n; ++i)
+        if (all[r * n + i] != static_cast<float>(r * 7 + static_cast<int>(i % 1000))) return 2;
+    return 0;
+  };
+  Job job;
+  job.nranks = 2;
+  job.node = contiguous(2, 1);
+  job.env["HICOLL_MODEL_FILE"] = fast;
+  job.env["HICOLL_TIMEOUT_MS"] = "20000";
+  auto st = hctest::run(job, gather);
+  EXPECT_EQ(st[0], 0);
+  EXPECT_EQ(st[1], 0);
+  job.env["FI_OFI_RXM_EAGER_LIMIT"] = "262144";
+  st = hctest::run(job, gather);
+  EXPECT_EQ(st[0], 0) << "both at 256 KiB";
+  EXPECT_EQ(st[1], 0) << "both at 256 KiB";
+  job.env.erase("FI_OFI_RXM_EAGER_LIMIT");
+  job.rank_env[0]["FI_OFI_RXM_EAGER_LIMIT"] = "262144";
+  st = runRaw(job, [&](int) {
+    return createFails(hcInvalidUsage, {"FI_OFI_RXM_EAGER_LIMIT", "rank 0 has 262144", "rank 1 has 1048576"});
+  });
+  EXPECT_EQ(st[0], 0);
+  EXPECT_EQ(st[1], 0);
+  std::remove(fast.c_str());
+}
+
 }  // namespace

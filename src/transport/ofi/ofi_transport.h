@@ -42,9 +42,10 @@ struct OfiOptions {
 // at least 61 tag bits). Throws hicoll::Error.
 std::unique_ptr<Transport> makeOfiTransport(Bootstrap& bs, const OfiOptions& opt);
 
-// The largest message this process's endpoints send eagerly: with rxm its eager limit in
-// effect (FI_OFI_RXM_EAGER_LIMIT, set by hicoll or the user, else rxm's 16 KiB); SIZE_MAX for
-// providers without one. Larger messages still arrive, by rxm's slower protocols.
+// The largest message a transport opened with opt sends eagerly: with rxm the eager limit it
+// will run with (FI_OFI_RXM_EAGER_LIMIT from the environment, else opt.rxm_eager_bytes, which
+// open sets, else rxm's 16 KiB); 0 for providers without one. Larger messages still arrive,
+// by rxm's slower protocols.
 size_t ofiEagerLimit(const OfiOptions& opt);
 
 }  // namespace hicoll
