@@ -324,8 +324,14 @@ class Runner {
         local[c] = x.memcpy ? timeMemcpy(g.size_bytes)
                             : timeOnce(*w_.variants[x.k], g, t, op, x.ip);
         if (rep == 0 && !x.memcpy)
-          if (hcComm_t hc = w_.variants[x.k]->comm())
-            (x.ip ? row.v[x.k].ip : row.v[x.k].oop).predicted_us = readStats(hc).predicted_us[statsIndex(a_.coll)];
+          if (hcComm_t hc = w_.variants[x.k]->comm()) {
+            Measure& m = x.ip ? row.v[x.k].ip : row.v[x.k].oop;
+            const hcStats st = readStats(hc);
+            const int k = statsIndex(a_.coll);
+            m.predicted_us = st.predicted_us[k];
+            m.chunk_bytes = st.chunk_bytes[k];
+            m.net_window = st.net_window[k];
+          }
       }
       for (size_t c = 0; c < cases.size(); ++c)
         if (cases[c].memcpy)

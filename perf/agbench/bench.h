@@ -15,6 +15,7 @@ struct Measure {
   double time_us = 0, algbw = 0, busbw = 0;  // from the median time
   long long wrong = -1;          // -1: not checked (-c 0)
   double predicted_us = 0;       // the cost model's time for the call (hcStats), 0: none
+  uint64_t chunk_bytes = 0, net_window = 0;  // the chunking it ran with (hcStats), 0: none
 };
 
 // One variant's hicoll statistics over a row (deltas, per call).

@@ -174,7 +174,11 @@ void printRowStats(const Row& row) {
     for (const Measure* x : {&v.oop, &v.ip})
       if (x->ran && x->predicted_us > 0)
         model += std::string(x == &v.oop ? " oop " : " ip ") + fmt("%.1f us", x->predicted_us) +
-                 fmt(" (%.2f x measured)", x->time_us > 0 ? x->predicted_us / x->time_us : 0.0);
+                 fmt(" (%.2f x measured", x->time_us > 0 ? x->predicted_us / x->time_us : 0.0) +
+                 (x->chunk_bytes ? fmt("; chunk %.0f KiB", static_cast<double>(x->chunk_bytes) / 1024) +
+                                       fmt(" x %.0f", static_cast<double>(x->net_window))
+                                 : std::string()) +
+                 ")";
     if (!model.empty()) std::printf("#   model %s: predicted%s\n", v.name.c_str(), model.c_str());
   }
 }
@@ -279,6 +283,10 @@ void writeJson(const Args& a, const World& w, const std::vector<RankInfo>& ranks
     x["busbw"] = m.busbw;
     x["wrong"] = m.wrong;
     if (m.predicted_us > 0) x["predicted_us"] = m.predicted_us;
+    if (m.chunk_bytes > 0) {
+      x["chunk_bytes"] = m.chunk_bytes;
+      x["net_window"] = m.net_window;
+    }
     return x;
   };
   for (const Row& r : rows) {

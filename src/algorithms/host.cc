@@ -82,7 +82,7 @@ void runHostCollective(hcComm& c, const CollArgs& a) {
     HC_INFO("fallback: {} takes the flat {}: {}", describe(a), a.coll == hcCollAllToAll ? "exchange" : "ring", p.reason);
   HC_TRACE("{}: path {} ({})", describe(a), p.path == hcPathHierarchical ? "hierarchical" : "ring", ruleName(p.rule));
   if (p.modelled && c.cfg.algoAuto()) logModelChoice(c, a, p);
-  c.countCall(a.coll, p.path, p.reason, p.modelled ? p.predicted.total() : 0);
+  c.countCall(a.coll, p.path, p.reason, p.modelled ? p.predicted.total() : 0, p.chunk_bytes, p.net_window);
   try {
     Agreement ag(c, CallDesc::of(a), "", piggybacks(c, a, p));
     Run r(c, a, &p, &ag);

@@ -330,10 +330,13 @@ hicoll::Transport& hcComm::transportTo(int peer) {
   return *ofi;
 }
 
-void hcComm::countCall(hcColl_t c, hcPath_t path, const std::string& reason, double predicted_s) {
+void hcComm::countCall(hcColl_t c, hcPath_t path, const std::string& reason, double predicted_s,
+                       size_t chunk_bytes, size_t net_window) {
   std::lock_guard<std::mutex> lock(stats_mu);
   stats.coll[c].calls[path]++;
   stats.predicted_us[c] = predicted_s * 1e6;
+  stats.chunk_bytes[c] = chunk_bytes;
+  stats.net_window[c] = net_window;
   if (path == hcPathFallback && !reason.empty())  // a ring the model chose is no fallback
     std::snprintf(stats.coll[c].last_fallback_reason, sizeof stats.coll[c].last_fallback_reason, "%s", reason.c_str());
 }

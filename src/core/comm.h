@@ -103,7 +103,8 @@ struct hcComm {
   // After an error that is a symptom (a broken link): waits up to ms for a failure notice, or
   // a watched rank's failure with its cause on liveness, and throws it if one arrives.
   void explainSymptom(long ms);
-  void countCall(hcColl_t c, hcPath_t path, const std::string& fallback_reason = "", double predicted_s = 0);
+  void countCall(hcColl_t c, hcPath_t path, const std::string& fallback_reason = "", double predicted_s = 0,
+                 size_t chunk_bytes = 0, size_t net_window = 0);
   void countBytes(hcColl_t c, int peer, size_t bytes);
   void countNodeMemory(hcColl_t c, size_t bytes);  // of those, read from a peer's node memory
   // At least `bytes` of private memory, kept for later calls (grows, never shrinks); valid

@@ -219,7 +219,8 @@ TEST(Model, TheModelsChunkAndTheEagerLimitAgree) {
   const std::string fast = writeFile(
       "msgbound", "{\"version\": 1, \"call_s\": 1e-6, \"shm_alpha_s\": 2e-6, \"copy_Bps\": 5e9, \"reduce_Bps\": 4e9, "
                   "\"net_alpha_s\": 4e-5, \"net_Bps\": 1.25e10, \"net_cpu_s_per_B\": 0, \"net_msg_s\": 1e-4}\n");
-  auto gather = [](int rank, hcComm_t comm) {
+  size_t want_chunk = 0;  // what the statistics must show the call ran with
+  auto gather = [&want_chunk](int rank, hcComm_t comm) {
     const size_t n = 1u << 20;  // 4 MiB per rank: 16 messages of 256 KiB, 4 of 1 MiB
     std::vector<float> in(n), all(2 * n, -1.f);
     for (size_t i = 0; i < n; ++i) in[i] = static_cast<float>(rank * 7 + static_cast<int>(i % 1000));
@@ -228,6 +229,9 @@ TEST(Model, TheModelsChunkAndTheEagerLimitAgree) {
     for (int r = 0; r < 2; ++r)
       for (size_t i = 0; i < n; ++i)
         if (all[r * n + i] != static_cast<float>(r * 7 + static_cast<int>(i % 1000))) return 2;
+    hcStats s = HC_STATS_INITIALIZER;
+    if (hcCommGetStats(comm, &s) != hcSuccess) return 3;
+    if (s.chunk_bytes[hcCollAllGather] != want_chunk || s.net_window[hcCollAllGather] < 4) return 4;
     return 0;
   };
   Job job;
@@ -235,10 +239,12 @@ TEST(Model, TheModelsChunkAndTheEagerLimitAgree) {
   job.node = contiguous(2, 1);
   job.env["HICOLL_MODEL_FILE"] = fast;
   job.env["HICOLL_TIMEOUT_MS"] = "20000";
+  want_chunk = 1u << 20;  // the cap, HICOLL_CHUNK_SIZE
   auto st = hctest::run(job, gather);
   EXPECT_EQ(st[0], 0);
   EXPECT_EQ(st[1], 0);
   job.env["FI_OFI_RXM_EAGER_LIMIT"] = "262144";
+  want_chunk = 256u << 10;
   st = hctest::run(job, gather);
   EXPECT_EQ(st[0], 0) << "both at 256 KiB";
   EXPECT_EQ(st[1], 0) << "both at 256 KiB";
