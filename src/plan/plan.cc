@@ -99,7 +99,7 @@ void modelChoice(const hcComm& c, const CollArgs& a, const Capabilities& caps, C
   const bool window_free = c.cfg.isDefault(Knob::NetWindow);
   const bool chunk_free = N > 1 && c.cfg.isDefault(Knob::NetChunkBytes) && c.net_chunk_cap > p.chunk_bytes;
   auto chunking = [&](Algo algo) {
-    return modelChunking(c.model, modelShape(c, p.chunk_bytes, window_free ? window_floor : p.net_window),
+    return modelChunking(c.model, modelShape(c, p.chunk_bytes, window_floor),
                          chunk_free ? c.net_chunk_cap : p.chunk_bytes, window_free,
                          [&](const Shape& at) { return predictFor(c, a, at, algo, false, p.allreduce_small); });
   };
