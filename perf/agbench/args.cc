@@ -65,8 +65,11 @@ bool parseArgs(int argc, char** argv, Args* a, int* exit_code) {
       "Self-launches --np ranks on --nodes emulated nodes when no launcher (mpirun, torchrun, "
       "srun) started it.",
       "agbench"};
-  app.require_subcommand(1);
+  // A collective or calibrate; `agbench --calibrate` is the calibrate subcommand too.
+  app.require_subcommand(0, 1);
   app.fallthrough();
+  bool calibrate_flag = false;
+  app.add_flag("--calibrate", calibrate_flag, "the same as the calibrate subcommand");
   const char* colls[] = {"allgather", "reducescatter", "allreduce", "broadcast", "alltoall"};
   for (const char* c : colls) app.add_subcommand(c, std::string("benchmark ") + c);
   app.add_subcommand("calibrate",
@@ -167,7 +170,11 @@ bool parseArgs(int argc, char** argv, Args* a, int* exit_code) {
   try {
     app.parse(argc, argv);
     a->node_memory = mem == "node";
-    a->calibrate = app.got_subcommand("calibrate");
+    a->calibrate = app.got_subcommand("calibrate") || calibrate_flag;
+    if (app.get_subcommands().empty() && !calibrate_flag)
+      throw CLI::RequiredError("a subcommand (allgather, reducescatter, allreduce, broadcast, alltoall or calibrate)");
+    if (calibrate_flag && !app.get_subcommands().empty() && !app.got_subcommand("calibrate"))
+      throw CLI::ValidationError("--calibrate", "calibrates; it does not go with " + app.get_subcommands()[0]->get_name());
     for (const char* c : colls) {
       if (!app.got_subcommand(c)) continue;
       std::string name = c;

@@ -1,11 +1,16 @@
 // hicoll_model: the cost model of src/plan/cost_model.h from the command line.
+//   calibrate  runs `agbench calibrate` (beside this program, else on PATH) with the same arguments
 //   predict  one call's time on every path, term by term, for given figures and shape
 //   scale    the table of perf/README.md's predictions at scale (FSDP-sized AllGather and
 //            ReduceScatter on 8-192 nodes x 8 GPUs), hierarchical vs flat ring vs log-step
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -133,11 +138,36 @@ int scaleCmd(double nic_gbps) {
   return 0;
 }
 
+// The measurement runs ranks, which agbench launches: hand the arguments to it.
+int calibrateCmd(int argc, char** argv) {
+  std::vector<std::string> args = {"agbench", "calibrate"};
+  for (int i = 2; i < argc; ++i) args.emplace_back(argv[i]);
+  std::vector<char*> av;
+  for (std::string& a : args) av.push_back(a.data());
+  av.push_back(nullptr);
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) {
+    std::string dir(self, static_cast<size_t>(n));
+    dir.resize(dir.rfind('/') + 1);
+    const std::string beside = dir + "agbench";
+    if (::access(beside.c_str(), X_OK) == 0) ::execv(beside.c_str(), av.data());
+  }
+  ::execvp("agbench", av.data());
+  std::fprintf(stderr, "hicoll_model calibrate: cannot run agbench (beside %s or on PATH): %s\n",
+               n > 0 ? std::string(self, static_cast<size_t>(n)).c_str() : "this program", std::strerror(errno));
+  return 127;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::strcmp(argv[1], "calibrate") == 0) return calibrateCmd(argc, argv);
   CLI::App app{"hicoll_model: the cost model's predictions (src/plan/cost_model.h)", "hicoll_model"};
   app.require_subcommand(1);
+  app.add_subcommand("calibrate",
+                     "measure the machine figures: runs `agbench calibrate` with the arguments that follow "
+                     "(e.g. --np 4 --nodes 2 -J model.json; agbench calibrate --help)");
   auto* pred = app.add_subcommand("predict", "one call on every path, term by term");
   std::string model_file, provider = "tcp;ofi_rxm", coll = "allgather", bytes = "64M";
   Shape s;
