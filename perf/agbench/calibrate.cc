@@ -1,7 +1,7 @@
 // agbench calibrate: the cost model's machine figures, measured through the public API on the
 // ranks as launched (emulated nodes included), written as the JSON HICOLL_MODEL_FILE reads.
 // Each figure comes from the call the model says isolates it, timed by one rank (or one rail)
-// while the others wait asleep in a barrier:
+// while the others sleep (whileOthersSleep):
 //   call_s       an 8-byte AllGather on a communicator of one rank
 //   shm_alpha_s  an 8-byte AllGather on the node's ranks: call + 2 synchronisations
 //   copy_Bps     memcpy of 32 MiB; reduce_Bps: a two-input float sum of 2 x 16 MiB
@@ -164,6 +164,26 @@ double messageSeconds(hcComm_t fine, hcComm_t coarse, size_t b, size_t fine_chun
   return std::max(0.0, median(d) / (2 * extra));
 }
 
+// Runs `timed` where active while the other ranks sleep through it in the kernel: a rank
+// waiting in a barrier polls, and where ranks outnumber cores (emulated nodes) the polling
+// is timed too (a 2 x 2 launch on 2 cores once gave net_alpha_s 21-70 us, a 2 x 1 one 12-14).
+// A first run, with the others in the barrier, sizes their sleep.
+template <class F>
+void whileOthersSleep(Sync& sync, bool active, F&& timed) {
+  double took = 0;
+  if (active) {
+    const auto t0 = Clock::now();
+    timed();
+    took = secondsSince(t0);
+  }
+  sync.allreduce(&took, 1, Sync::Red::Max);
+  if (active)
+    timed();
+  else
+    std::this_thread::sleep_for(std::chrono::duration<double>(2 * took + 0.005));
+  sync.barrier();
+}
+
 // Node 0's first two ranks as two nodes (HC_SPLIT_NOCOLOR elsewhere), in chunks of `chunk`.
 hcComm_t splitPair(hcComm_t c, bool member, int local_rank, size_t chunk) {
   hcConfig_t cfg = HC_CONFIG_INITIALIZER;
@@ -204,7 +224,8 @@ int runCalibrate(const Args& a, World& w, hcComm_t comm) {
   hcComm_t self = split(comm, w.rank, 0, /*quantize=*/true), node = split(comm, st.node, st.local_rank),
            rail = split(comm, st.local_rank, st.node);
   double f[8] = {};  // call, shm_alpha, copy, reduce, net_alpha, (net_Bps), net_cpu, quant
-  if (w.rank == 0) {
+  sync.barrier();
+  whileOthersSleep(sync, w.rank == 0, [&] {
     f[0] = allGatherTime(self, 8, 2000, 5);
     f[7] = quantBps(self, f[0]);
     f[2] = memcpyBps();
@@ -212,13 +233,10 @@ int runCalibrate(const Args& a, World& w, hcComm_t comm) {
     f[6] = provider.find("tcp") != std::string::npos || provider.find("sockets") != std::string::npos
                ? tcpSecondsPerByte()
                : 0;
-  }
-  sync.barrier();
-  // One node's ranks (node 0), the others asleep in the barrier.
-  if (L > 1 && st.node == 0) f[1] = allGatherTime(node, 8, 1000, 5);
-  sync.barrier();
-  if (N > 1 && st.local_rank == 0) f[4] = allGatherTime(rail, 8, 300, 5);
-  sync.barrier();
+  });
+  // One node's ranks (node 0), then one rail (every node's first rank).
+  whileOthersSleep(sync, L > 1 && st.node == 0, [&] { f[1] = allGatherTime(node, 8, 1000, 5); });
+  whileOthersSleep(sync, N > 1 && st.local_rank == 0, [&] { f[4] = allGatherTime(rail, 8, 300, 5); });
   double t4 = 0, t16 = 0;
   if (N > 1) {  // every rail at once
     t4 = allGatherTime(rail, 4u << 20, 2, 5);
@@ -229,10 +247,9 @@ int runCalibrate(const Args& a, World& w, hcComm_t comm) {
   hcComm_t fine = splitPair(comm, pair, st.local_rank, fine_chunk),
            coarse = splitPair(comm, pair, st.local_rank, coarse_chunk);
   double msg = 0;
-  if (pair) msg = messageSeconds(fine, coarse, 2u << 20, fine_chunk, coarse_chunk);
+  whileOthersSleep(sync, pair, [&] { msg = messageSeconds(fine, coarse, 2u << 20, fine_chunk, coarse_chunk); });
   if (fine) hcCommDestroy(fine);
   if (coarse) hcCommDestroy(coarse);
-  sync.barrier();
   double mine[10] = {f[0], f[1], f[2], f[3], f[4], t4, t16, f[6], f[7], msg};
   sync.allreduce(mine, 10, Sync::Red::Max);
   hcCommDestroy(rail);
