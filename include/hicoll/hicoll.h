@@ -151,8 +151,9 @@ typedef struct {
   /* The cost model's prediction for the last host AllGather / ReduceScatter / AllReduce, in
    * microseconds, on the path it took (0: not modelled). HICOLL_ALGO=auto chooses by it. */
   double predicted_us[hcNumColls];
-  /* The inter-node chunk (bytes) and the chunks in flight per rail peer of the last host
-   * AllGather / ReduceScatter / AllReduce (0: none yet); under HICOLL_ALGO=auto the model's. */
+  /* The pipeline chunk (bytes) and the chunks in flight per rail peer of the last host
+   * AllGather / ReduceScatter / AllReduce (0: none yet): across nodes the inter-node chunk
+   * (under HICOLL_ALGO=auto the model's), on one node HICOLL_CHUNK_SIZE. */
   uint64_t chunk_bytes[hcNumColls];
   uint64_t net_window[hcNumColls];
 } hcStats;
