@@ -6,11 +6,11 @@
 # layout only the ranks per core change between the two runs; what grows with them is the time
 # a dependent step waits for a descheduled rank, which a node with a core per rank never sees.
 #
-#   perf/model_sched.sh [-a agbench] [-o outdir] [-l "2x1 3x1 4x1 2x2 3x2 8x1"]
+#   perf/model_sched.sh [-a agbench] [-o outdir] [-l "2x1 3x1 4x1 2x2 3x2 8x1"]  (paths from the repository root)
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-agbench="$here/../build/perf/agbench"
-out="$here/results/model/sched"
+cd "$(dirname "$0")/.."  # paths relative to the repository root: the results carry no machine's paths
+agbench=build/perf/agbench
+out=perf/results/model/sched
 layouts="2x1 3x1 4x1 2x2 3x2 8x1"
 while getopts "a:o:l:h" o; do
   case $o in
