@@ -6,8 +6,9 @@
 //   shm_alpha_s  an 8-byte AllGather on the node's ranks: call + 2 synchronisations
 //   copy_Bps     memcpy of 32 MiB; reduce_Bps: a two-input float sum of 2 x 16 MiB
 //   net_alpha_s  an 8-byte AllGather on one rail (a rank per node): call + one message
-//   net_Bps      every rail's AllGather at once (the node's link shared as in a collective)
-//                of 16 MiB per rank, median of 5: bytes per node over the time less its latency.
+//   net_Bps      every rail's AllGather at once (the node's link shared as in a collective,
+//                each rep started by a barrier of all ranks) of 16 MiB per rank, median of 5:
+//                bytes per node over the time less its latency.
 //                Not a slope between two sizes: the difference of two noisy times put the link
 //                above its line rate (364 MB/s on a 250 MB/s emulated link, 138.6 on 125); a
 //                call's fixed costs are under 0.1 % of this one's time
@@ -48,8 +49,9 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Median over reps of the time per call of n AllGathers of `bytes` per rank on c.
-double allGatherTime(hcComm_t c, size_t bytes, int n, int reps) {
+// Median over reps of the time per call of n AllGathers of `bytes` per rank on c, each rep
+// started by a barrier on `align` (default: c).
+double allGatherTime(hcComm_t c, size_t bytes, int n, int reps, hcComm_t align = nullptr) {
   std::vector<char> in(std::max<size_t>(bytes, 1)), out;
   int size = 1;
   hcCheck(hcCommCount(c, &size), c, "hcCommCount");
@@ -57,7 +59,7 @@ double allGatherTime(hcComm_t c, size_t bytes, int n, int reps) {
   for (int i = 0; i < 2; ++i) hcCheck(hcAllGather(in.data(), out.data(), bytes, hcUint8, c, nullptr), c, "hcAllGather");
   std::vector<double> t;
   for (int r = 0; r < reps; ++r) {
-    hcCheck(hcBarrier(c), c, "hcBarrier");
+    hcCheck(hcBarrier(align ? align : c), c, "hcBarrier");
     auto t0 = Clock::now();
     for (int i = 0; i < n; ++i) hcCheck(hcAllGather(in.data(), out.data(), bytes, hcUint8, c, nullptr), c, "hcAllGather");
     t.push_back(secondsSince(t0) / n);
@@ -251,7 +253,10 @@ int runCalibrate(const Args& a, World& w, hcComm_t comm) {
   whileOthersSleep(sync, L > 1 && st.node == 0, [&] { f[1] = allGatherTime(node, 8, 1000, 5); });
   whileOthersSleep(sync, N > 1 && st.local_rank == 0, [&] { f[4] = allGatherTime(rail, 8, 300, 5); });
   const size_t bulk = 16u << 20;
-  const double t_bulk = N > 1 ? allGatherTime(rail, bulk, 2, 5) : 0;  // every rail at once
+  // Every rail at once, each rep started together: a rail's own barrier let the rails drift
+  // apart, and a rail that ran while the other waited had the link to itself (the link was
+  // measured at 266 MB/s on a 250 MB/s line).
+  const double t_bulk = N > 1 ? allGatherTime(rail, bulk, 2, 5, comm) : 0;
   const bool pair = L > 1 && st.node == 0 && st.local_rank < 2;
   const size_t fine_chunk = 16u << 10, coarse_chunk = 256u << 10;
   hcComm_t fine = splitPair(comm, pair, st.local_rank, fine_chunk),
