@@ -2,13 +2,15 @@
 """The cost model's validation report from perf/model_validate.sh's JSON files.
 
     perf/model_report.py DIR [DIR ...] [--plot perf/img/model_predicted_vs_measured.png] [--markdown F]
+                         [--repeat DIR [DIR ...]]
     perf/model_report.py --quantized DIR [--markdown F]
 
 A point is (collective, layout, link rate, size, path) for the two fixed paths, hierarchical
 (the --baseline hier communicator) and ring, out of place and in place: the prediction is the
 engine's own (hcStats.predicted_us), the measurement agbench's median. The choice check
 compares what HICOLL_ALGO=auto (the main column) measured with the best fixed path measured in
-the same run.
+the same run. --repeat reads a second run of the same sweep: how often the two runs' measurements
+agree within 20 % (the emulator's own reproducibility, beside the model's accuracy).
 
 --quantized reads perf/model_quantized.sh's files instead: the exact call (hicoll) and the
 quantized one (hicoll-int8) per collective, type, layout and size, and checks the choice that
@@ -155,6 +157,36 @@ def size_name(b):
     return str(b)
 
 
+def repeat_lines(points, again):
+    """How well two runs of the same sweep agree: the fixed paths' measured medians, point by
+    point, and the model against the second run. Where the measurement itself moves by more
+    than 20 % between runs, no prediction can be within 20 % of both."""
+    key = lambda p: (p["coll"], p["N"], p["L"], p["rate"], p["size"], p["algo"], p["place"])
+    first = {key(p): p for p in points}
+    pairs = [(first[key(q)], q) for q in again if key(q) in first]
+    if not pairs:
+        return ["Repeat: no point of the second run is in the first."]
+    # The first run's median taken as a prediction of the second's, judged as the model is.
+    agree = [abs(p["meas"] / q["meas"] - 1) <= 0.2 for p, q in pairs]
+    model = sum(abs(q["pred"] / q["meas"] - 1) <= 0.2 for q in again)
+    out = [f"Repeat (a second run of the same sweep): the first run's measured medians, taken as predictions of "
+           f"the second's, within 20 % at {sum(agree)} of {len(pairs)} points ({100 * sum(agree) / len(pairs):.1f} %); "
+           f"the model within 20 % of the second run at {model} of {len(again)} ({100 * model / len(again):.1f} %)."]
+    stable = [p for p, q in pairs if max(p["meas"] / q["meas"], q["meas"] / p["meas"]) <= 1.1]
+    if stable:
+        ok = sum(abs(p["pred"] / p["meas"] - 1) <= 0.2 for p in stable)
+        out.append(f"Where the two runs measured within 10 % of each other ({len(stable)} points), the model is "
+                   f"within 20 % of the first run at {ok} ({100 * ok / len(stable):.1f} %).")
+    for name, group in (("rate", lambda p: p["rate"]), ("size", lambda p: size_name(p["size"])),
+                        ("host", lambda p: "a core per rank" if p["N"] * p["L"] <= 2 else "ranks beyond cores")):
+        g = {}
+        for (p, q), ok in zip(pairs, agree):
+            g.setdefault(group(p), []).append(ok)
+        out.append(f"Runs agree within 20 % by {name}: " +
+                   ", ".join(f"{k} {100 * sum(v) / len(v):.1f} % of {len(v)}" for k, v in sorted(g.items())))
+    return out
+
+
 def margin_lines(choices):
     """Whether preferring one path unless the model predicts the other faster by a margin would
     have chosen better: the fixed paths' predictions and measurements of each point, re-decided."""
@@ -177,6 +209,8 @@ def main():
     ap.add_argument("--plot")
     ap.add_argument("--markdown")
     ap.add_argument("--quantized", action="store_true", help="perf/model_quantized.sh's files")
+    ap.add_argument("--repeat", nargs="+", metavar="DIR",
+                    help="a second run of the same sweep: how far the measurements move between runs")
     ap.add_argument("--margins", action="store_true",
                     help="also: the choices a tie margin toward either path would make (AllGather, ReduceScatter)")
     a = ap.parse_args()
@@ -230,6 +264,10 @@ def main():
             for c in gains[:12]:
                 out.append(f"| {c['coll']} | {c['N']}x{c['L']} | {c['rate']} | {size_name(c['size'])} | {c['place']} | "
                            f"{c['hier']:.0f} | {c['auto']:.0f} | {c['path']} | {c['hier'] / c['auto']:.2f}x |")
+    if a.repeat:
+        again, _ = load(a.repeat)
+        out.append("")
+        out.extend(repeat_lines(points, again))
     # The table: predicted / measured per point, oop, hier | ring.
     rates = sorted({p["rate"] for p in points}, key=lambda r: float(re.sub(r"[a-z]+", "", r)) *
                    (1 if "gbit" in r else 1e-3))
