@@ -8,10 +8,8 @@
 //   net_alpha_s  an 8-byte AllGather on one rail (a rank per node): call + one message
 //   net_Bps      every rail's AllGather at once (the node's link shared as in a collective,
 //                each rep started by a barrier of all ranks) of 16 MiB per rank, median of 5:
-//                bytes per node over the time less its latency.
-//                Not a slope between two sizes: the difference of two noisy times put the link
-//                above its line rate (364 MB/s on a 250 MB/s emulated link, 138.6 on 125); a
-//                call's fixed costs are under 0.1 % of this one's time
+//                bytes per node over the time less its latency (not a slope between two sizes:
+//                the difference of two noisy times overshot the line rate; perf/README.md)
 //   net_cpu_s_per_B  a loopback TCP stream's time per byte (tcp providers; 0 otherwise)
 //   net_msg_s    two ranks of node 0 made nodes of their own (their messages cross the host's
 //                own network stack, no link limit): an AllGather of 2 MiB per rank in 16 KiB
@@ -253,9 +251,8 @@ int runCalibrate(const Args& a, World& w, hcComm_t comm) {
   whileOthersSleep(sync, L > 1 && st.node == 0, [&] { f[1] = allGatherTime(node, 8, 1000, 5); });
   whileOthersSleep(sync, N > 1 && st.local_rank == 0, [&] { f[4] = allGatherTime(rail, 8, 300, 5); });
   const size_t bulk = 16u << 20;
-  // Every rail at once, each rep started together: a rail's own barrier let the rails drift
-  // apart, and a rail that ran while the other waited had the link to itself (the link was
-  // measured at 266 MB/s on a 250 MB/s line).
+  // Every rail at once, each rep started together: with each rail's own barrier nothing made
+  // the rails share the link in the timed window.
   const double t_bulk = N > 1 ? allGatherTime(rail, bulk, 2, 5, comm) : 0;
   const bool pair = L > 1 && st.node == 0 && st.local_rank < 2;
   const size_t fine_chunk = 16u << 10, coarse_chunk = 256u << 10;
