@@ -1,9 +1,12 @@
 #include "bootstrap/bootstrap.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <tuple>
 
+#include "base/deadline.h"
 #include "base/error.h"
 
 namespace hicoll {
@@ -32,7 +35,7 @@ void Bootstrap::eraseKeysBefore(uint64_t op) {
   });
 }
 
-void Bootstrap::allgather(const void* mine, void* all, size_t len) {
+void Bootstrap::allgather(const void* mine, void* all, size_t len, const std::function<void()>& while_waiting) {
   const uint64_t op = seq_;
   std::string base = nextKey("ag");
   const uint8_t* m = static_cast<const uint8_t*>(mine);
@@ -46,8 +49,19 @@ void Bootstrap::allgather(const void* mine, void* all, size_t len) {
       continue;
     }
     std::vector<uint8_t> v;
+    const std::string k = fmt::format("{}/{}", base, r);
     try {
-      v = store_->get(fmt::format("{}/{}", base, r), len, timeout_ms_);
+      if (while_waiting && store_->pollable()) {
+        // Each try is a request to the store: back off to a few ms between them.
+        Deadline d(timeout_ms_);
+        for (int tries = 0; !store_->tryGet(k, len, &v); ++tries) {
+          while_waiting();
+          HC_CHECK(!d.expired(), hcTimeout, "bootstrap: timed out after {} ms waiting for key '{}'", timeout_ms_, k);
+          std::this_thread::sleep_for(std::chrono::microseconds(50 << std::min(tries, 6)));
+        }
+      } else {
+        v = store_->get(k, len, timeout_ms_);
+      }
     } catch (const Error& e) {
       if (e.code() != hcTimeout) throw;
       HC_THROW(hcTimeout, "bootstrap: rank {} of {} did not arrive within {} ms (this is rank {}): {}", r, size_, timeout_ms_,

@@ -3,6 +3,7 @@
 // (its unique id). Built on a Store plus a key prefix; every operation uses fresh keys.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -23,8 +24,10 @@ class Bootstrap {
   int size() const { return size_; }
   long timeoutMs() const { return timeout_ms_; }
 
-  // all (size * len bytes) receives every rank's `mine` (len bytes) in rank order.
-  void allgather(const void* mine, void* all, size_t len);
+  // all (size * len bytes) receives every rank's `mine` (len bytes) in rank order. With
+  // while_waiting, on a store that can be polled, it is called between tries (it throws when a
+  // rank this one waits for is known to be gone), so a dead peer fails the wait at once.
+  void allgather(const void* mine, void* all, size_t len, const std::function<void()>& while_waiting = {});
   void barrier();
   // root's len bytes to everyone.
   void broadcast(void* data, size_t len, int root);

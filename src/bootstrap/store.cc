@@ -35,6 +35,16 @@ class InMemoryStore : public Store {
     std::lock_guard<std::mutex> lock(mu_);
     data_.erase(key);
   }
+  bool pollable() const override { return true; }
+  bool tryGet(const std::string& key, size_t len, std::vector<uint8_t>* out) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = data_.find(key);
+    if (it == data_.end()) return false;
+    HC_CHECK(it->second.size() == len, hcRemoteError, "bootstrap: key '{}' has {} bytes, expected {}", key,
+             it->second.size(), len);
+    *out = it->second;
+    return true;
+  }
   size_t size() {
     std::lock_guard<std::mutex> lock(mu_);
     return data_.size();

@@ -19,6 +19,13 @@ class Store {
   virtual std::vector<uint8_t> get(const std::string& key, size_t len, long timeout_ms) = 0;
   // Frees a key nobody will read again (stores that cannot delete keep it).
   virtual void erase(const std::string& key) { (void)key; }
+  // Stores that can answer at once whether a key exists (so a wait can also watch for dead
+  // peers between tries): tryGet returns false while it does not, without waiting.
+  virtual bool pollable() const { return false; }
+  virtual bool tryGet(const std::string& key, size_t len, std::vector<uint8_t>* out) {
+    (void)key, (void)len, (void)out;
+    return false;
+  }
 };
 
 // All ranks are threads of one process (tests): one shared in-memory store.

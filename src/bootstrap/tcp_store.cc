@@ -20,7 +20,8 @@ namespace hicoll {
 namespace {
 
 constexpr uint64_t kMagic = 0x68636f6c6c763031ULL;  // "hcollv01"
-constexpr uint32_t kOpSet = 1, kOpGet = 2, kOpDel = 3;
+constexpr uint32_t kOpSet = 1, kOpGet = 2, kOpDel = 3, kOpCheck = 4;  // check: get at once, or kAbsent
+constexpr uint64_t kAbsent = UINT64_MAX;
 constexpr uint32_t kMaxKey = 1024;
 constexpr size_t kMaxConnections = 4096;
 // Greeting replies.
@@ -174,7 +175,7 @@ class Server : public TcpStoreServer {
     if (c.in.size() < sizeof(ReqHeader)) return false;
     ReqHeader r;
     std::memcpy(&r, c.in.data(), sizeof r);
-    if ((r.op != kOpSet && r.op != kOpGet && r.op != kOpDel) || r.keylen > kMaxKey || r.vallen > limits_.max_value) {
+    if (r.op < kOpSet || r.op > kOpCheck || r.keylen > kMaxKey || r.vallen > limits_.max_value) {
       drop(c, r.vallen > limits_.max_value ? "value larger than the limit" : "malformed request");
       return false;
     }
@@ -206,6 +207,8 @@ class Server : public TcpStoreServer {
       append(c, &ok, 4);
     } else if (data_.count(key)) {
       reply(c, key);
+    } else if (r.op == kOpCheck) {
+      append(c, &kAbsent, 8);
     } else {
       waiting_[key].push_back(&c);
     }
@@ -300,26 +303,41 @@ class Client : public Store {
   void set(const std::string& key, const std::vector<uint8_t>& value) override { request(kOpSet, key, &value); }
   void erase(const std::string& key) override { request(kOpDel, key, nullptr); }
   std::vector<uint8_t> get(const std::string& key, size_t len, long timeout_ms) override {
+    std::vector<uint8_t> v;
+    fetch(kOpGet, key, len, timeout_ms, &v);
+    return v;
+  }
+  bool pollable() const override { return true; }
+  bool tryGet(const std::string& key, size_t len, std::vector<uint8_t>* out) override {
+    return fetch(kOpCheck, key, len, timeout_ms_, out);
+  }
+
+ private:
+  // A get (waits for the key, up to timeout_ms) or a check (answered at once); false when a
+  // check found no key.
+  bool fetch(uint32_t op, const std::string& key, size_t len, long timeout_ms, std::vector<uint8_t>* out) {
     std::lock_guard<std::mutex> lock(mu_);
     HC_CHECK(!broken_, hcRemoteError, "bootstrap: connection to {} is unusable after an earlier timeout", addr_.str());
     Deadline d(timeout_ms);
-    ReqHeader r{kOpGet, static_cast<uint32_t>(key.size()), len};
+    ReqHeader r{op, static_cast<uint32_t>(key.size()), len};
     try {
       sendAll(fd_.get(), &r, sizeof r, d);
       sendAll(fd_.get(), key.data(), key.size(), d);
       uint64_t got = 0;
       recvAll(fd_.get(), &got, 8, d);
-      std::vector<uint8_t> v(got);
+      if (got == kAbsent && op == kOpCheck) return false;
+      HC_CHECK(got <= (uint64_t{1} << 32), hcRemoteError, "bootstrap: key '{}' announced {} bytes", key, got);
+      std::vector<uint8_t>& v = *out;
+      v.resize(got);
       recvAll(fd_.get(), v.data(), got, d);
       HC_CHECK(got == len, hcRemoteError, "bootstrap: key '{}' has {} bytes, expected {}", key, got, len);
-      return v;
+      return true;
     } catch (const Error& e) {
       broken_ = true;
       HC_THROW(e.code(), "{} (waiting for key '{}' from {})", e.what(), key, addr_.str());
     }
   }
 
- private:
   void request(uint32_t op, const std::string& key, const std::vector<uint8_t>* value) {
     std::lock_guard<std::mutex> lock(mu_);
     HC_CHECK(!broken_, hcRemoteError, "bootstrap: connection to {} is unusable after an earlier error", addr_.str());
