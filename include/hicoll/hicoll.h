@@ -15,7 +15,13 @@
  *
  * Ordering
  *   Collectives on one communicator must be called in the same order on every rank, from one
- *   thread at a time. Different communicators are independent.
+ *   thread at a time. Different communicators are independent. A call entered on a
+ *   communicator while another thread is inside one (a collective, hcCommSplit, hcCommShrink)
+ *   returns hcInvalidUsage at once naming both, and revokes the communicator: the call in
+ *   progress and the peers' calls fail too (or complete with the right data), never silently
+ *   wrong. hcCommDestroy meanwhile waits for the call to return (bounded by HICOLL_TIMEOUT_MS);
+ *   hcCommAbort makes it return promptly, then frees. hcCommGetStats, hcCommGetConfig,
+ *   hcCommCount, hcCommUserRank and hcCommRevoke may be called from any thread.
  *
  * Counts
  *   Counts are in elements of the given datatype. A zero count is valid and completes
@@ -357,7 +363,11 @@ HC_API hcResult_t hcAllToAll(const void* sendbuff, void* recvbuff, size_t count,
  * every rank's buffer is node memory). Local calls, independent of communicators: any
  * communicator uses it, and it may outlive them. Contents are undefined, as malloc's (freed
  * memory is kept for reuse up to HICOLL_MEM_CACHE_BYTES). hcMemFree(NULL) does nothing; a
- * pointer hcMemAlloc did not return is hcInvalidArgument. */
+ * pointer hcMemAlloc did not return is hcInvalidArgument.
+ * Its pages are reserved by hcMemAlloc: more than the machine (or the container's memory limit)
+ * can give is hcSystemError naming the sizes, never a signal at the first touch. It is anonymous
+ * shared memory (memfd), not a file in /dev/shm: a small /dev/shm does not bound it, and nothing
+ * is left behind when a process is killed. One file descriptor per live allocation. */
 HC_API hcResult_t hcMemAlloc(void** ptr, size_t size);
 HC_API hcResult_t hcMemFree(void* ptr);
 

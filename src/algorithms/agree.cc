@@ -43,6 +43,13 @@ Agreement::Agreement(hcComm& c, const CallDesc& mine, const std::string& reason,
   left_ += sends_.size();
 }
 
+std::vector<int> Agreement::missing() const {
+  std::vector<int> peers;
+  for (size_t i = 0; i < recvs_.size(); ++i)
+    if (recvs_[i] != 0) peers.push_back(c_.agree_peers[i]);
+  return peers;
+}
+
 int Agreement::indexOf(int peer) const {
   auto it = std::find(c_.agree_peers.begin(), c_.agree_peers.end(), peer);
   return it == c_.agree_peers.end() ? -1 : static_cast<int>(it - c_.agree_peers.begin());

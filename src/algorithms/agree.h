@@ -46,6 +46,8 @@ class Agreement {
   void explain(long ms);
   // Collecting: whether some peer's descriptor was valid.
   bool anyValid() const { return any_valid_; }
+  // Agreement peers whose standalone descriptor has not arrived (for a timeout's message).
+  std::vector<int> missing() const;
 
   // Piggyback, for Run: the first send to an agreement peer goes from its staging message
   // (buf/len/tag are replaced); the first receive lands in one (buf/len/tag replaced, the index

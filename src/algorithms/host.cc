@@ -73,9 +73,21 @@ void logModelChoice(hcComm& c, const CollArgs& a, const CollPlan& p) {
           p.net_window, p.predicted.terms(), p.predicted.bound(), c.model.source);
 }
 
+// The network opens at a communicator's first call (hcComm::ensureNetwork); a failure there
+// leaves the communicator unusable, as one midway through a call does.
+void openNetwork(hcComm& c, const CollArgs& a) {
+  if (c.ofi || c.topo.nnodes < 2) return;
+  try {
+    c.ensureNetwork();
+  } catch (const Error& e) {
+    throw Error(e.code(), fmt::format("{}: opening the network: {}", describe(a), e.what()), Error::kFatal);
+  }
+}
+
 }  // namespace
 
 void runHostCollective(hcComm& c, const CollArgs& a) {
+  openNetwork(c, a);
   if (a.quant.block && !a.quant.packed) return runQuantized(c, a);
   const CollPlan p = planCall(c, a, hostCapabilities(c));
   if (p.fallback())
@@ -90,7 +102,9 @@ void runHostCollective(hcComm& c, const CollArgs& a) {
       runPath(c, a, p, r);
       ag.finish(r);
     } catch (const Error& e) {
-      ag.explain(200);  // a disagreement explains a size mismatch or a timeout better
+      // A disagreement explains a size mismatch or a timeout better; a peer's own report of its
+      // failure (its notice, its abort) is the cause already.
+      if (e.code() != hcRemoteError || e.symptom()) ag.explain(200);
       if (e.symptom()) c.explainSymptom(250);  // so does the failure notice of the peer behind it
       throw;
     }
@@ -105,6 +119,7 @@ void rejectCall(hcComm& c, const CollArgs& a, const std::string& why) {
   bool others_valid = false;
   try {
     c.shm->setReason(why);
+    c.ensureNetwork();
     Agreement ag(c, mine, why);
     Run r(c, a, nullptr, &ag);
     r.beginPhase();

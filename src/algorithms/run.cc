@@ -40,8 +40,9 @@ bool Run::waitPosted(int local, bool collect) {
                why.empty() ? "" : fmt::format(" (it had failed: {})", why));
     }
     if (deadline.expired())
-      HC_THROW(hcTimeout, "timed out after {} ms: {} has not started this call (it is stopped, slow, or called "
-               "fewer collectives)", comm.timeoutMs(), comm.who(peer));
+      HC_THROW(hcTimeout, "timed out after {} ms: {} has not started this call ({}){}", comm.timeoutMs(),
+               comm.who(peer), shm.peerState(local),
+               shm.stopped(local) ? "" : " (slow, stopped, or it called fewer collectives)");
   }
   HC_CHECK(board.postedSeq(local, seq) == seq, hcInternalError, "shm: {} is ahead of this phase", comm.who(peer));
   const CallDesc theirs = board.postedDesc(local, seq);
@@ -95,7 +96,7 @@ void Run::readPosted(int local, size_t off, void* dst, size_t len) {
 void Run::waitPeersDone() {
   for (int l = 0; l < shm.localSize(); ++l) {
     if (l == shm.localIndex()) continue;
-    shm.waitFor([&] { return board.peerDone(l, seq); }, deadline, "waiting for local peers to finish reading");
+    shm.waitFor([&] { return board.peerDone(l, seq); }, deadline, "waiting for local peers to finish reading", l);
   }
 }
 
@@ -152,11 +153,33 @@ void Run::track(int peer, int delta) {
 
 void Run::checkDeadline(const char* what) {
   if (!deadline.expired()) return;
-  std::string waiting;
+  // Who has not arrived: local peers that are stopped or have not posted this phase (with the
+  // call their board shows), ranks whose messages have not completed, agreement peers whose
+  // descriptor has not come.
+  std::vector<std::string> late;
+  bool seen_stopped = false;
+  for (int l = 0; l < shm.localSize(); ++l) {
+    if (l == shm.localIndex()) continue;
+    const bool halted = shm.stopped(l), behind = seq > 0 && board.postedSeq(l, seq) < seq;
+    if (!halted && !behind) continue;
+    seen_stopped |= halted;
+    late.push_back(fmt::format("{} ({}){}", comm.who(shm.commRank(l)), shm.peerState(l),
+                               behind ? " has not started this phase" : ""));
+  }
+  std::string messages;
   for (size_t p = 0; p < outstanding_.size(); ++p)
-    if (outstanding_[p] > 0) waiting += fmt::format("{}{}", waiting.empty() ? "" : ", ", comm.who(static_cast<int>(p)));
-  HC_THROW(hcTimeout, "timed out after {} ms {}{}", comm.timeoutMs(), what,
-           waiting.empty() ? "" : fmt::format(": messages with {} have not completed (stopped or slow?)", waiting));
+    if (outstanding_[p] > 0)
+      messages += fmt::format("{}{}", messages.empty() ? "" : ", ", comm.who(static_cast<int>(p)));
+  if (!messages.empty())
+    late.push_back(fmt::format("messages with {} have not completed (stopped or slow?)", messages));
+  if (agreement)
+    for (int p : agreement->missing())
+      late.push_back(fmt::format("{} has not sent its descriptor of this call", comm.who(p)));
+  const std::string msg = fmt::format("timed out after {} ms {}{}{}", comm.timeoutMs(), what, late.empty() ? "" : ": ",
+                                      fmt::join(late, "; "));
+  // Without a stopped rank in sight, the ranks named may be waiting for one elsewhere: a
+  // symptom, which the failure notice of a rank that sees it explains (runHostCollective).
+  throw Error(hcTimeout, msg, seen_stopped ? 0u : Error::kSymptom);
 }
 
 void Run::idle(bool moved, Backoff& backoff, const char* what) {

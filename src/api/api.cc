@@ -10,6 +10,7 @@
 
 #include "algorithms/host.h"
 #include "algorithms/quantize.h"
+#include "base/deadline.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "base/numeric.h"
@@ -50,10 +51,13 @@ bool bad(const hcComm* c, const char* fn) {
 
 // Marks comm failed and tells its peers why (failure notices across nodes, the board within);
 // with stop_network, its own waits on the network give up too (thread-safe against a call in
-// flight on another thread). The first cause is the one kept and told.
-void revoke(hcComm& c, const std::string& why, bool stop_network = true) {
-  const bool first = c.fail(why);
+// flight on another thread). The first cause is the one kept and told. Revokes run one at a time
+// and never after the release of a destroy or abort on another thread (hcComm::lifecycle_mu).
+void revoke(hcComm& c, const std::string& why, bool stop_network = true) noexcept {
   try {
+    std::lock_guard<std::mutex> lock(c.lifecycle_mu);
+    if (c.magic != hcComm::kLive) return;
+    const bool first = c.fail(why);
     if (c.liveness) c.liveness->markFailed(fmt::format("rank {}: {}", c.rank, why));
     if (first && c.ofi) c.ofi->announceFailure(fmt::format("rank {}: {}", c.rank, why));
     if (c.shm) {
@@ -65,8 +69,23 @@ void revoke(hcComm& c, const std::string& why, bool stop_network = true) {
   }
 }
 
+// After a revoke from another thread during a call: a revoke that came before the call opened
+// the network (the first call on more than one node does) told no rank of another node, and the
+// liveness links would say "bye" at destroy. Tell them now; a failure is announced once at most.
+void announceRevoked(hcComm& c, const std::string& why) noexcept {
+  try {
+    std::lock_guard<std::mutex> lock(c.lifecycle_mu);
+    if (c.magic != hcComm::kLive) return;
+    const std::string msg = fmt::format("rank {}: {}", c.rank, why);
+    if (c.liveness) c.liveness->markFailed(msg);
+    if (c.ofi) c.ofi->announceFailure(msg);
+  } catch (...) {
+  }
+}
+
 // Frees what a communicator holds and keeps its shell, marked dead, so that a later call with
 // the stale handle is an error instead of a use after free. The oldest shells are freed.
+// Under the lifecycle lock: a revoke from another thread waits, then finds it dead.
 void retire(hcComm* c) {
   struct Graveyard {
     std::mutex mu;
@@ -76,7 +95,10 @@ void retire(hcComm* c) {
     }
   };
   static Graveyard g;
-  c->release();
+  {
+    std::lock_guard<std::mutex> life(c->lifecycle_mu);
+    c->release();
+  }
   std::lock_guard<std::mutex> lock(g.mu);
   g.shells.push_back(c);
   if (g.shells.size() > 1024) {
@@ -98,10 +120,18 @@ hcResult_t guard(hcComm* comm, const char* fn, F&& f) {
     return hcSuccess;
   } catch (const Error& e) {
     t_last_error = e.what();
+    // Revoked from another thread while the call ran (hcCommRevoke, hcCommAbort, a refused
+    // second entry): the abort the call saw is the symptom, the revoke's reason the cause.
+    if (comm && comm->failed.load()) {
+      const std::string why = comm->failure();
+      if (!why.empty() && t_last_error.find(why) == std::string::npos)
+        t_last_error += fmt::format(" (the communicator was revoked during the call: {})", why);
+      announceRevoked(*comm, why);
+    }
     if (comm && (e.fatal() || e.code() == hcRemoteError || e.code() == hcTimeout) && !comm->failed.load())
       revoke(*comm, e.what(), /*stop_network=*/false);
     ScopedLogRank lr(comm ? comm->rank : -1);
-    HC_WARN("{} failed: {} ({})", fn, e.what(), hcGetErrorString(e.code()));
+    HC_WARN("{} failed: {} ({})", fn, t_last_error, hcGetErrorString(e.code()));
     return e.code();
   } catch (const std::bad_alloc&) {
     t_last_error = std::string(fn) + ": out of memory";
@@ -113,6 +143,90 @@ hcResult_t guard(hcComm* comm, const char* fn, F&& f) {
     t_last_error = std::string(fn) + ": unknown internal error";
     return hcInternalError;
   }
+}
+
+// Calls on one communicator come from one thread at a time (hicoll.h, "Ordering"); a second
+// thread's entry while a call is in progress is refused at once, on its rank, with
+// hcInvalidUsage naming both calls. It must take no part in the call protocol: a board post or
+// an agreement message of its own would be consumed by the call in progress and mix two calls'
+// data. So the refused thread does nothing but revoke the communicator (refuse()): the call in
+// progress fails (or, if it was already past its last wait, completes exactly as it would have
+// alone), every later call fails at once, and the peers fail their call as for a rejected
+// argument (the board's abort and the failure notices carry the reason, which names both calls).
+// No rank returns another call's data as success, and nothing waits on the refused call. The
+// cost per call is one compare-exchange on the way in and one store on the way out.
+// hcCommDestroy, hcCommAbort and a shrink with HC_SHRINK_ABORT wait instead (bounded) for the
+// call in progress to return, and keep the slot: nothing enters a communicator being freed.
+class CallGate {
+ public:
+  CallGate(hcComm& c, const char* fn) : c_(c), fn_(fn) { take(); }
+  ~CallGate() {
+    if (owned_ && !keep_) c_.in_call.store(nullptr, std::memory_order_release);
+  }
+  CallGate(const CallGate&) = delete;
+  CallGate& operator=(const CallGate&) = delete;
+  bool owned() const { return owned_; }
+  const char* busy() const { return busy_; }  // the entry point in progress, when refused
+  // Retries for up to ms while another call is in progress (not behind a destroy or abort).
+  bool waitFor(long ms) {
+    Deadline d(ms);
+    Backoff backoff;
+    while (!owned_ && !closing(busy_) && !d.expired()) {
+      backoff.pause();
+      take();
+    }
+    return owned_;
+  }
+  void keepClosed() { keep_ = true; }  // the communicator is being freed: never released
+  static bool closing(const char* fn) {
+    return fn && (std::strcmp(fn, "hcCommDestroy") == 0 || std::strcmp(fn, "hcCommAbort") == 0);
+  }
+
+ private:
+  void take() {
+    busy_ = nullptr;
+    owned_ = c_.in_call.compare_exchange_strong(busy_, fn_, std::memory_order_acq_rel, std::memory_order_acquire);
+  }
+  hcComm& c_;
+  const char* fn_;
+  const char* busy_ = nullptr;
+  bool owned_ = false, keep_ = false;
+};
+
+// A refused entry (see CallGate): hcInvalidUsage naming both calls; with revoke_comm (calls
+// that communicate) the communicator is revoked so that the call in progress and the peers fail
+// too -- never while it is being destroyed or aborted (it is going away anyway).
+hcResult_t refuse(hcComm& c, const char* fn, const char* busy, bool revoke_comm = true, long waited_ms = -1) {
+  try {
+    std::string why =
+        waited_ms >= 0
+            ? fmt::format("{} on rank {}: {} (call {}) was still in progress on another thread after {} ms", fn,
+                          c.rank, busy, c.calls.load(), waited_ms)
+            : fmt::format("{} entered on rank {} while {}{} is in progress on another thread", fn, c.rank, busy,
+                          CallGate::closing(busy) ? "" : fmt::format(" (call {})", c.calls.load()));
+    if (revoke_comm && !CallGate::closing(busy)) {
+      why += waited_ms >= 0 ? " (the communicator is revoked, not freed: call it again once that call returned)"
+                            : " (one thread at a time per communicator: the communicator is revoked)";
+      revoke(c, why);
+    } else if (!CallGate::closing(busy)) {
+      why += " (one thread at a time per communicator)";
+    }
+    t_last_error = why;
+    ScopedLogRank lr(c.rank);
+    HC_WARN("{} failed: {} ({})", fn, why, hcGetErrorString(hcInvalidUsage));
+  } catch (...) {
+    t_last_error = std::string(fn) + ": entered while another thread is in a call on the communicator";
+  }
+  return hcInvalidUsage;
+}
+
+// guard() for a call that must have the communicator to itself (CallGate), held until the
+// guard's own revoke is done.
+template <class F>
+hcResult_t entered(hcComm* comm, const char* fn, F&& f, bool communicates = true) {
+  CallGate gate(*comm, fn);
+  if (!gate.owned()) return refuse(*comm, fn, gate.busy(), communicates);
+  return guard(comm, fn, std::forward<F>(f));
 }
 
 RedOp resolveOp(hcComm& c, hcRedOp_t op) {
@@ -243,7 +357,7 @@ void runColl(hcComm& c, CollArgs& a, const char* fn, const hcRedOp_t* op) {
 // The body of every collective entry point; op (when given) is resolved inside the guard.
 hcResult_t collective(hcComm_t comm, const char* fn, CollArgs a, const hcRedOp_t* op = nullptr) {
   if (bad(comm, fn)) return hcInvalidArgument;
-  return guard(comm, fn, [&] { runColl(*comm, a, fn, op); });
+  return entered(comm, fn, [&] { runColl(*comm, a, fn, op); });
 }
 
 // The body of the quantized entry points: the descriptor is read here, and a bad one is this
@@ -258,12 +372,45 @@ hcResult_t quantized(hcComm_t comm, const char* fn, CollArgs a, const hcQuant* q
   a.quant = QuantArgs{.block = why.empty() && quant->block ? quant->block : quant::kDefaultBlock,
                       .dtype = a.dtype, .count = a.count};
   if (why.empty()) return collective(comm, fn, a, op);
-  return guard(comm, fn, [&] {
+  return entered(comm, fn, [&] {
     if (op) a.op = resolveOp(*comm, *op);
     if (a.stream || comm->nranks == 1) HC_THROW(hcInvalidArgument, "{}", why);
     a.call = ++comm->calls;
     rejectCall(*comm, a, why);
   });
+}
+
+// After a split, before the child is created: whether each rank of the new group accepted its
+// configuration (bs: the group's bootstrap, null for HC_SPLIT_NOCOLOR). Throws
+// hcInvalidArgument on every rank of the group when one rejected it, naming that rank (by its
+// rank in the parent) and its reason; on the rejecting rank, its own reason.
+void checkSplitConfigs(hcComm& parent, Bootstrap* bs, const std::string& rejected) {
+  if (!bs) {
+    if (!rejected.empty()) HC_THROW(hcInvalidArgument, "hcCommSplit: {}", rejected);
+    return;
+  }
+  struct Verdict {
+    int32_t parent_rank;
+    int32_t rejected;
+    char why[248];
+  };
+  static_assert(sizeof(Verdict) == 256, "wire layout");
+  Verdict mine{};
+  mine.parent_rank = parent.rank;
+  mine.rejected = rejected.empty() ? 0 : 1;
+  std::snprintf(mine.why, sizeof mine.why, "%s", rejected.c_str());
+  std::vector<Verdict> all(static_cast<size_t>(bs->size()));
+  bs->allgather(&mine, all.data(), sizeof mine);
+  const bool all_rejected = std::all_of(all.begin(), all.end(), [](const Verdict& v) { return v.rejected != 0; });
+  if (!rejected.empty())
+    HC_THROW(hcInvalidArgument, "hcCommSplit: {} ({}this communicator is unaffected)", rejected,
+             all_rejected ? "" : "the other ranks of the new group fail the split too; ");
+  for (const Verdict& v : all) {
+    if (!v.rejected) continue;
+    HC_THROW(hcInvalidArgument, "hcCommSplit: {} rejected its configuration for the new communicator: {} (the split "
+             "fails on every rank of the new group; this communicator is unaffected)", parent.who(v.parent_rank),
+             std::string(v.why, strnlen(v.why, sizeof v.why)));
+  }
 }
 
 hcResult_t initWith(hcComm_t* out, const char* fn, const std::function<std::unique_ptr<hcComm>()>& make) {
@@ -380,12 +527,21 @@ hcResult_t hcCommInitRankStore(hcComm_t* comm, int nranks, int rank, const hcSto
 hcResult_t hcCommSplitConfig(hcComm_t comm, int color, int key, hcComm_t* newcomm, const hcConfig_t* config) {
   if (bad(comm, "hcCommSplit") || !newcomm) return hcInvalidArgument;
   *newcomm = nullptr;
-  return guard(comm, "hcCommSplit", [&] {
-    // The parent's configuration, with the caller's on top (checked before the collective
-    // split, so a bad field fails here and alike on every rank that passes it).
-    Config cfg = comm->cfg.withOverrides(config);
+  return entered(comm, "hcCommSplit", [&] {
+    // The parent's configuration, with the caller's on top. A rank that rejects it still takes
+    // part in the collective split (else the others wait out the timeout and fail the parent),
+    // then tells its new group: every rank of the group fails the split with its reason, at
+    // once, and the parent goes on (hcInvalidArgument does not fail it).
+    std::optional<Config> cfg;
+    std::string rejected;
+    try {
+      cfg = comm->cfg.withOverrides(config);
+    } catch (const Error& e) {
+      rejected = e.what();
+    }
     std::unique_ptr<Bootstrap> bs = comm->bootstrap->split(color, key);
-    if (bs) *newcomm = createComm(std::move(bs), comm->keepalive, cfg, config ? config : nullptr, comm).release();
+    checkSplitConfigs(*comm, bs.get(), rejected);
+    if (bs) *newcomm = createComm(std::move(bs), comm->keepalive, *cfg, config ? config : nullptr, comm).release();
   });
 }
 
@@ -409,6 +565,14 @@ hcResult_t hcCommGetConfig(const hcComm_t comm, hcConfig_t* config) {
 hcResult_t hcCommShrink(hcComm_t comm, const int* exclude, int nexclude, hcComm_t* newcomm, int flags) {
   if (bad(comm, "hcCommShrink") || !newcomm) return hcInvalidArgument;
   *newcomm = nullptr;
+  // With HC_SHRINK_ABORT a call in progress on another thread is aborted and waited for (it
+  // returns promptly); without it such a call is a second thread's entry, refused (CallGate).
+  CallGate gate(*comm, "hcCommShrink");
+  if (!gate.owned() && (flags & HC_SHRINK_ABORT) && !CallGate::closing(gate.busy())) {
+    revoke(*comm, "it shrank the communicator (HC_SHRINK_ABORT)");
+    gate.waitFor(comm->timeoutMs() + 1000);
+  }
+  if (!gate.owned()) return refuse(*comm, "hcCommShrink", gate.busy());
   // Not guarded by the failed state: shrinking a failed communicator is the point.
   return guard(nullptr, "hcCommShrink", [&] {
     ScopedLogRank lr(comm->rank);
@@ -433,15 +597,24 @@ hcResult_t hcCommShrink(hcComm_t comm, const int* exclude, int nexclude, hcComm_
 
 hcResult_t hcCommDestroy(hcComm_t comm) {
   if (bad(comm, "hcCommDestroy")) return hcInvalidArgument;
+  // A call in progress on another thread is waited for (it is bounded by the timeout itself):
+  // freeing the communicator under it would crash it. From here on nothing enters.
+  CallGate gate(*comm, "hcCommDestroy");
+  const long wait_ms = comm->timeoutMs() + 1000;
+  if (!gate.owned() && !gate.waitFor(wait_ms))
+    return refuse(*comm, "hcCommDestroy", gate.busy(), true, CallGate::closing(gate.busy()) ? -1 : wait_ms);
+  gate.keepClosed();
   hcResult_t r = guard(nullptr, "hcCommDestroy", [&] {
     if (comm->device) comm->device->drain();
     // A send completes locally before its receiver matched it; closing the endpoint then can
     // lose it (libfabric's net provider does). Meet the other ranks first, bounded: a barrier
     // over the transports (a dead rank is an error at once), then one over the bootstrap (its
     // messages cannot be lost by the endpoints closing).
-    if (comm->ofi && !comm->failed.load()) {
+    if (comm->topo.nnodes > 1 && !comm->failed.load()) {
       ScopedLogRank lr(comm->rank);
       try {
+        comm->ensureNetwork(/*destroying=*/true);  // never opened (no call): nothing in flight
+        if (!comm->ofi) return;
         CollArgs b{.coll = hcCollBarrier, .dtype = hcUint8, .destroy = true};
         b.call = ++comm->calls;
         runHostCollective(*comm, b);
@@ -464,7 +637,14 @@ hcResult_t hcCommRevoke(hcComm_t comm) {
 
 hcResult_t hcCommAbort(hcComm_t comm) {
   if (bad(comm, "hcCommAbort")) return hcInvalidArgument;
+  // A call in progress on another thread returns promptly once revoked; it is waited for before
+  // anything is freed.
   revoke(*comm, "it called hcCommAbort");
+  CallGate gate(*comm, "hcCommAbort");
+  const long wait_ms = comm->timeoutMs() + 1000;
+  if (!gate.owned() && !gate.waitFor(wait_ms))
+    return refuse(*comm, "hcCommAbort", gate.busy(), true, CallGate::closing(gate.busy()) ? -1 : wait_ms);
+  gate.keepClosed();
   retire(comm);
   return hcSuccess;
 }
@@ -504,7 +684,8 @@ hcResult_t hcCommGetStats(const hcComm_t comm, hcStats* stats) {
 
 hcResult_t hcRedOpCreatePreMulSum(hcRedOp_t* op, const void* scalar, hcDataType_t dtype, hcComm_t comm) {
   if (bad(comm, "hcRedOpCreatePreMulSum") || !op || !scalar) return hcInvalidArgument;
-  return guard(comm, "hcRedOpCreatePreMulSum", [&] {
+  // The ops table is the calls' (resolveOp): not changed under one (refused, not revoked).
+  return entered(comm, "hcRedOpCreatePreMulSum", [&] {
     double v = 0;
     HC_CHECK(num::decodeScalar(scalar, dtype, &v), hcInvalidArgument, "hcRedOpCreatePreMulSum: invalid datatype {}",
              static_cast<int>(dtype));
@@ -513,11 +694,13 @@ hcResult_t hcRedOpCreatePreMulSum(hcRedOp_t* op, const void* scalar, hcDataType_
     if (i == comm->premul_ops.size()) comm->premul_ops.emplace_back();
     *op = static_cast<hcRedOp_t>(hcNumOps + i);
     comm->premul_ops[i] = RedOp{OpKind::PreMulSum, v, *op};
-  });
+  }, /*communicates=*/false);
 }
 
 hcResult_t hcRedOpDestroy(hcRedOp_t op, hcComm_t comm) {
   if (bad(comm, "hcRedOpDestroy")) return hcInvalidArgument;
+  CallGate gate(*comm, "hcRedOpDestroy");
+  if (!gate.owned()) return refuse(*comm, "hcRedOpDestroy", gate.busy(), /*revoke_comm=*/false);
   long i = static_cast<long>(op) - hcNumOps;
   if (i < 0 || i >= static_cast<long>(comm->premul_ops.size()) || comm->premul_ops[i].kind != OpKind::PreMulSum) {
     t_last_error = fmt::format("hcRedOpDestroy: {} is not a pre-multiplied sum of this communicator", static_cast<int>(op));

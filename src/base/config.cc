@@ -188,6 +188,13 @@ Config Config::withOverrides(const hcConfig_t* config) const {
   if (!config) return c;
   HC_CHECK(config->size >= offsetof(hcConfig_t, name) && config->magic == HC_CONFIG_MAGIC, hcInvalidArgument,
            "hcConfig_t: size {} / magic {:#x}: initialize it with HC_CONFIG_INITIALIZER", config->size, config->magic);
+  // The header's version the caller was built with: hcConfig_t came with 0.2.0; a later one's
+  // fields are unknown here (its size alone cannot say what they mean).
+  constexpr unsigned kFirstConfigVersion = 200;
+  HC_CHECK(config->version >= kFirstConfigVersion && config->version <= HICOLL_VERSION_CODE, hcInvalidArgument,
+           "hcConfig_t.version is {} ({:#x}): this library ({}) reads versions {} to {}; initialize it with "
+           "HC_CONFIG_INITIALIZER", config->version, config->version, HICOLL_VERSION_CODE, kFirstConfigVersion,
+           HICOLL_VERSION_CODE);
   const char* base = reinterpret_cast<const char*>(config);
   for (const Field& f : kFields) {
     if (f.offset + (f.text ? sizeof(const char*) : sizeof(long long)) > config->size) continue;  // an older caller

@@ -78,7 +78,8 @@
     Local,                                                                                       \
     "hcMemAlloc (and the torch plugin's allocate_tensor): freed node memory kept for reuse up "  \
     "to this many bytes per process, so a training step's buffers are not created and mapped "   \
-    "anew every time. Read at the first allocation.")                                            \
+    "anew every time (read at the first allocation); also the most of its local peers' node "   \
+    "memory a rank keeps mapped between calls (their released allocations are unmapped).")     \
   X(QuantMinNodes, "HICOLL_QUANT_MIN_NODES", Int, "2", "", 0, HICOLL_KNOB_INT_MAX, Agree,          \
     "hcAllGatherQuantized and hcReduceScatterQuantized quantize on communicators of at least "  \
     "this many nodes and run the exact collective on fewer (within a node memory, not a link, "  \

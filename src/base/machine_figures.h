@@ -29,7 +29,8 @@ MachineFigures defaultFigures(const std::string& provider);
 // Parses the figures from JSON text; throws hcInvalidArgument naming `what` (the file) and the
 // field on anything missing, unknown, negative or not a number.
 MachineFigures parseFigures(const std::string& json_text, const std::string& what);
-// Reads and parses a file (the text is also returned, for the cross-rank check).
+// Reads and parses a file (the text is also returned, for the cross-rank check): a regular file
+// of at most 1 MiB, opened without blocking; every error names HICOLL_MODEL_FILE and the path.
 MachineFigures loadFigures(const std::string& path, std::string* text = nullptr);
 // The figures as the JSON the file holds (a note is kept with them: how they were measured).
 std::string figuresJson(const MachineFigures& m, const std::string& note = "");

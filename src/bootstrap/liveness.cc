@@ -105,8 +105,14 @@ Liveness::Liveness(Bootstrap& bs, const std::vector<int>& peers, const std::stri
   while (expected > 0) {
     pollfd pf{listener.get(), POLLIN, 0};
     const int rc = ::poll(&pf, 1, static_cast<int>(std::min<long>(d.remainingMs(), 200)));
-    HC_CHECK(!d.expired(), hcTimeout, "liveness: rank {} timed out after {} ms waiting for {} connection(s) from its peers",
-             bs.rank(), timeout_ms, expected);
+    if (d.expired()) {
+      std::string missing;  // who has not connected: the lower peers not accepted yet
+      for (int p : peers)
+        if (p < bs.rank() && std::none_of(peers_.begin(), peers_.end(), [&](const Peer& q) { return q.rank == p; }))
+          missing += fmt::format("{}{}", missing.empty() ? "" : ", ", who_(p));
+      HC_THROW(hcTimeout, "liveness: rank {} timed out after {} ms waiting for the connection of {} (stopped, or "
+               "unreachable on the network?)", bs.rank(), timeout_ms, missing);
+    }
     if (rc <= 0) continue;
     Fd fd(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
     if (!fd.valid()) continue;

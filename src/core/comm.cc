@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <thread>
 
 #include "base/error.h"
@@ -32,6 +33,7 @@ struct RankInfo {
   int32_t pid;
   int32_t cores;
   uint64_t rxm_eager;  // the FI_OFI_RXM_EAGER_LIMIT this rank's libfabric will run with (0: no rxm)
+  ShmProbe probe;      // its process's shared-memory probe (transport/shm/segment.h)
 };
 
 // Ranks that share a kernel share its cores; without a boot id, the host name says as much.
@@ -68,6 +70,64 @@ void hostFacts(hcComm& c, const std::vector<RankInfo>& all) {
 
 void copyString(char* dst, size_t cap, const std::string& s) {
   std::snprintf(dst, cap, "%s", s.c_str());
+}
+
+// Ranks with one node label are one node only if they can map each other's memory (two
+// containers, or PID namespaces, may share a host name and no memory): each rank tries its
+// label's other ranks' probes, the results are exchanged, and a label whose ranks fall apart
+// becomes one node per group that can (the first keeps the label, the others get "~1", "~2").
+// Those run over the network, as other nodes do. Without any two processes under one label,
+// nothing is tried (threads of one process share memory).
+void splitUnsharedNodes(Bootstrap& bs, const std::vector<RankInfo>& all, std::vector<std::string>& labels) {
+  const int W = static_cast<int>(all.size()), me = bs.rank();
+  std::map<std::string, std::vector<int>> groups;
+  for (int r = 0; r < W; ++r) groups[labels[r]].push_back(r);
+  bool any = false;
+  for (const auto& [label, ranks] : groups)
+    for (int r : ranks)  // another process: another token (pids repeat across PID namespaces)
+      any = any || (std::memcmp(all[r].probe.token, all[ranks[0]].probe.token, sizeof all[r].probe.token) != 0 &&
+                    ranks.size() <= 256);
+  if (!any) return;
+  struct Result {
+    uint8_t mask[32];  // bit i: this rank mapped the probe of its label's i-th rank
+    char why[96];      // the first failure, for the message
+  };
+  Result mine{};
+  const std::vector<int>& group = groups[labels[me]];
+  for (size_t i = 0; i < group.size() && group.size() <= 256; ++i) {
+    const std::string why = group[i] == me ? "" : shmProbeCheck(all[group[i]].probe);
+    if (why.empty()) mine.mask[i / 8] |= static_cast<uint8_t>(1u << (i % 8));
+    else if (!mine.why[0]) copyString(mine.why, sizeof mine.why, fmt::format("rank {}: {}", group[i], why));
+  }
+  std::vector<Result> res(static_cast<size_t>(W));
+  bs.allgather(&mine, res.data(), sizeof mine);
+  auto whyOf = [&](int r) { return std::string(res[r].why, strnlen(res[r].why, sizeof res[r].why)); };
+  for (const auto& [label, ranks] : groups) {
+    if (ranks.size() > 256) continue;  // more than a node may hold: the shm transport says so
+    auto maps = [&](size_t a, size_t b) { return (res[ranks[a]].mask[b / 8] >> (b % 8) & 1) != 0; };
+    std::vector<std::vector<size_t>> parts;  // members (indexes into ranks) that all map each other
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      auto fits = [&](const std::vector<size_t>& p) {
+        return std::all_of(p.begin(), p.end(), [&](size_t j) { return maps(i, j) && maps(j, i); });
+      };
+      auto p = std::find_if(parts.begin(), parts.end(), fits);
+      if (p == parts.end()) parts.push_back({i});
+      else p->push_back(i);
+    }
+    if (parts.size() < 2) continue;
+    std::vector<std::string> names;
+    for (size_t k = 0; k < parts.size(); ++k) {
+      std::vector<int> members;
+      for (size_t j : parts[k]) members.push_back(ranks[j]);
+      const std::string name = k == 0 ? label : fmt::format("{}~{}", label, k);
+      names.push_back(fmt::format("'{}' (ranks {})", name, fmt::join(members, ",")));
+      for (int r : members) labels[r] = name;
+    }
+    if (std::find(ranks.begin(), ranks.end(), me) != ranks.end())
+      HC_WARN("the ranks of node '{}' cannot all map each other's memory ({}): they run as nodes {}, over the network",
+              label, whyOf(ranks[parts[1][0]]).empty() ? whyOf(ranks[0]) : whyOf(ranks[parts[1][0]]),
+              fmt::join(names, ", "));
+  }
 }
 
 // Every rank compares every rank's hashes, so all of them find the same first differing knob;
@@ -193,6 +253,7 @@ std::unique_ptr<hcComm> createComm(std::unique_ptr<Bootstrap> bs, std::shared_pt
   const size_t chunk_cap = model_chunk ? std::max(net_chunk, static_cast<size_t>(c->cfg.num(Knob::ChunkBytes))) : net_chunk;
   if (c->cfg.str(Knob::OfiRxmEager) == "1") oo.rxm_eager_bytes = chunk_cap;
   mine.rxm_eager = ofiEagerLimit(oo);
+  mine.probe = shmProbe();
   std::vector<RankInfo> all(c->nranks);
   bs->allgather(&mine, all.data(), sizeof mine);
   checkConsistency(*bs, c->cfg, all);
@@ -203,6 +264,7 @@ std::unique_ptr<hcComm> createComm(std::unique_ptr<Bootstrap> bs, std::shared_pt
     labels.emplace_back(i.label);
     hosts.emplace_back(i.host);
   }
+  splitUnsharedNodes(*bs, all, labels);
   c->topo = Topology::build(labels, hosts);
   if (c->topo.nnodes > 1) checkEagerLimits(all);
   hostFacts(*c, all);
@@ -219,6 +281,7 @@ std::unique_ptr<hcComm> createComm(std::unique_ptr<Bootstrap> bs, std::shared_pt
   so.sort_bytes = c->sort_bytes;
   so.cma = c->cfg.str(Knob::ShmCma);
   so.timeout_ms = c->timeoutMs();
+  so.peer_mem_bytes = static_cast<size_t>(c->cfg.num(Knob::MemCacheBytes));
   hcComm* self = c.get();
   const CallClock call_now = [self] { return self->calls.load(std::memory_order_relaxed); };
   so.call_now = call_now;
@@ -231,19 +294,18 @@ std::unique_ptr<hcComm> createComm(std::unique_ptr<Bootstrap> bs, std::shared_pt
     if (oo.iface.empty() && c->topo.single_host) oo.iface = "lo";  // simulated nodes: stay on loopback
     oo.timeout_ms = c->timeoutMs();
     oo.call_now = call_now;
+    oo.who = [self](int r) { return self->who(r); };  // peers by rank and node, not fabric address
     oo.while_blocked = [self] {  // no ofi calls here: the transport holds its lock
       self->shm->checkPeers();
       if (self->liveness) self->liveness->check();
     };
-    c->ofi = makeOfiTransport(*c->bootstrap, oo);
+    c->net_opt = oo;
     // Chunks beyond the eager limit would go by rxm's slower protocols (the limit is the same
     // on every rank: checkEagerLimits).
     if (model_chunk) c->net_chunk_cap = mine.rxm_eager ? std::min<size_t>(chunk_cap, mine.rxm_eager) : chunk_cap;
-    c->ofi->registerRegion(c->scratch, c->scratch_bytes);
-    c->ofi->registerRegion(c->sort, c->sort_bytes);
-    for (auto* v : {&c->agree_in, &c->agree_out})
-      if (!v->empty()) c->ofi->registerRegion(v->data(), v->size() * sizeof(hcComm::AgreeMsg));
-    c->liveness = std::make_unique<Liveness>(*c->bootstrap, livenessPeers(c->topo, c->rank), c->ofi->ipv4(),
+    // Liveness now (a connection or two): it is what tells a dead rank on another node fast,
+    // also while the network opens at the first call.
+    c->liveness = std::make_unique<Liveness>(*c->bootstrap, livenessPeers(c->topo, c->rank), interfaceIpv4(oo.iface),
                                              c->timeoutMs(), [self](int r) { return self->who(r); }, call_now);
   }
   c->stats.size = sizeof(hcStats);
@@ -301,6 +363,42 @@ void hcComm::release() {
   cfg = hicoll::Config();
   std::string().swap(failure_);
   topo = hicoll::Topology();
+}
+
+void hcComm::ensureNetwork(bool destroying) {
+  if (topo.nnodes < 2 || ofi) return;
+  // Whether every rank is here to open it, or some to destroy: a rank that destroys while the
+  // others call a collective makes that an error on them, as a post on the board does on a node.
+  struct Intent {
+    uint32_t magic;
+    uint32_t destroying;
+    uint64_t call;
+  };
+  constexpr uint32_t kMagic = 0x68636e65;  // "hcne"
+  Intent mine{kMagic, destroying ? 1u : 0u, calls.load()};
+  std::vector<Intent> all(static_cast<size_t>(nranks));
+  bootstrap->allgather(&mine, all.data(), sizeof mine, net_opt.while_blocked);
+  for (int r = 0; r < nranks; ++r) {
+    const Intent& i = all[static_cast<size_t>(r)];
+    HC_CHECK(i.magic == kMagic, hcRemoteError, "{} is in another bootstrap exchange (hcCommSplit or hcCommShrink?) "
+             "while this rank starts its first call on the communicator", who(r));
+    if (i.destroying == mine.destroying) continue;
+    if (destroying) {
+      HC_WARN("hcCommDestroy: {} called a collective (its call {}) while rank {} destroys the communicator", who(r),
+              i.call, rank);
+      return;
+    }
+    HC_THROW(hcRemoteError, "{} destroyed its communicator while rank {} called its call {}", who(r), rank,
+             mine.call);
+  }
+  if (destroying) return;  // nobody opened it: nothing in flight to wait for
+  auto net = hicoll::makeOfiTransport(*bootstrap, net_opt);
+  net->registerRegion(scratch, scratch_bytes);
+  net->registerRegion(sort, sort_bytes);
+  for (auto* v : {&agree_in, &agree_out})
+    if (!v->empty()) net->registerRegion(v->data(), v->size() * sizeof(hcComm::AgreeMsg));
+  std::lock_guard<std::mutex> lock(lifecycle_mu);
+  ofi = std::move(net);
 }
 
 void hcComm::checkPeers() {

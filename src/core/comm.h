@@ -15,6 +15,7 @@
 #include "core/device.h"
 #include "base/topology.h"
 #include "base/machine_figures.h"
+#include "transport/ofi/ofi_transport.h"
 #include "transport/transport.h"
 
 namespace hicoll {
@@ -58,8 +59,14 @@ struct hcComm {
   std::vector<AgreeMsg> agree_in, agree_out;
   std::vector<size_t> agree_got;  // bytes of each agree_in receive (written when it completes)
   std::unique_ptr<hicoll::ShmTransport> shm;  // ranks of this node (always present)
-  std::unique_ptr<hicoll::Transport> ofi;     // ranks of other nodes (null on one node)
-  std::unique_ptr<hicoll::Liveness> liveness;  // watches ranks of other nodes (null on one node)
+  // The libfabric endpoint opens at the first call, not at creation (ensureNetwork): an idle
+  // communicator holds no endpoint (ofi_rxm's buffers are tens of MB) and no fabric
+  // connections. Liveness is made at creation: it names a dead rank fast, also while the
+  // endpoint opens. Both are null on one node; ofi is set under lifecycle_mu (a revoke from
+  // another thread reads it).
+  std::unique_ptr<hicoll::Transport> ofi;     // ranks of other nodes
+  std::unique_ptr<hicoll::Liveness> liveness;  // watches ranks of other nodes
+  hicoll::OfiOptions net_opt;                  // what ensureNetwork opens ofi with
   std::unique_ptr<hicoll::DeviceEngine> device;
 
   // Scratch and sort buffers live in this rank's shared-memory segment (readable by the
@@ -94,6 +101,10 @@ struct hcComm {
   std::string who(int r) const;
   int localRank() const { return topo.local_of[rank]; }
   long timeoutMs() const { return cfg.num(hicoll::Knob::TimeoutMs); }
+  // Opens the network on every rank, if it is not open and the communicator spans nodes:
+  // collective over the bootstrap, the start of every call. With destroying (hcCommDestroy),
+  // it opens nothing: it meets ranks that call a collective instead, and fails them.
+  void ensureNetwork(bool destroying = false);
   // The transport that reaches peer: shm on the same node, ofi otherwise.
   hicoll::Transport& transportTo(int peer);
   // Throws hcRemoteError when a rank this one depends on is known to be gone: a local peer
@@ -118,6 +129,13 @@ struct hcComm {
   void* quant_buf = nullptr;      // node memory, or null: then quant_heap
   std::vector<char> quant_heap;
   size_t quant_bytes = 0;
+  // The entry point of the call in progress on some thread (null: none). Calls on one
+  // communicator come from one thread at a time (hicoll.h); the API takes this slot with one
+  // compare-exchange per call and refuses a second thread instead of letting it in (api.cc).
+  std::atomic<const char*> in_call{nullptr};
+  // Held by a revoke and by the release of destroy/abort: a revoke from another thread (a
+  // refused entry, hcCommRevoke, hcCommAbort) never runs on transports being freed, nor two at once.
+  std::mutex lifecycle_mu;
 };
 
 namespace hicoll {

@@ -55,7 +55,8 @@ struct SetupRecord {
   int32_t device;
   int32_t pad;
   char handle[kIpcHandleBytes];  // its sort buffer
-  char segment[96];              // the node's counter segment (local index 0 creates it)
+  ShmHandle segment;             // the node's counter segment (local index 0 creates it)
+  char pad2[72];
   char error[208];
 };
 static_assert(sizeof(SetupRecord) == 384, "SetupRecord is a wire struct");
@@ -148,9 +149,9 @@ void CudaDeviceEngine::setupLocal(SetupRecord& mine, const dev::BufferSizes& sz)
   IpcHandle h = ipcExport(dsort_.p);
   std::memcpy(mine.handle, h.data(), h.size());
   if (comm_.localRank() == 0) {
-    seg_ = ShmSegment::create(roundUp(dev::FlagLayout::bytes(comm_.topo.localSize(comm_.node())), 4096));
-    HC_CHECK(seg_.name().size() < sizeof mine.segment, hcInternalError, "segment name too long");
-    std::snprintf(mine.segment, sizeof mine.segment, "%s", seg_.name().c_str());
+    seg_ = ShmSegment::create(roundUp(dev::FlagLayout::bytes(comm_.topo.localSize(comm_.node())), 4096),
+                              "device counter segment", /*reserve=*/true);
+    mine.segment = seg_.handle();
   }
   mine.ok = 1;
 }
@@ -160,7 +161,11 @@ void CudaDeviceEngine::setupNode(const std::vector<SetupRecord>& all, SetupRecor
   const Topology& t = comm_.topo;
   const int n = comm_.node(), L = t.localSize(n), l = comm_.localRank();
   const size_t seg_bytes = roundUp(dev::FlagLayout::bytes(L), 4096);
-  if (l != 0) seg_ = ShmSegment::open(all[t.rankAt(n, 0)].segment, seg_bytes);
+  if (l != 0) {
+    const ShmHandle& h = all[t.rankAt(n, 0)].segment;
+    HC_CHECK(h.size == seg_bytes, hcInternalError, "device counter segment of {} bytes, expected {}", h.size, seg_bytes);
+    seg_ = ShmSegment::open(h, "device counter segment");
+  }
   HC_CUDA(cudaHostRegister(seg_.base(), seg_.size(), cudaHostRegisterMapped | cudaHostRegisterPortable));
   seg_reg_.p = seg_.base();
   void* dev = nullptr;
@@ -231,7 +236,7 @@ void CudaDeviceEngine::setup() {
   }
   std::vector<SetupRecord> all2(W);
   comm_.bootstrap->allgather(&mine2, all2.data(), sizeof mine2);
-  if (comm_.localRank() == 0) seg_.unlink();  // every local rank has mapped it by now
+  if (comm_.localRank() == 0) seg_.closeFd();  // every local rank has mapped it by now
   why = firstFailure(all2);
   if (!why.empty()) {
     status_.why_not = why;

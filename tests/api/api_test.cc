@@ -2,6 +2,7 @@
 // and through hcGetUniqueId / hcCommInitRank.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstring>
@@ -167,6 +168,61 @@ TEST(Api, PerCommunicatorConfiguration) {
   for (auto& t : ts) t.join();
   EXPECT_EQ(errors[0], "");
   EXPECT_EQ(errors[1], "");
+}
+
+// A split where one rank's configuration is rejected: that rank still takes part, so every rank
+// of its new group fails the split at once (naming it and its reason) instead of waiting out the
+// timeout, the other group's split succeeds, and the parent stays usable on every rank. An
+// unknown hcConfig_t.version is such a rejection too.
+TEST(Api, SplitWithOneRejectedConfigFailsItsGroupFastAndKeepsTheParent) {
+  MapStore store;
+  hcStoreOps ops = store.ops();
+  std::vector<std::string> errors(4);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < 4; ++r)
+    ts.emplace_back([&, r] {
+      auto fail = [&](const std::string& m) { errors[r] += m + "; "; };
+      hcConfig_t pcfg = HC_CONFIG_INITIALIZER;
+      pcfg.timeoutMs = 5000;
+      hcComm_t c = nullptr;
+      if (hcCommInitRankStoreConfig(&c, 4, r, &ops, "splitcfg", &pcfg) != hcSuccess)
+        return fail(hcGetLastError(nullptr));
+      auto allReduceWorks = [&](const char* when) {
+        float x = 1;
+        if (hcAllReduce(&x, &x, 1, hcFloat32, hcSum, c, nullptr) != hcSuccess || x != 4)
+          fail(std::string("the parent failed ") + when + ": " + hcGetLastError(c));
+      };
+      // Groups {0, 2} and {1, 3}; rank 1's window is out of range.
+      hcConfig_t cfg = HC_CONFIG_INITIALIZER;
+      cfg.chunkBytes = 65536;
+      if (r == 1) cfg.netWindow = 0;
+      hcComm_t child = nullptr;
+      auto t0 = std::chrono::steady_clock::now();
+      const hcResult_t res = hcCommSplitConfig(c, r % 2, r, &child, &cfg);
+      const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const std::string msg = hcGetLastError(nullptr);
+      if (took > 2.0) fail("the split took " + std::to_string(took) + " s");
+      if (r % 2 == 0) {
+        if (res != hcSuccess) fail("the other group's split: " + msg);
+        hcCommDestroy(child);
+      } else {
+        if (res != hcInvalidArgument || child) fail("a split with a rejected config: " + msg);
+        if (msg.find("netWindow") == std::string::npos) fail("the reason is not named: " + msg);
+        if (r == 3 && msg.find("rank 1") == std::string::npos) fail("the rejecting rank is not named: " + msg);
+      }
+      allReduceWorks("after a rejected split");
+      // A version no header of this library had: every rank rejects it, naming the field.
+      hcConfig_t stranger = HC_CONFIG_INITIALIZER;
+      stranger.version = 0xdeadbeef;
+      if (hcCommSplitConfig(c, 0, r, &child, &stranger) != hcInvalidArgument || child)
+        fail("hcConfig_t.version 0xdeadbeef accepted");
+      else if (std::string(hcGetLastError(nullptr)).find("hcConfig_t.version") == std::string::npos)
+        fail(std::string("the version is not named: ") + hcGetLastError(nullptr));
+      allReduceWorks("after an unknown version");
+      hcCommDestroy(c);
+    });
+  for (auto& t : ts) t.join();
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 
 TEST(Api, MatrixOnThreeThreads) {

@@ -1,3 +1,6 @@
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -244,16 +247,64 @@ TEST(LaunchEnv, TorchrunMpirunAndSrun) {
   }
 }
 
-TEST(ShmSegment, PrivateModeAndUnguessableName) {
-  ShmSegment s = ShmSegment::create(1 << 20);
+// A segment has no name (nothing in /dev/shm), is private to its user, and is what its handle
+// says: opened through /proc, the same memory; a handle that names another file is refused.
+TEST(ShmSegment, AnonymousPrivateAndChecked) {
+  const size_t n = 1 << 20;
+  ShmSegment s = ShmSegment::create(n, "test", /*reserve=*/true);
+  const ShmHandle h = s.handle();
+  ASSERT_TRUE(h.valid());
+  EXPECT_EQ(h.size, n);
   struct stat st;
-  ASSERT_EQ(stat(("/dev/shm" + s.name()).c_str(), &st), 0);
+  ASSERT_EQ(fstat(h.fd, &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
-  EXPECT_EQ(s.name().size(), std::string("/hicoll-").size() + 32);
-  ShmSegment t = ShmSegment::create(1 << 20);
-  EXPECT_NE(s.name(), t.name());
-  s.unlink();
-  EXPECT_NE(stat(("/dev/shm" + s.name()).c_str(), &st), 0);
+  ShmSegment t = ShmSegment::create(n, "test", /*reserve=*/false);
+  EXPECT_NE(t.handle().ino, h.ino);
+  // Opened by another process (through /proc, as a peer does): the same bytes, both ways.
+  static_cast<char*>(s.base())[12345] = 42;
+  const pid_t child = fork();
+  if (child == 0) {
+    int rc = 1;
+    try {
+      ShmSegment u = ShmSegment::open(h, "test");
+      char* p = static_cast<char*>(u.base());
+      if (p[12345] == 42) {
+        p[54321] = 7;
+        rc = 0;
+      }
+    } catch (...) {
+    }
+    _exit(rc);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_EQ(static_cast<char*>(s.base())[54321], 7);
+  // The descriptor of t with s's inode: refused, naming the mismatch.
+  ShmHandle wrong = t.handle();
+  wrong.ino = h.ino + 1000000;
+  try {
+    ShmSegment v = ShmSegment::open(wrong, "test");
+    ADD_FAILURE() << "a handle naming another file was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is not the shared memory"), std::string::npos) << e.what();
+  }
+  s.closeFd();
+  EXPECT_EQ(s.handle().fd, -1);
+}
+
+// More than the machine has is refused when it is asked for, never a signal later.
+TEST(ShmSegment, ReservingMoreThanTheMachineHasFails) {
+  for (size_t n : {size_t{64} << 40, size_t{64} << 30}) {
+    if (sharedMemoryShortfall(n).empty()) continue;  // a machine with this much memory
+    try {
+      ShmSegment s = ShmSegment::create(n, "test", /*reserve=*/true);
+      ADD_FAILURE() << n << " bytes reserved";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), hcSystemError);
+      EXPECT_NE(std::string(e.what()).find("MemAvailable"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <functional>
 #include <cstdio>
 #include <cstring>
 
@@ -155,6 +157,77 @@ TEST(Death, StoppedRankIsATimeoutNamingIt) {
     unlink(path);
     EXPECT_EQ(st[1], 128 + SIGKILL);
     EXPECT_EQ(st[0], 0) << layout.back();
+  }
+}
+
+// A rank stopped in the middle of a run of calls (SIGSTOP from its own helper thread) is named
+// in every survivor's error, whatever the collective and wherever the survivor waits: on the
+// stopped rank's board, for its messages, or for a peer that waits on it (AllToAll, the
+// quantized AllGather / ReduceScatter and the one-node AllGather used to say only "local ranks
+// 0,1,2,3"). The last survivor to fail kills the stopped rank.
+TEST(Death, StoppedRankIsNamedInEveryCollective) {
+  struct Case {
+    const char* name;
+    std::vector<std::string> layout;
+    int victim;
+    std::function<hcResult_t(hcComm_t, int)> coll;
+  };
+  // Buffers filled once: the stop lands inside a call more often than between two.
+  auto allToAll = [](hcComm_t comm, int W) {
+    static std::vector<float> in(static_cast<size_t>(W) << 16, 1.0f), out(in.size());
+    return hcAllToAll(in.data(), out.data(), 1 << 16, hcFloat32, comm, nullptr);
+  };
+  auto quantAG = [](hcComm_t comm, int W) {
+    static std::vector<float> in(1 << 17, 0.5f), out(static_cast<size_t>(W) << 17);
+    hcQuant q = HC_QUANT_INITIALIZER;
+    return hcAllGatherQuantized(in.data(), out.data(), in.size(), hcFloat32, &q, comm, nullptr);
+  };
+  auto quantRS = [](hcComm_t comm, int W) {
+    static std::vector<float> in(static_cast<size_t>(W) << 17, 0.5f), out(1 << 17);
+    hcQuant q = HC_QUANT_INITIALIZER;
+    return hcReduceScatterQuantized(in.data(), out.data(), out.size(), hcFloat32, hcSum, &q, comm, nullptr);
+  };
+  auto gather = [](hcComm_t comm, int W) {
+    static std::vector<float> in(1 << 18, 1.0f), out(static_cast<size_t>(W) << 18);
+    return hcAllGather(in.data(), out.data(), in.size(), hcFloat32, comm, nullptr);
+  };
+  const std::vector<Case> cases = {{"AllToAll 1x3", contiguous(1, 3), 2, allToAll},
+                                   {"quantized AllGather 2x2", contiguous(2, 2), 3, quantAG},
+                                   {"quantized ReduceScatter 2x2", contiguous(2, 2), 3, quantRS},
+                                   {"one-node AllGather 1x4", contiguous(1, 4), 3, gather}};
+  for (const Case& k : cases) {
+    struct State {
+      std::atomic<int> victim_pid{0};
+      std::atomic<int> failed{0};
+    };
+    Shared<State> state;
+    Job job;
+    job.nranks = static_cast<int>(k.layout.size());
+    job.node = k.layout;
+    job.env["HICOLL_TIMEOUT_MS"] = "1500";
+    job.timeout_s = 40;
+    auto st = run(job, [&](int rank, hcComm_t comm) {
+      if (k.coll(comm, job.nranks) != hcSuccess) return 10;
+      if (rank == k.victim) {
+        state->victim_pid = getpid();
+        std::thread([] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));
+          raise(SIGSTOP);  // the last survivor to fail kills it
+        }).detach();
+      }
+      auto t0 = std::chrono::steady_clock::now();
+      hcResult_t r = hcSuccess;
+      for (int i = 0; i < 1000000 && r == hcSuccess; ++i) r = k.coll(comm, job.nranks);
+      const double took = since(t0);
+      const std::string msg = hcGetLastError(comm);
+      std::fprintf(stderr, "[%s rank %d] %s after %.2f s: %s\n", k.name, rank, hcGetErrorString(r), took, msg.c_str());
+      if (rank != k.victim && state->failed.fetch_add(1) + 2 == job.nranks) kill(state->victim_pid.load(), SIGKILL);
+      if (r != hcTimeout && r != hcRemoteError) return 11;
+      if (took > 4.0) return 12;
+      return msg.find("rank " + std::to_string(k.victim)) == std::string::npos ? 13 : 0;
+    });
+    for (int r = 0; r < job.nranks; ++r)
+      EXPECT_EQ(st[r], r == k.victim ? 128 + SIGKILL : 0) << k.name << " rank " << r;
   }
 }
 

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -119,6 +120,78 @@ TEST(Failure, KilledRankMidRingReduceScatter) {
     });
     EXPECT_EQ(st[victim], 128 + SIGKILL);
     for (int r = 0; r < victim; ++r) EXPECT_EQ(st[r], 0) << "rank " << r << " of " << job.nranks;
+  }
+}
+
+// After a peer fails, the survivors report its cause, not the symptom it left: a local peer
+// that failed and then unmapped the buffer its post described is "failed: <why>", not
+// "process_vm_readv ... Bad address" (1x2); a peer on another node is named by its node, not
+// by its fabric address (2x1, 2x2).
+TEST(Failure, SurvivorsNameTheCauseNotTheSymptom) {
+  {
+    Job job;
+    job.nranks = 2;
+    job.env["HICOLL_TIMEOUT_MS"] = "10000";
+    job.timeout_s = 40;
+    Shared<std::atomic<int>> unmapped;
+    auto st = run(job, [&](int rank, hcComm_t comm) {
+      const size_t n = 1 << 20;  // 4 MiB per rank: read where it lies (single-copy reads)
+      std::vector<int32_t> out(2 * n);
+      if (rank == 1) {
+        void* p = mmap(nullptr, n * 4, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) return 10;
+        std::memset(p, 1, n * 4);
+        hcResult_t r = hcSuccess;
+        std::thread call([&] { r = hcAllGather(p, out.data(), n, hcInt32, comm, nullptr); });
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));  // posted, waiting for rank 0
+        hcCommRevoke(comm);
+        call.join();
+        munmap(p, n * 4);  // the call failed: its buffer is the caller's again
+        *unmapped = 1;
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        return r == hcRemoteError ? 0 : 11;
+      }
+      while (!*unmapped) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      std::vector<int32_t> in(n, 0);
+      const hcResult_t r = hcAllGather(in.data(), out.data(), n, hcInt32, comm, nullptr);
+      const std::string msg = hcGetLastError(comm);
+      std::fprintf(stderr, "[1x2 rank 0] %s: %s\n", hcGetErrorString(r), msg.c_str());
+      return r == hcRemoteError && msg.find("rank 1 failed: it revoked the communicator") != std::string::npos &&
+                     msg.find("Bad address") == std::string::npos
+                 ? 0
+                 : 12;
+    });
+    EXPECT_EQ(st[0], 0);
+    EXPECT_EQ(st[1], 0);
+  }
+  for (int nodes_of_two : {0, 1}) {
+    Job job;
+    job.nranks = nodes_of_two ? 4 : 2;
+    job.node = contiguous(2, nodes_of_two ? 2 : 1);
+    job.env["HICOLL_TIMEOUT_MS"] = "10000";
+    job.timeout_s = 40;
+    const int victim = job.nranks - 1;
+    auto st = run(job, [&](int rank, hcComm_t comm) {
+      std::vector<float> in(1024, 1.f), out(1024 * static_cast<size_t>(job.nranks));
+      if (hcAllGather(in.data(), out.data(), in.size(), hcFloat32, comm, nullptr) != hcSuccess) return 10;
+      if (rank == victim) {
+        hcCommRevoke(comm);
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));  // its notice tells, not its exit
+        return 0;
+      }
+      const hcResult_t r = hcAllGather(in.data(), out.data(), in.size(), hcFloat32, comm, nullptr);
+      const std::string msg = hcGetLastError(comm);
+      std::fprintf(stderr, "[%dx%d rank %d] %s: %s\n", 2, job.nranks / 2, rank, hcGetErrorString(r), msg.c_str());
+      if (r != hcRemoteError) return 11;
+      if (msg.find("fi_") != std::string::npos || msg.find("://") != std::string::npos ||
+          msg.find("127.0.0.1") != std::string::npos)
+        return 12;  // a fabric address
+      // The victim is named; a rank of the other node names the one that told it by its node.
+      const bool remote = job.node[static_cast<size_t>(rank)] != job.node[static_cast<size_t>(victim)];
+      if (msg.find("rank " + std::to_string(victim)) == std::string::npos) return 13;
+      return !remote || msg.find("(node 'node1')") != std::string::npos ? 0 : 14;
+    });
+    for (int r = 0; r < job.nranks; ++r) EXPECT_EQ(st[r], 0) << job.nranks << " ranks, rank " << r;
   }
 }
 

@@ -1,8 +1,10 @@
 // The cost model's file (HICOLL_MODEL_FILE) at communicator creation, and its predictions in
 // the statistics, with ranks as processes on simulated nodes.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -85,6 +87,46 @@ TEST(ModelFile, UnusableFilesNameTheFileAndTheField) {
     EXPECT_EQ(st[1], 0) << path;
   }
   std::remove(bad.c_str());
+}
+
+// What is not a model file fails creation at once on every rank, naming the variable, the path
+// and what is wrong, within the timeout: a FIFO (whose open used to block past it), a device
+// (/dev/zero used to be read until memory ran out), a directory, a file above the 1 MiB cap,
+// and fields of the wrong type (a string version used to be an internal error from the JSON
+// library's text).
+TEST(ModelFile, OnlyRegularFilesOfBoundedSizeAreRead) {
+  const std::string dir = "/tmp/hicoll_model_test_" + std::to_string(::getpid()) + "_dir";
+  const std::string fifo = "/tmp/hicoll_model_test_" + std::to_string(::getpid()) + "_fifo";
+  ::mkdir(dir.c_str(), 0700);
+  ::mkfifo(fifo.c_str(), 0600);
+  const std::string big = writeFile("big", figures(1.25e8) + std::string(size_t{2} << 20, ' '));
+  const std::string text_version = writeFile("strver", "{\"version\": \"1\", \"call_s\": 1e-6}");
+  const std::string float_version = writeFile("fltver", "{\"version\": 1.5}");
+  const std::string bad_field = writeFile("strfield", "{\"version\": 1, \"call_s\": [1]}");
+  const std::string bad_note = writeFile("note", "{\"version\": 1, \"note\": 7}");
+  struct Case {
+    std::string path, word;
+  };
+  for (const Case& k : {Case{fifo, "a FIFO"}, Case{"/dev/zero", "a character device"}, Case{dir, "a directory"},
+                        Case{big, "bytes, more than"}, Case{text_version, "field 'version' is \"1\", not an integer"},
+                        Case{float_version, "field 'version' is 1.5, not an integer"},
+                        Case{bad_field, "field 'call_s' is not a number"}, Case{bad_note, "field 'note'"}}) {
+    Job job;
+    job.nranks = 2;
+    job.env["HICOLL_MODEL_FILE"] = k.path;
+    job.env["HICOLL_TIMEOUT_MS"] = "3000";
+    job.timeout_s = 20;
+    auto st = runRaw(job, [&](int) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const int rc = createFails(hcInvalidArgument, {"HICOLL_MODEL_FILE=" + k.path, k.word});
+      const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      return rc ? rc : took < 2.5 ? 0 : 14;
+    });
+    EXPECT_EQ(st[0], 0) << k.path;
+    EXPECT_EQ(st[1], 0) << k.path;
+  }
+  for (const std::string& p : {big, text_version, float_version, bad_field, bad_note, fifo}) std::remove(p.c_str());
+  ::rmdir(dir.c_str());
 }
 
 // Every modelled call leaves its prediction in hcStats, under auto and under the fixed rules,

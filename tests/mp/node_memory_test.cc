@@ -8,7 +8,9 @@
 
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -90,14 +92,27 @@ TEST(NodeMemory, MixedWithHeapBuffers) {
   for (int r = 0; r < job.nranks; ++r) EXPECT_EQ(st[r], 0) << "rank " << r;
 }
 
-bool nameExists(const std::string& prefix) {
-  DIR* d = opendir("/dev/shm");
-  bool found = false;
-  while (d && !found)
-    if (dirent* e = readdir(d)) found = std::strncmp(e->d_name, prefix.c_str(), prefix.size()) == 0;
-    else break;
-  if (d) closedir(d);
-  return found;
+// Names in /dev/shm that carry pid, as hicoll's node memory once had ("hicoll-mem-<pid>-..."):
+// there should be none, its shared memory is anonymous. (Only pid's: other jobs on the machine
+// may have left names of their own.)
+std::vector<std::string> hicollNamesOf(int pid) {
+  std::vector<std::string> names;
+  const std::string mine = "-" + std::to_string(pid) + "-";
+  if (DIR* d = opendir("/dev/shm")) {
+    while (dirent* e = readdir(d))
+      if (std::strncmp(e->d_name, "hicoll", 6) == 0 && std::strstr(e->d_name, mine.c_str())) names.emplace_back(e->d_name);
+    closedir(d);
+  }
+  return names;
+}
+
+long statusKiB(const char* field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  const size_t n = std::strlen(field);
+  while (std::getline(in, line))
+    if (line.compare(0, n, field) == 0 && line[n] == ':') return std::stol(line.substr(n + 1));
+  return -1;
 }
 
 TEST(NodeMemory, AllocatorContract) {
@@ -106,8 +121,7 @@ TEST(NodeMemory, AllocatorContract) {
   EXPECT_EQ(hcMemAlloc(&p, 0), hcInvalidArgument);
   ASSERT_EQ(hcMemAlloc(&p, 3 << 20), hcSuccess);
   std::memset(p, 1, 3 << 20);  // writable, all of it
-  const std::string mine = "hicoll-mem-" + std::to_string(getpid()) + "-";
-  EXPECT_TRUE(nameExists(mine)) << "a live allocation keeps its name for peers to map";
+  EXPECT_EQ(hicollNamesOf(getpid()), std::vector<std::string>{}) << "node memory has no name in /dev/shm";
   char x = 0;
   EXPECT_EQ(hcMemFree(&x), hcInvalidArgument);
   EXPECT_NE(std::string(hcGetLastError(nullptr)).find("hcMemFree"), std::string::npos);
@@ -122,30 +136,81 @@ TEST(NodeMemory, AllocatorContract) {
   EXPECT_EQ(hcMemFree(q), hcSuccess);
 }
 
-// A process killed while it holds node memory leaves its names behind; the next allocation on
-// the machine removes them.
-TEST(NodeMemory, NamesOfDeadOwnersAreRemoved) {
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    void* p = nullptr;
-    if (hcMemAlloc(&p, 1 << 20) != hcSuccess) _exit(1);
-    _exit(0);  // no hcMemFree: as if killed
+// More than the machine has is an error when it is asked for (naming the sizes), not a success
+// followed by a signal at the first touch; so is a size that overflows.
+TEST(NodeMemory, MoreThanTheMachineHasIsAnError) {
+  for (size_t n : {size_t{64} << 40, size_t{64} << 30, SIZE_MAX - 100}) {
+    void* p = reinterpret_cast<void*>(1);
+    const hcResult_t r = hcMemAlloc(&p, n);
+    if (r == hcSuccess) {  // a machine with 64 GiB free may grant that one
+      EXPECT_LT(n, size_t{1} << 40);
+      hcMemFree(p);
+      continue;
+    }
+    EXPECT_TRUE(r == hcSystemError || r == hcInvalidArgument) << n << ": " << hcGetErrorString(r);
+    EXPECT_EQ(p, nullptr);
+    const std::string why = hcGetLastError(nullptr);
+    EXPECT_NE(why.find(std::to_string(n)), std::string::npos) << why;
   }
-  int st = 0;
-  waitpid(pid, &st, 0);
-  ASSERT_EQ(st, 0);
-  const std::string dead = "hicoll-mem-" + std::to_string(pid) + "-";
-  ASSERT_TRUE(nameExists(dead));
-  // A fresh process (the sweep runs at a process's first allocation).
-  pid_t pid2 = fork();
-  if (pid2 == 0) {
-    void* p = nullptr;
-    _exit(hcMemAlloc(&p, 4096) == hcSuccess && hcMemFree(p) == hcSuccess ? 0 : 1);
+}
+
+// A process killed while it holds node memory leaves nothing behind: no name, and the memory
+// goes with the process.
+TEST(NodeMemory, KilledOwnerLeavesNothing) {
+  for (int i = 0; i < 3; ++i) {
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      void* p = nullptr;
+      if (hcMemAlloc(&p, 1 << 20) != hcSuccess) _exit(1);
+      std::memset(p, 7, 1 << 20);
+      raise(SIGKILL);
+      _exit(2);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    ASSERT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) << st;
+    EXPECT_EQ(hicollNamesOf(pid), std::vector<std::string>{});
   }
-  waitpid(pid2, &st, 0);
-  EXPECT_EQ(st, 0);
-  EXPECT_FALSE(nameExists(dead));
+}
+
+// Allocate, gather from it, free, 300 times with sizes of 1-8 MiB: what each rank maps of its
+// own and its peer's node memory stays bounded by the cache (HICOLL_MEM_CACHE_BYTES) plus the
+// live buffers, because a peer unmaps what the owner released.
+int churn(int rank, hcComm_t comm, long bound_kib) {
+  int W = 0;
+  hcCommCount(comm, &W);
+  std::vector<char> out(size_t{8} << 20 << 1);
+  long most = 0;
+  for (int i = 0; i < 300; ++i) {
+    const size_t bytes = (size_t{1} << 20) + (size_t(i) * 2654435761u) % (size_t{7} << 20);  // alike on every rank
+    void* p = nullptr;
+    if (hcMemAlloc(&p, bytes) != hcSuccess) return std::fprintf(stderr, "hcMemAlloc: %s\n", hcGetLastError(nullptr)), 1;
+    std::memset(p, rank + i, bytes);
+    const size_t count = bytes / static_cast<size_t>(W) & ~size_t{3};
+    if (hcAllGather(p, out.data(), count, hcUint8, comm, nullptr) != hcSuccess)
+      return std::fprintf(stderr, "hcAllGather: %s\n", hcGetLastError(comm)), 1;
+    for (int r = 0; r < W; ++r)
+      if (out[r * count] != static_cast<char>(r + i) || out[(r + 1) * count - 1] != static_cast<char>(r + i))
+        return std::fprintf(stderr, "[rank %d] wrong block from rank %d at %d\n", rank, r, i), 1;
+    most = std::max(most, statusKiB("RssShmem"));
+    if (hcMemFree(p) != hcSuccess) return 1;
+  }
+  std::fprintf(stderr, "[rank %d] RssShmem at most %ld KiB over 300 allocations (bound %ld KiB)\n", rank, most,
+               bound_kib);
+  return most > bound_kib;
+}
+
+TEST(NodeMemory, PeersViewsBoundedUnderChurn) {
+  for (const char* cache : {"0", "16777216"}) {
+    Job job;
+    job.nranks = 2;
+    job.env["HICOLL_MEM_CACHE_BYTES"] = cache;
+    // One rank's live 8 MiB, its peer's, the cache, and the segment's pages in use.
+    const long bound = (16 << 10) + std::stol(cache) / 1024 + (24 << 10);
+    auto st = run(job, [&](int rank, hcComm_t comm) { return churn(rank, comm, bound); });
+    for (int r = 0; r < job.nranks; ++r) EXPECT_EQ(st[r], 0) << "rank " << r << " cache " << cache;
+  }
 }
 
 }  // namespace

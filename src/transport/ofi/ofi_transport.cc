@@ -288,6 +288,7 @@ class OfiTransport final : public Transport {
   std::string provider_, address_, ipv4_;
   std::function<void()> while_blocked_;
   CallClock call_now_;
+  std::function<std::string(int)> who_;
   uint64_t tag_mask_ = ~0ull;
   int tag_bits_ = 64;
   size_t max_chunk_ = SIZE_MAX;
@@ -331,7 +332,7 @@ class OfiTransport final : public Transport {
 
 OfiTransport::OfiTransport(Bootstrap& bs, const OfiOptions& opt, const ofi_detail::OfiTuning& tuning)
     : rank_(bs.rank()), size_(bs.size()), timeout_ms_(opt.timeout_ms > 0 ? opt.timeout_ms : 120000),
-      tuning_(tuning), while_blocked_(opt.while_blocked), call_now_(opt.call_now) {
+      tuning_(tuning), while_blocked_(opt.while_blocked), call_now_(opt.call_now), who_(opt.who) {
   try {
     open(opt);
     connect(bs);
@@ -461,7 +462,7 @@ void OfiTransport::connect(Bootstrap& bs) {
   }
 
   std::vector<WireAddr> all(static_cast<size_t>(size_));
-  bs.allgather(&mine, all.data(), sizeof(WireAddr));
+  bs.allgather(&mine, all.data(), sizeof(WireAddr), while_blocked_);  // a dead peer fails it at once
 
   addrs_.assign(static_cast<size_t>(size_), FI_ADDR_UNSPEC);
   peer_names_.assign(static_cast<size_t>(size_), "");
@@ -515,13 +516,18 @@ void OfiTransport::warmUp() {
       HC_THROW(hcTimeout, "rank {} ofi: no warm-up message within {} ms from {}", rank_, timeout_ms_,
                who.empty() ? "(sends to peers did not complete)" : who);
     }
-    if (any) bo.reset(); else bo.pause();
+    if (any) {
+      bo.reset();
+    } else {
+      if (while_blocked_) while_blocked_();
+      bo.pause();
+    }
   }
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
     HC_CHECK(warm_recv_[static_cast<size_t>(p)] == p, hcRemoteError,
-             "rank {} ofi: the endpoint registered as rank {} ({}) answered as rank {}", rank_, p, peerStr(p),
-             warm_recv_[static_cast<size_t>(p)]);
+             "rank {} ofi: the endpoint registered as {} (address {}) answered as rank {}", rank_, peerStr(p),
+             peer_names_[static_cast<size_t>(p)], warm_recv_[static_cast<size_t>(p)]);
   }
 }
 
@@ -672,6 +678,7 @@ void OfiTransport::closeAll() noexcept {
 }
 
 std::string OfiTransport::peerStr(int peer) const {
+  if (who_) return who_(peer);
   if (peer < 0 || peer >= static_cast<int>(peer_names_.size())) return fmt::format("rank {}", peer);
   return fmt::format("rank {} ({})", peer, peer_names_[static_cast<size_t>(peer)]);
 }
@@ -1045,6 +1052,13 @@ ofi_detail::OfiInfo OfiTransport::info() const {
 
 std::unique_ptr<Transport> makeOfiTransport(Bootstrap& bs, const OfiOptions& opt) {
   return ofi_detail::makeOfiTransport(bs, opt, ofi_detail::OfiTuning{});
+}
+
+std::string interfaceIpv4(const std::string& iface) {
+  sockaddr_in a{};
+  char ip[INET_ADDRSTRLEN] = {};
+  if (iface.empty() || !ifaceIpv4(iface, &a) || !inet_ntop(AF_INET, &a.sin_addr, ip, sizeof ip)) return "";
+  return ip;
 }
 
 size_t ofiEagerLimit(const OfiOptions& opt) {

@@ -32,6 +32,9 @@ struct OfiOptions {
   std::function<void()> while_blocked;
   // The number of the call this rank is in (CallClock, base/deadline.h); empty: every notice is due.
   CallClock call_now;
+  // Names a rank in messages ("rank 3 (node 'n1')", hcComm::who); empty: by its fabric address.
+  // Users know their nodes, not the provider's addresses.
+  std::function<std::string(int)> who;
 };
 
 // Collective over bs (all ranks of the communicator call it): opens fabric/domain/endpoint/AV/CQ,
@@ -41,6 +44,9 @@ struct OfiOptions {
 // ones - 1 (failure notices, one receive per peer posted for the transport's life; only with
 // at least 61 tag bits). Throws hicoll::Error.
 std::unique_ptr<Transport> makeOfiTransport(Bootstrap& bs, const OfiOptions& opt);
+
+// The IPv4 address (dotted) of network interface iface, "" when it has none (or iface is "").
+std::string interfaceIpv4(const std::string& iface);
 
 // The largest message a transport opened with opt sends eagerly: with rxm the eager limit it
 // will run with (FI_OFI_RXM_EAGER_LIMIT from the environment, else opt.rxm_eager_bytes, which

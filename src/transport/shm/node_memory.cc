@@ -1,33 +1,24 @@
 #include "transport/shm/node_memory.h"
 
-#include <dirent.h>
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/mman.h>
 #include <sys/random.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
-#include <cerrno>
-#include <cstring>
-#include <iterator>
+#include <algorithm>
 #include <list>
 #include <map>
 #include <mutex>
+#include <vector>
 
 #include "base/config.h"
 #include "base/error.h"
-#include "bootstrap/socket.h"
+#include "transport/shm/segment.h"
 
 namespace hicoll {
 namespace {
 
-constexpr const char* kPrefix = "hicoll-mem-";
-
 struct Block {
   NodeMemRef ref;
-  std::string name;
+  ShmSegment seg;
 };
 
 struct Registry {
@@ -37,7 +28,8 @@ struct Registry {
   std::list<Block> kept;                   // freed, for reuse; oldest first
   size_t kept_bytes = 0;
   size_t cache_limit = 0;
-  int started_pid = 0;  // the process that read the limit and swept (a forked child sweeps again)
+  int started_pid = 0;  // the process the fields below are of (see adopt)
+  std::vector<NodeMemFreeLog*> logs;
 };
 
 Registry& registry() {
@@ -45,43 +37,34 @@ Registry& registry() {
   return *r;
 }
 
-// Names of owners that died (killed before they could free) belong to nobody: remove them.
-void sweepDeadOwners() {
-  DIR* d = opendir("/dev/shm");
-  if (!d) return;
-  const uid_t me = geteuid();
-  while (dirent* e = readdir(d)) {
-    if (std::strncmp(e->d_name, kPrefix, std::strlen(kPrefix)) != 0) continue;
-    const long pid = std::strtol(e->d_name + std::strlen(kPrefix), nullptr, 10);
-    struct stat st;
-    if (pid <= 0 || fstatat(dirfd(d), e->d_name, &st, 0) != 0 || st.st_uid != me) continue;
-    if (kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) shm_unlink((std::string("/") + e->d_name).c_str());
+// Unmaps b and tells the local peers to unmap it too. Called with the lock held.
+void release(Registry& r, Block& b) {
+  for (NodeMemFreeLog* log : r.logs) {
+    const uint64_t n = log->count.load(std::memory_order_relaxed);
+    log->id[n % NodeMemFreeLog::kSlots].store(b.ref.id, std::memory_order_relaxed);
+    log->count.store(n + 1, std::memory_order_release);
   }
-  closedir(d);
+  b.seg = ShmSegment();
 }
 
-void release(const Block& b) {
-  munmap(reinterpret_cast<void*>(b.ref.base), b.ref.size);
-  shm_unlink(b.name.c_str());
+// A forked child starts its own accounting: the parent's transports (and their logs) are not its.
+void adopt(Registry& r) {
+  if (r.started_pid == getpid()) return;
+  r.cache_limit = static_cast<size_t>(Config::fromEnv().num(Knob::MemCacheBytes));
+  r.logs.clear();
+  r.started_pid = getpid();
 }
 
 }  // namespace
 
-std::string nodeMemName(int pid, const NodeMemRef& ref) {
-  return fmt::format("/{}{}-{:016x}{:016x}", kPrefix, pid, ref.id[0], ref.id[1]);
-}
-
 void* nodeMemAlloc(size_t bytes) {
   HC_CHECK(bytes > 0, hcInvalidArgument, "hcMemAlloc: size 0");
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  HC_CHECK(bytes <= SIZE_MAX - page, hcInvalidArgument, "hcMemAlloc: size {} overflows", bytes);
   const size_t size = (bytes + page - 1) / page * page;
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
-  if (r.started_pid != getpid()) {
-    r.cache_limit = static_cast<size_t>(Config::fromEnv().num(Knob::MemCacheBytes));
-    sweepDeadOwners();
-    r.started_pid = getpid();
-  }
+  adopt(r);
   for (auto it = r.kept.begin(); it != r.kept.end(); ++it) {
     if (it->ref.size != size) continue;
     Block b = std::move(*it);
@@ -92,25 +75,22 @@ void* nodeMemAlloc(size_t bytes) {
     r.nlive = r.live.size();
     return reinterpret_cast<void*>(base);
   }
+  // Memory kept for reuse goes first when the machine is short of it.
+  while (!r.kept.empty() && !sharedMemoryShortfall(size).empty()) {
+    r.kept_bytes -= r.kept.front().ref.size;
+    release(r, r.kept.front());
+    r.kept.pop_front();
+  }
   Block b;
-  HC_CHECK(getrandom(b.ref.id, sizeof b.ref.id, 0) == sizeof b.ref.id, hcSystemError, "getrandom failed");
-  b.name = nodeMemName(static_cast<int>(getpid()), b.ref);
-  Fd fd(shm_open(b.name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600));
-  HC_SYSCHECK(fd.get(), "hcMemAlloc: shm_open");
-  if (ftruncate(fd.get(), static_cast<off_t>(size)) < 0) {
-    const int err = errno;
-    shm_unlink(b.name.c_str());
-    throwSystemError(fmt::format("hcMemAlloc: ftruncate of shared memory to {} bytes (is /dev/shm big enough?)", size).c_str(),
-                     err, __FILE__, __LINE__);
-  }
-  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-  if (p == MAP_FAILED) {
-    const int err = errno;
-    shm_unlink(b.name.c_str());
-    throwSystemError(fmt::format("hcMemAlloc: mmap of {} bytes", size).c_str(), err, __FILE__, __LINE__);
-  }
-  b.ref.base = reinterpret_cast<uint64_t>(p);
+  b.seg = ShmSegment::create(size, "hcMemAlloc", /*reserve=*/true);
+  while (b.ref.id == 0)
+    HC_CHECK(getrandom(&b.ref.id, sizeof b.ref.id, 0) == sizeof b.ref.id, hcSystemError, "getrandom failed");
+  const ShmHandle h = b.seg.handle();
+  b.ref.ino = h.ino;
+  b.ref.fd = h.fd;
+  b.ref.base = reinterpret_cast<uint64_t>(b.seg.base());
   b.ref.size = size;
+  void* p = b.seg.base();
   r.live.emplace(b.ref.base, std::move(b));
   r.nlive = r.live.size();
   return p;
@@ -120,17 +100,18 @@ void nodeMemFree(void* p) {
   if (!p) return;
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
+  adopt(r);
   auto it = r.live.find(reinterpret_cast<uint64_t>(p));
   HC_CHECK(it != r.live.end(), hcInvalidArgument, "hcMemFree: {} is not the start of a live hcMemAlloc allocation", p);
   Block b = std::move(it->second);
   r.live.erase(it);
   r.nlive = r.live.size();
-  if (b.ref.size > r.cache_limit) return release(b);
+  if (b.ref.size > r.cache_limit) return release(r, b);
   r.kept_bytes += b.ref.size;
   r.kept.push_back(std::move(b));
   while (r.kept_bytes > r.cache_limit) {
     r.kept_bytes -= r.kept.front().ref.size;
-    release(r.kept.front());
+    release(r, r.kept.front());
     r.kept.pop_front();
   }
 }
@@ -145,6 +126,19 @@ NodeMemRef nodeMemFind(const void* p) {
   --it;
   const NodeMemRef& ref = it->second.ref;
   return a < ref.base + ref.size ? ref : NodeMemRef{};
+}
+
+void nodeMemPublishFrees(NodeMemFreeLog* log) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  adopt(r);
+  r.logs.push_back(log);
+}
+
+void nodeMemUnpublishFrees(NodeMemFreeLog* log) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  std::erase(r.logs, log);
 }
 
 }  // namespace hicoll

@@ -79,6 +79,7 @@ struct ShmTransport::Header {
   std::atomic<uint64_t> failed_call;  // the call it aborted in (stored before aborted)
   std::atomic<uint32_t> closed;  // destroyed cleanly: its exit is not a failure
   char reason[256];              // why it aborted or rejected a call (set before either is seen)
+  NodeMemFreeLog freed;          // its process's node memory released for good (node_memory.h)
   Board board;
   QueueShared queue[1];  // [local size], to each receiver
 };
@@ -114,8 +115,9 @@ ShmTransport::ShmTransport(Bootstrap& bs, const std::vector<int>& local_ranks, c
   bounce_bytes_ = kBounceBytes;
   size_t total = header_bytes_ + bounce_bytes_ * L + roundUp(opt.scratch_bytes, kPage) + roundUp(opt.sort_bytes, kPage);
 
-  // Create mine, tell everybody its name, map the node's.
-  ShmSegment mine = ShmSegment::create(total);
+  // Create mine, tell everybody where it is, map the node's. Its pages come on first touch: the
+  // scratch and sort buffers cost nothing until a call uses them.
+  ShmSegment mine = ShmSegment::create(total, "shm segment", /*reserve=*/false);
   auto* h = new (mine.base()) Header{};
   h->magic = kSegMagic;
   h->pid = getpid();
@@ -123,14 +125,12 @@ ShmTransport::ShmTransport(Bootstrap& bs, const std::vector<int>& local_ranks, c
   h->base_in_owner = reinterpret_cast<uint64_t>(mine.base());
   for (int i = 0; i < L; ++i) new (&h->queue[i]) QueueShared{};
   struct Info {
-    char name[64];
-    uint64_t size;
+    ShmHandle seg;
     int32_t pid;
     int32_t pad;
   };
   Info my_info{};
-  std::snprintf(my_info.name, sizeof my_info.name, "%s", mine.name().c_str());
-  my_info.size = total;
+  my_info.seg = mine.handle();
   my_info.pid = getpid();
   std::vector<Info> all(bs.size());
   bs.allgather(&my_info, all.data(), sizeof(Info));
@@ -139,25 +139,33 @@ ShmTransport::ShmTransport(Bootstrap& bs, const std::vector<int>& local_ranks, c
   segs_.resize(L);
   pids_.resize(L);
   pidfds_.assign(L, -1);
+  // Every rank says whether it mapped every segment of its node (and allowed its reads), so one
+  // rank's failure fails them all at once, with its cause (an allgather in place of a barrier).
+  char why[200] = {};
   try {
     for (int i = 0; i < L; ++i) {
       const Info& in = all[local_ranks_[i]];
       pids_[i] = in.pid;
       if (i == me_) continue;
-      HC_CHECK(in.size == total, hcInvalidUsage,
+      HC_CHECK(in.seg.size == total, hcInvalidUsage,
                "shm: rank {} uses a segment of {} bytes, rank {} of {}: scratch/sort sizes differ across ranks",
-               local_ranks_[i], in.size, bs.rank(), total);
-      segs_[i] = ShmSegment::open(in.name, total);
+               local_ranks_[i], in.seg.size, bs.rank(), total);
+      segs_[i] = ShmSegment::open(in.seg, "shm segment");
       if (in.pid != getpid()) pidfds_[i] = static_cast<int>(syscall(SYS_pidfd_open, in.pid, 0));
     }
     segs_[me_] = std::move(mine);
     cma_note_ = allowPeerReads(opt_.cma, pids_, me_);
-    bs.barrier();  // every local rank mapped every segment (and allowed its reads): the names can go
-  } catch (...) {
-    mine.unlink();
-    throw;
+  } catch (const Error& e) {
+    std::snprintf(why, sizeof why, "%s", e.what());
   }
-  segs_[me_].unlink();
+  std::vector<char> whys(sizeof why * bs.size());
+  bs.allgather(why, whys.data(), sizeof why);
+  for (int i = 0; i < L; ++i) {
+    const char* w = &whys[sizeof why * local_ranks_[i]];
+    HC_CHECK(!w[0], hcSystemError, "shm: rank {} cannot map the shared memory of its node's ranks: {}",
+             local_ranks_[i], std::string(w, strnlen(w, sizeof why)));
+  }
+  segs_[me_].closeFd();
 
   same_process_ = std::all_of(pids_.begin(), pids_.end(), [](int p) { return p == getpid(); });
   bool cma_ok = true;
@@ -183,10 +191,15 @@ ShmTransport::ShmTransport(Bootstrap& bs, const std::vector<int>& local_ranks, c
           cma_note_.empty() ? "" : " (" + cma_note_ + ")");
   pairs_.resize(L);
   for (auto& p : pairs_) p = std::make_unique<Pair>();
+  freed_seen_.assign(L, 0);
+  nodeMemPublishFrees(&header(me_).freed);
 }
 
 ShmTransport::~ShmTransport() {
-  if (!segs_.empty() && segs_[me_].base()) header(me_).closed.store(1, std::memory_order_release);
+  if (!segs_.empty() && segs_[me_].base()) {
+    nodeMemUnpublishFrees(&header(me_).freed);
+    header(me_).closed.store(1, std::memory_order_release);
+  }
   for (int fd : pidfds_)
     if (fd >= 0) ::close(fd);
 }
@@ -219,9 +232,15 @@ void ShmTransport::read(int local, const void* remote, void* dst, size_t len) {
     iovec l{d + off, n}, rv{reinterpret_cast<void*>(r + off), n};
     ssize_t got = process_vm_readv(pids_[local], &l, 1, &rv, 1, 0);
     if (got <= 0) {
-      if (got < 0 && errno == ESRCH) throwPeerError(local, "a read of its buffer");
-      HC_THROW(hcRemoteError, "shm: process_vm_readv of {} bytes from rank {} (pid {}) failed: {}", n,
-               commRank(local), pids_[local], std::strerror(errno));
+      // Gone memory (EFAULT) or a gone process (ESRCH) is the symptom of a peer that failed or
+      // died: its cause, when it shows, is the error.
+      const int err = got < 0 ? errno : EFAULT;
+      if (err == ESRCH || err == EFAULT) explainReadFailure(local);
+      if (err == ESRCH) throwPeerError(local, "a read of its buffer");
+      throw Error(hcRemoteError,
+                  fmt::format("shm: process_vm_readv of {} bytes from local peer rank {} (pid {}) failed: {}", n,
+                              commRank(local), pids_[local], std::strerror(err)),
+                  err == EFAULT ? Error::kSymptom : 0u);
     }
     off += static_cast<size_t>(got);
   }
@@ -233,19 +252,60 @@ const char* ShmTransport::mapPeerMemory(int local, const NodeMemRef& ref, const 
            "shm: rank {} posted {} bytes at {:#x}, outside its node memory [{:#x}, +{})", commRank(local), len, r,
            ref.base, ref.size);
   if (pids_[local] == my_pid_) return static_cast<const char*>(remote);  // ranks are threads
-  const auto key = std::make_tuple(local, ref.id[0], ref.id[1]);
+  const uint64_t call = opt_.call_now ? opt_.call_now() : 0;
+  dropFreedPeerMemory(call);
+  const auto key = std::make_pair(local, ref.id);
   auto it = peer_mem_.find(key);
-  if (it == peer_mem_.end() || it->second.size() != ref.size) {
-    if (peer_mem_.size() >= 256) peer_mem_.clear();  // buffers come and go; keep what is in use
-    const std::string name = nodeMemName(pids_[local], ref);
+  if (it == peer_mem_.end()) {
+    PeerMemory m;
     try {
-      it = peer_mem_.insert_or_assign(key, ShmSegment::open(name, ref.size)).first;
+      m.seg = ShmSegment::open(ShmHandle{pids_[local], ref.fd, ref.ino, ref.size}, "shm");
     } catch (const Error& e) {
+      if (failed(local) || closed(local)) throwPeerError(local, "mapping its node memory");
       HC_THROW(hcSystemError, "shm: cannot map rank {}'s node memory (hcMemAlloc, {} bytes): {}", commRank(local),
                ref.size, e.what());
     }
+    peer_mem_bytes_ += ref.size;
+    it = peer_mem_.emplace(key, std::move(m)).first;
   }
-  return static_cast<const char*>(it->second.base()) + (r - ref.base);
+  it->second.last_call = call;
+  // Views of allocations the owners still hold, least recently used first, beyond the cache's
+  // bytes (HICOLL_MEM_CACHE_BYTES, as for the owners' own) or 256 of them; never one this call uses.
+  while (peer_mem_bytes_ > opt_.peer_mem_bytes || peer_mem_.size() > 256) {
+    auto lru = peer_mem_.end();
+    for (auto j = peer_mem_.begin(); j != peer_mem_.end(); ++j)
+      if (j->second.last_call != call && (lru == peer_mem_.end() || j->second.last_call < lru->second.last_call)) lru = j;
+    if (lru == peer_mem_.end()) break;
+    peer_mem_bytes_ -= lru->second.seg.size();
+    peer_mem_.erase(lru);
+  }
+  return static_cast<const char*>(it->second.seg.base()) + (r - ref.base);
+}
+
+void ShmTransport::dropFreedPeerMemory(uint64_t call) {
+  for (int l = 0; l < localSize(); ++l) {
+    if (l == me_) continue;
+    const NodeMemFreeLog& log = header(l).freed;
+    const uint64_t n = log.count.load(std::memory_order_acquire);
+    if (n == freed_seen_[l]) continue;
+    // Ids the owner overwrote before this rank read them are unknown: drop every view of it.
+    bool all = n - freed_seen_[l] > NodeMemFreeLog::kSlots;
+    std::vector<uint64_t> ids;
+    for (uint64_t i = all ? n : freed_seen_[l]; i < n; ++i)
+      ids.push_back(log.id[i % NodeMemFreeLog::kSlots].load(std::memory_order_relaxed));
+    all = all || log.count.load(std::memory_order_acquire) - freed_seen_[l] > NodeMemFreeLog::kSlots;
+    freed_seen_[l] = n;
+    for (auto it = peer_mem_.begin(); it != peer_mem_.end();) {
+      const bool drop = it->first.first == l && it->second.last_call != call &&
+                        (all || std::find(ids.begin(), ids.end(), it->first.second) != ids.end());
+      if (!drop) {
+        ++it;
+        continue;
+      }
+      peer_mem_bytes_ -= it->second.seg.size();
+      it = peer_mem_.erase(it);
+    }
+  }
 }
 
 void ShmTransport::checkPeers() {
@@ -267,17 +327,84 @@ void ShmTransport::checkPeers() {
 }
 
 void ShmTransport::throwPeerError(int local, const char* what) {
-  if (local < 0) {
-    // A timeout: name the peers that look stuck (alive, not aborted).
-    HC_THROW(hcTimeout, "shm: timed out after {} ms in {} (local ranks {})", opt_.timeout_ms, what,
-             fmt::join(local_ranks_, ","));
-  }
+  if (local < 0) throwTimeout(-1, what);
   if (header(local).aborted.load()) {
     const std::string why = reason(local);
     HC_THROW(hcRemoteError, "local peer rank {} failed{}{} (noticed in {})", commRank(local), why.empty() ? "" : ": ",
              why, what);
   }
   HC_THROW(hcRemoteError, "local peer rank {} (pid {}) died (noticed in {})", commRank(local), pids_[local], what);
+}
+
+void ShmTransport::throwTimeout(int local, const char* what) {
+  // Who has not arrived: the peer waited for and the peers whose process is stopped; without
+  // either, every peer. Each with what its board shows.
+  std::vector<int> who;
+  bool any_stopped = false;
+  if (local >= 0) who.push_back(local);
+  for (int i = 0; i < localSize(); ++i) {
+    if (i == me_ || !stopped(i)) continue;
+    any_stopped = true;
+    if (i != local) who.push_back(i);
+  }
+  for (int i = 0; i < localSize() && who.empty(); ++i)
+    if (i != me_) who.push_back(i);
+  std::string list;
+  for (int i : who) list += fmt::format("{}rank {} ({})", list.empty() ? "" : "; ", commRank(i), peerState(i));
+  // A peer that is not stopped may itself wait for one elsewhere: a symptom, which the failure
+  // notice of a rank that sees the stopped one explains.
+  throw Error(hcTimeout,
+              fmt::format("shm: timed out after {} ms {}: local peer{} {}", opt_.timeout_ms, what,
+                          who.size() > 1 ? "s" : "", list),
+              any_stopped ? 0u : Error::kSymptom);
+}
+
+bool ShmTransport::stopped(int local) {
+  if (local == me_ || pids_[local] == my_pid_) return false;  // ranks that are threads run with this one
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", pids_[local]);
+  FILE* f = std::fopen(path, "re");
+  if (!f) return false;
+  char buf[512];
+  const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  // "pid (comm) state ...": comm may hold spaces and parentheses, the state follows the last ')'.
+  const char* p = std::strrchr(buf, ')');
+  return p && p[1] == ' ' && (p[2] == 'T' || p[2] == 't');
+}
+
+std::string ShmTransport::peerState(int local) {
+  // The board's two post slots alternate with the phase: the later one is where the peer is.
+  const Board& b = board(local);
+  const uint64_t s0 = b.post[0].posted.load(std::memory_order_acquire);
+  const uint64_t s1 = b.post[1].posted.load(std::memory_order_acquire);
+  const uint64_t seq = std::max(s0, s1);
+  const std::string at = seq == 0 ? "no call yet on this communicator"
+                         : fmt::format("{} {}", b.done.load(std::memory_order_acquire) >= seq ? "done with" : "in",
+                                       describeCall(b.post[s1 > s0 ? 1 : 0].desc));
+  return fmt::format("pid {}{}, {}", pids_[local], stopped(local) ? ", stopped (SIGSTOP or a debugger)" : "", at);
+}
+
+void ShmTransport::explainReadFailure(int local) {
+  // A peer frees its buffers only after its call returned, which for a failed call is after its
+  // abort; a dying process's memory goes before its pidfd says so. A moment covers both.
+  Deadline d(std::min<long>(opt_.timeout_ms, 250));
+  Backoff backoff;
+  for (;;) {
+    if (failed(local)) throwPeerError(local, "a read of its buffer");
+    bool exited = false;
+    if (pidfds_[local] >= 0) {
+      pollfd p{pidfds_[local], POLLIN, 0};
+      exited = ::poll(&p, 1, 0) > 0;
+    }
+    if (closed(local))
+      HC_THROW(hcRemoteError, "local peer rank {} destroyed its communicator while this rank read its buffer",
+               commRank(local));
+    if (exited) throwPeerError(local, "a read of its buffer");
+    if (d.expired()) return;
+    backoff.pause();
+  }
 }
 
 bool ShmTransport::closed(int local) { return header(local).closed.load(std::memory_order_acquire) != 0; }

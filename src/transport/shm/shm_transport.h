@@ -33,6 +33,8 @@ struct ShmOptions {
   size_t sort_bytes = 0;
   std::string cma = "auto";  // auto | 0 | 1
   long timeout_ms = 120000;
+  // Peers' node memory this rank keeps mapped between calls (HICOLL_MEM_CACHE_BYTES).
+  size_t peer_mem_bytes = size_t{1} << 30;
   // The call this rank is in (CallClock, base/deadline.h): a peer's abort from a later call
   // waits until this rank gets there.
   CallClock call_now;
@@ -67,6 +69,9 @@ class ShmTransport : public Transport {
   // the peer's address space lies in this process. Throws when ref does not cover it or the
   // name cannot be mapped (naming the peer).
   const char* mapPeerMemory(int local, const NodeMemRef& ref, const void* remote, size_t len);
+  // Unmaps peers' node memory their owners released for good (not what call uses).
+  void dropFreedPeerMemory(uint64_t call);
+  size_t peerMemoryBytes() const { return peer_mem_bytes_; }
   // True when peers' user buffers can be read directly (CMA, or ranks are threads).
   bool directRead() const { return direct_; }
   // Throws hcRemoteError when a local peer died, or aborted in a call this rank has reached.
@@ -79,16 +84,27 @@ class ShmTransport : public Transport {
   // rejected call's post); reason(local) reads a peer's.
   void setReason(const std::string& why);
   std::string reason(int local);
-  // Waits until pred() holds, checking peers and the deadline; what names the wait.
+  // Waits until pred() holds, checking peers and the deadline; what names the wait, local the
+  // peer waited for (-1: any; a timeout then names the stopped ones).
   template <class Pred>
-  void waitFor(Pred pred, const Deadline& deadline, const char* what);
+  void waitFor(Pred pred, const Deadline& deadline, const char* what, int local = -1);
+  // For a timeout's message, what local peer `local` is doing as its process and its board show
+  // it: "pid 812, stopped (SIGSTOP or a debugger), in AllGather #26 of 262144 x float32".
+  std::string peerState(int local);
+  // The peer's process is stopped (SIGSTOP, a debugger): it will not arrive by itself.
+  bool stopped(int local);
 
  private:
   struct Req;
   struct Pair;
   struct Header;
   Header& header(int local);
-  void throwPeerError(int local, const char* what);
+  [[noreturn]] void throwPeerError(int local, const char* what);
+  // A timeout waiting for local peer `local` (-1: for any of them) names who has not arrived.
+  [[noreturn]] void throwTimeout(int local, const char* what);
+  // A single-copy read failed (EFAULT, ESRCH): a peer that failed, died or closed meanwhile
+  // freed the buffer; throws that cause if it shows within a moment.
+  void explainReadFailure(int local);
   bool progressSend(int local);
   bool progressRecv(int local);
   static std::string allowPeerReads(const std::string& mode, const std::vector<int>& pids, int me);
@@ -107,8 +123,14 @@ class ShmTransport : public Transport {
   int my_pid_ = 0;
   std::vector<int> pidfds_;
   std::vector<std::unique_ptr<Pair>> pairs_;
-  // Peers' node memory mapped here, by (local peer, id); bounded (cleared when it outgrows).
-  std::map<std::tuple<int, uint64_t, uint64_t>, ShmSegment> peer_mem_;
+  // Peers' node memory mapped here, by (local peer, allocation id); bounded in bytes.
+  struct PeerMemory {
+    ShmSegment seg;
+    uint64_t last_call = 0;
+  };
+  std::map<std::pair<int, uint64_t>, PeerMemory> peer_mem_;
+  size_t peer_mem_bytes_ = 0;
+  std::vector<uint64_t> freed_seen_;  // per local peer: its free log's ids read
   std::map<ReqId, std::unique_ptr<Req>> reqs_;
   ReqId next_req_ = 1;
   Deadline::Clock::time_point last_check_{};
@@ -116,12 +138,12 @@ class ShmTransport : public Transport {
 };
 
 template <class Pred>
-void ShmTransport::waitFor(Pred pred, const Deadline& deadline, const char* what) {
+void ShmTransport::waitFor(Pred pred, const Deadline& deadline, const char* what, int local) {
   Backoff backoff;
   while (!pred()) {
     backoff.pause();
     checkPeers();
-    if (deadline.expired()) throwPeerError(-1, what);
+    if (deadline.expired()) throwTimeout(local, what);
   }
 }
 

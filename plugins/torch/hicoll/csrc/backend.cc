@@ -17,6 +17,7 @@
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 
 #include "tensor_ops.hpp"
 
@@ -220,8 +221,17 @@ at::Tensor HicollBackend::allocateTensor(long size, at::TensorOptions options) {
   const size_t bytes = static_cast<size_t>(size) * c10::elementSize(c10::typeMetaToScalarType(options.dtype()));
   if (bytes == 0) return at::empty({size}, options);
   void* p = nullptr;
-  const hcResult_t r = hcMemAlloc(&p, bytes);
-  TORCH_CHECK(r == hcSuccess, "hicoll allocate_tensor of ", bytes, " bytes: ", hcGetLastError(nullptr));
+  if (hcMemAlloc(&p, bytes) != hcSuccess) {
+    // Node memory only saves copies: without it (no memory to reserve, no descriptors left) the
+    // collectives read the tensor from private memory. Said once per process, with the cause.
+    static std::once_flag warned;
+    const std::string why = hcGetLastError(nullptr);
+    std::call_once(warned, [&] {
+      TORCH_WARN("hicoll allocate_tensor: no node memory for ", bytes, " bytes (", why,
+                 "); using private memory (collectives on it are correct, with one more copy)");
+    });
+    return at::empty({size}, options);
+  }
   return at::from_blob(p, {size}, [](void* q) { hcMemFree(q); }, options);
 }
 
