@@ -52,7 +52,7 @@ constexpr int kDepth = 2;  // ring slots per buffer: chunk k+1 fills while chunk
 // A quantized call that quantizes here (one run exact carries quant.packed, as on the host).
 inline bool quantizes(const CollArgs& a) { return a.quant.block && !a.quant.packed; }
 
-enum class Counter : int { Pub = 0, Cons, Staged, Sent, Recvd, H2d, Started, Finished, kCount };
+enum class Counter : int { Pub = 0, Cons, Staged, Sent, Recvd, H2d, Started, Finished, Agreed, kCount };
 
 // The node's counter segment: a header line (the node's abort word), then one 64-byte line per
 // (local rank, counter) so that no two writers share a cache line, then each local rank's ring
@@ -199,6 +199,7 @@ class HierEngine {
   // Throws when a rank of another node sent a failure notice (the proxy's waits call it).
   void checkOtherNodes(const Job& job);
   void waitStream(const Job& job, Counter c, uint64_t v, const char* what);
+  void waitNodeAgreed(const Job& job);
   void throwIfFailed() const;
   void releaseCounters();
   bool nodeAborted(std::string* who) const;

@@ -39,6 +39,7 @@ void HierEngine::releaseCounters() {
   for (Counter c : {Counter::Staged, Counter::Sent, Counter::Recvd, Counter::H2d}) storeFlag(mine(c), x);
   storeFlag(mine(Counter::Started), j);
   storeFlag(mine(Counter::Finished), j);
+  storeFlag(mine(Counter::Agreed), j);
 }
 
 bool HierEngine::nodeAborted(std::string* who) const {
@@ -252,8 +253,34 @@ void HierEngine::runJob(const Job& job) {
     }
   }
   waitStream(job, Counter::Finished, job.id, "its stream to finish the collective");
+  waitNodeAgreed(job);
   std::string who;
   if (nodeAborted(&who)) throwNodeFailed(job, who, "");
+}
+
+// Every rank of the node has checked the call (against its node and its rails) before any
+// reports it done: a difference only a local peer's rail sees fails this rank too (else the
+// root of a Broadcast, whose node agrees, could return before a root that differs elsewhere
+// reached it). Bounded once the peer's stream has reached the call; before, as long as ours.
+void HierEngine::waitNodeAgreed(const Job& job) {
+  const uint32_t id = static_cast<uint32_t>(job.id);
+  storeFlag(mine(Counter::Agreed), id);
+  for (int p = 0; p < L_; ++p) {
+    if (p == l_) continue;
+    auto since = Clock::now();
+    Backoff bo;
+    std::string who;
+    while (!reached(loadFlag(res_.flags.at(p, Counter::Agreed)), id)) {
+      if (stop_ || failed_) return;
+      if (nodeAborted(&who)) throwNodeFailed(job, who, " while the node's ranks checked the call");
+      checkOtherNodes(job);
+      if (!reached(loadFlag(res_.flags.at(p, Counter::Started)), id)) since = Clock::now();
+      if (elapsedMs(since) > res_.timeout_ms)
+        HC_THROW(hcTimeout, "{}: rank {} waited {} ms (HICOLL_TIMEOUT_MS) for rank {} of its node to check the call",
+                 job.what, res_.rank, res_.timeout_ms, res_.topo.rankAt(n_, p));
+      bo.pause();
+    }
+  }
 }
 
 void HierEngine::drain() {
