@@ -11,21 +11,14 @@
 
 #include <fmt/format.h>
 
-#include "transport/ofi/fabric_lib.h"
+#include "transport/ofi/fi_resources.h"
 
 namespace hicoll::dev {
 namespace {
 
-constexpr uint32_t kFiApiVersion = FI_VERSION(1, 14);
-
-struct InfoDeleter {
-  void operator()(fi_info* i) const { ofi::fabricLib().freeinfo(i); }
-};
-using InfoPtr = std::unique_ptr<fi_info, InfoDeleter>;
-struct FidDeleter {
-  void operator()(fid* f) const { fi_close(f); }
-};
-using FidPtr = std::unique_ptr<fid, FidDeleter>;
+using ofi::FidPtr;
+using ofi::InfoPtr;
+using ofi::kFiApiVersion;
 
 std::string libVersion() {
   const uint32_t v = ofi::fabricLib().version();
@@ -36,8 +29,7 @@ std::string libVersion() {
 
 HmemProbe probeFiHmem(const std::string& provider_knob, int cuda_device, void* dev_buf, size_t len) {
   HmemProbe out;
-  const char* env = std::getenv("FI_PROVIDER");
-  const std::string provider = env && *env ? env : provider_knob;
+  const std::string provider = ofi::resolveProvider(provider_knob);  // as the transport asks
   InfoPtr hints(ofi::fabricLib().dupinfo(nullptr));
   if (!hints) {
     out.detail = "fi_allocinfo failed";
@@ -55,20 +47,18 @@ HmemProbe probeFiHmem(const std::string& provider_knob, int cuda_device, void* d
                              ofi::fabricLib().strerror(-rc));
     return out;
   }
-  fid_fabric* fabric = nullptr;
-  rc = ofi::fabricLib().fabric(info->fabric_attr, &fabric, nullptr);
+  FidPtr<fid_fabric> fabric;
+  rc = ofi::fabricLib().fabric(info->fabric_attr, fabric.out(), nullptr);
   if (rc != 0) {
     out.detail = fmt::format("provider '{}' advertises FI_HMEM but fi_fabric failed: {}", provider, ofi::fabricLib().strerror(-rc));
     return out;
   }
-  FidPtr fabric_guard(&fabric->fid);
-  fid_domain* domain = nullptr;
-  rc = fi_domain(fabric, info.get(), &domain, nullptr);
+  FidPtr<fid_domain> domain;
+  rc = fi_domain(fabric.get(), info.get(), domain.out(), nullptr);
   if (rc != 0) {
     out.detail = fmt::format("provider '{}' advertises FI_HMEM but fi_domain failed: {}", provider, ofi::fabricLib().strerror(-rc));
     return out;
   }
-  FidPtr domain_guard(&domain->fid);
   iovec iov{dev_buf, len};
   fi_mr_attr attr{};
   attr.mr_iov = &iov;
@@ -76,15 +66,15 @@ HmemProbe probeFiHmem(const std::string& provider_knob, int cuda_device, void* d
   attr.access = FI_SEND | FI_RECV;
   attr.iface = FI_HMEM_CUDA;
   attr.device.cuda = cuda_device;
-  fid_mr* mr = nullptr;
-  rc = fi_mr_regattr(domain, &attr, 0, &mr);
+  FidPtr<fid_mr> mr;
+  rc = fi_mr_regattr(domain.get(), &attr, 0, mr.out());
   if (rc != 0) {
     out.detail = fmt::format("provider '{}' of libfabric {} advertises FI_HMEM but cannot register CUDA memory ({}); "
                              "libfabric was built without CUDA support",
                              provider, libVersion(), ofi::fabricLib().strerror(-rc));
     return out;
   }
-  fi_close(&mr->fid);
+  mr.reset();
   out.cuda_registration = true;
   out.detail = fmt::format("provider '{}' of libfabric {} registers CUDA memory (FI_HMEM_CUDA)", provider, libVersion());
   return out;

@@ -32,72 +32,17 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "transport/ofi/fabric_lib.h"
+#include "transport/ofi/fi_resources.h"
 #include "transport/ofi/ofi_detail.h"
 
 namespace hicoll {
 namespace {
 
-constexpr uint32_t kFiApiVersion = FI_VERSION(1, 14);
-constexpr const char* kDefaultProvider = "tcp;ofi_rxm";
+using ofi::fiStr;
+using ofi::FidPtr;
+using ofi::InfoPtr;
+using ofi::kFiApiVersion;
 constexpr size_t kPage = 4096;
-
-std::string fiStr(long rc) { return fmt::format("{} ({})", ofi::fabricLib().strerror(static_cast<int>(rc < 0 ? -rc : rc)), rc); }
-
-const char* fidClassName(size_t fclass) {
-  switch (fclass) {
-    case FI_CLASS_FABRIC: return "fabric";
-    case FI_CLASS_DOMAIN: return "domain";
-    case FI_CLASS_EP: return "endpoint";
-    case FI_CLASS_CQ: return "cq";
-    case FI_CLASS_AV: return "av";
-    case FI_CLASS_MR: return "mr";
-    default: return "fid";
-  }
-}
-
-// ---- RAII around libfabric objects (every fid_* starts with its struct fid) ----
-
-template <class T>
-class FidPtr {
- public:
-  FidPtr() = default;
-  ~FidPtr() { reset(); }
-  FidPtr(const FidPtr&) = delete;
-  FidPtr& operator=(const FidPtr&) = delete;
-  FidPtr(FidPtr&& o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
-  FidPtr& operator=(FidPtr&& o) noexcept {
-    if (this != &o) {
-      reset();
-      p_ = std::exchange(o.p_, nullptr);
-    }
-    return *this;
-  }
-  T* get() const { return p_; }
-  T** out() {
-    reset();
-    return &p_;
-  }
-  explicit operator bool() const { return p_ != nullptr; }
-  void reset() {
-    if (!p_) return;
-    const char* cls = fidClassName(p_->fid.fclass);
-    if (int rc = close(); rc != 0) HC_WARN("ofi: fi_close({}): {}", cls, fiStr(rc));
-  }
-  // Closes without logging; on failure the object is abandoned (libfabric keeps it).
-  int close() {
-    int rc = p_ ? fi_close(&p_->fid) : 0;
-    p_ = nullptr;
-    return rc;
-  }
-
- private:
-  T* p_ = nullptr;
-};
-
-struct InfoDeleter {
-  void operator()(fi_info* i) const { ofi::fabricLib().freeinfo(i); }
-};
-using InfoPtr = std::unique_ptr<fi_info, InfoDeleter>;
 
 // ---- the endpoint name every rank publishes (fixed size for bs.allgather) ----
 
@@ -166,12 +111,7 @@ void applyRxmEagerLimit(const std::string& provider, size_t bytes) {
           "effective if libfabric was not initialized earlier in this process)", v);
 }
 
-std::string resolveProvider(const OfiOptions& opt) {
-  const char* env = std::getenv("FI_PROVIDER");
-  // A list or an exclusion ("^psm2") is libfabric's own filter, not a provider name.
-  if (env && *env && !std::strchr(env, ',') && env[0] != '^') return env;
-  return opt.provider.empty() ? kDefaultProvider : opt.provider;
-}
+std::string resolveProvider(const OfiOptions& opt) { return ofi::resolveProvider(opt.provider); }
 
 // ---- the transport ----
 

@@ -19,6 +19,7 @@
 #include "base/deadline.h"
 #include "base/error.h"
 #include "transport/ofi/ofi_detail.h"
+#include "transport/ofi/fi_resources.h"
 #include "transport/ofi/ofi_transport.h"
 
 namespace hicoll {
@@ -589,6 +590,27 @@ TEST(OfiTransport, FiProviderEnvTakesPrecedence) {
     wait(r.t, {r.t.irecv(1 - r.rank, &got, sizeof got, 1), r.t.isend(1 - r.rank, &v, sizeof v, 1)});
     EXPECT_EQ(got, 11 - r.rank);
   }, loopback("tcp;ofi_rxm"));
+}
+
+// The one rule for which provider hicoll asks libfabric for (the transport and the device
+// path's FI_HMEM probe both call it): FI_PROVIDER when it names one provider, else the knob; a
+// list or an exclusion is libfabric's filter, not a name.
+TEST(OfiProvider, OneRuleForEveryUser) {
+  const char* saved = std::getenv("FI_PROVIDER");
+  const std::string keep = saved ? saved : "";
+  auto with = [](const char* env, const std::string& knob) {
+    if (env) setenv("FI_PROVIDER", env, 1);
+    else unsetenv("FI_PROVIDER");
+    return ofi::resolveProvider(knob);
+  };
+  EXPECT_EQ(with(nullptr, ""), "tcp;ofi_rxm");
+  EXPECT_EQ(with(nullptr, "net"), "net");
+  EXPECT_EQ(with("net", "tcp;ofi_rxm"), "net");
+  EXPECT_EQ(with("^psm2", "tcp;ofi_rxm"), "tcp;ofi_rxm");
+  EXPECT_EQ(with("^psm2", ""), "tcp;ofi_rxm");
+  EXPECT_EQ(with("tcp,net", "net"), "net");
+  if (saved) setenv("FI_PROVIDER", keep.c_str(), 1);
+  else unsetenv("FI_PROVIDER");
 }
 
 // HICOLL_OFI_RXM_EAGER: the transport sets FI_OFI_RXM_EAGER_LIMIT for rxm only, only when the
