@@ -2,6 +2,8 @@
 
 #include <map>
 
+#include <fmt/format.h>
+
 namespace hicoll {
 
 Topology Topology::build(const std::vector<std::string>& node_labels,
@@ -28,6 +30,11 @@ Topology Topology::build(const std::vector<std::string>& node_labels,
   t.single_host = true;
   for (const auto& h : host_names) t.single_host = t.single_host && h == host_names[0];
   return t;
+}
+
+std::string Topology::who(int rank) const {
+  if (rank < 0 || rank >= static_cast<int>(node_of.size())) return fmt::format("rank {}", rank);
+  return fmt::format("rank {} (node '{}')", rank, labels[node_of[rank]]);
 }
 
 }  // namespace hicoll

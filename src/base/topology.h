@@ -21,6 +21,8 @@ struct Topology {
   int localSize(int node) const { return static_cast<int>(ranks_of[node].size()); }
   // Valid only when uniform: the rank at (node, local).
   int rankAt(int node, int local) const { return ranks_of[node][local]; }
+  // "rank 3 (node 'n1')": how every message names a rank ("rank 3" outside the topology).
+  std::string who(int rank) const;
 
   static Topology build(const std::vector<std::string>& node_labels,
                         const std::vector<std::string>& host_names);

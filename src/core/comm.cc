@@ -417,10 +417,7 @@ void hcComm::explainSymptom(long ms) {
   }
 }
 
-std::string hcComm::who(int r) const {
-  if (r < 0 || r >= static_cast<int>(topo.node_of.size())) return fmt::format("rank {}", r);
-  return fmt::format("rank {} (node '{}')", r, topo.labels[topo.node_of[r]]);
-}
+std::string hcComm::who(int r) const { return topo.who(r); }
 
 hicoll::Transport& hcComm::transportTo(int peer) {
   if (topo.node_of[peer] == node()) return *shm;

@@ -103,9 +103,7 @@ std::string HierEngine::missingDescs() const {
 
 void HierEngine::compareDesc(int peer, const CallDesc& theirs, const Job& job) const {
   if (theirs.sameCall(job.desc)) return;
-  const Topology& t = res_.topo;
-  HC_THROW(hcInvalidUsage, "{}",
-           callMismatch(fmt::format("rank {} (node '{}')", peer, t.labels[t.node_of[peer]]), theirs, res_.rank, job.desc));
+  HC_THROW(hcInvalidUsage, "{}", callMismatch(res_.topo.who(peer), theirs, res_.rank, job.desc));
 }
 
 }  // namespace hicoll::dev
