@@ -36,8 +36,7 @@ std::string exactInstead(const hcComm& comm, const CollArgs& a) {
   if (a.coll != hcCollAllGather && a.coll != hcCollReduceScatter)
     return fmt::format("the quantized {} has no device kernels", collName(a.coll));
   const int64_t min_nodes = comm.cfg.num(Knob::QuantMinNodes);
-  const int64_t from = min_nodes > 0 ? min_nodes : 2;
-  if (comm.topo.nnodes >= from) return "";
+  if (comm.topo.nnodes >= quantizeFromNodes(comm, /*model_may_decide=*/false)) return "";
   return fmt::format("exact on {} node(s) (HICOLL_QUANT_MIN_NODES={}{})", comm.topo.nnodes, min_nodes,
                      min_nodes == 0 ? "; device calls quantize from 2 nodes" : "");
 }

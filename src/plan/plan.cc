@@ -242,13 +242,16 @@ CollPlan planCall(const hcComm& c, const CollArgs& a, const Capabilities& caps) 
   return p;
 }
 
+int64_t quantizeFromNodes(const hcComm& c, bool model_may_decide) {
+  const int64_t min_nodes = c.cfg.num(Knob::QuantMinNodes);
+  return min_nodes > 0 ? min_nodes : model_may_decide ? 0 : 2;
+}
+
 QuantPlan planQuantized(const hcComm& c, const CollArgs& a, const Capabilities& caps) {
   QuantPlan q;
   const int64_t min_nodes = c.cfg.num(Knob::QuantMinNodes);
-  const bool model_decides = min_nodes == 0 && c.topo.uniform;
-  // The rule (and HICOLL_QUANT_MIN_NODES=0 on uneven nodes, which the model does not cover):
-  // quantize from that many nodes on, from 2 when the model would decide.
-  q.quantize = c.topo.nnodes >= (min_nodes > 0 ? min_nodes : model_decides ? 0 : 2);
+  const bool model_decides = quantizeFromNodes(c, c.topo.uniform) == 0;
+  q.quantize = c.topo.nnodes >= quantizeFromNodes(c, c.topo.uniform);
   if (!q.quantize) q.why = fmt::format("exact on {} node(s) (HICOLL_QUANT_MIN_NODES={})", c.topo.nnodes, min_nodes);
   if (!c.topo.uniform) return q;
   // The exact call as it would run, and the exact call that would move the images: their

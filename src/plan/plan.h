@@ -99,5 +99,9 @@ struct QuantPlan {
   Prediction predicted;  // of what runs
 };
 QuantPlan planQuantized(const hcComm& comm, const CollArgs& a, const Capabilities& caps);
+// HICOLL_QUANT_MIN_NODES as a rule: a quantized call quantizes on at least this many nodes.
+// 0 means the cost model decides per call where it may (uniform host nodes); where it may not
+// (uneven nodes, the device path), the rule is 2 nodes.
+int64_t quantizeFromNodes(const hcComm& comm, bool model_may_decide);
 
 }  // namespace hicoll
