@@ -12,7 +12,7 @@ using namespace hicoll;
 
 static void markdown() {
   std::printf("# hicoll environment variables\n\n");
-  std::printf("Generated from `src/core/config_table.h` by `hicoll_info --markdown`; a test checks that\n"
+  std::printf("Generated from `src/base/config_table.h` by `hicoll_info --markdown`; a test checks that\n"
               "this file and the table agree. Every value is parsed strictly: an invalid value fails\n"
               "communicator creation with a message naming the variable. Variables marked \"same on\n"
               "every rank\" are compared across ranks when a communicator is created: a difference fails\n"
