@@ -46,7 +46,7 @@ class Liveness {
     if (!failed_) why_ = why;
     failed_ = true;
   }
-  static constexpr size_t kReasonBytes = 240;  // of why, carried
+  static constexpr size_t kReasonBytes = 1000;  // of why, carried (a relayed cause names the culprit late)
 
  private:
   void poll(bool causes_only);

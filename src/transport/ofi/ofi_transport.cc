@@ -238,7 +238,7 @@ class OfiTransport final : public Transport {
   // Failure notices: one receive posted per peer for the whole life of the transport, with a
   // tag no collective uses (collectives use the low 60 bits, the warm-up all ones). A notice is
   // the number of the call that failed (8 bytes) and the reason.
-  static constexpr size_t kNoticeBytes = 512;
+  static constexpr size_t kNoticeBytes = 1024;
   std::vector<std::array<char, kNoticeBytes>> notice_in_;
   std::vector<ReqId> notice_req_;  // 0 once consumed
   std::vector<char> notice_held_;  // arrived from a call this rank has not reached

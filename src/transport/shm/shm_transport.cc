@@ -78,7 +78,7 @@ struct ShmTransport::Header {
   std::atomic<uint32_t> aborted;
   std::atomic<uint64_t> failed_call;  // the call it aborted in (stored before aborted)
   std::atomic<uint32_t> closed;  // destroyed cleanly: its exit is not a failure
-  char reason[256];              // why it aborted or rejected a call (set before either is seen)
+  char reason[1024];             // why it aborted or rejected a call (set before either is seen)
   NodeMemFreeLog freed;          // its process's node memory released for good (node_memory.h)
   Board board;
   QueueShared queue[1];  // [local size], to each receiver
