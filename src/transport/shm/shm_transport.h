@@ -14,7 +14,7 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "base/coll.h"
@@ -71,7 +71,6 @@ class ShmTransport : public Transport {
   const char* mapPeerMemory(int local, const NodeMemRef& ref, const void* remote, size_t len);
   // Unmaps peers' node memory their owners released for good (not what call uses).
   void dropFreedPeerMemory(uint64_t call);
-  size_t peerMemoryBytes() const { return peer_mem_bytes_; }
   // True when peers' user buffers can be read directly (CMA, or ranks are threads).
   bool directRead() const { return direct_; }
   // Throws hcRemoteError when a local peer died, or aborted in a call this rank has reached.
