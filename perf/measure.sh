@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
-# The measurements behind perf/README.md: the targets a-d of issue 3 and the plotted sweeps.
-# Each run writes perf/results/<name>.txt (the command and agbench's table) and .json; the
-# plots go to perf/img/. Run as root from a configured build (build-perf by default):
+# hicoll against Open MPI, its ring and a 1-core memcpy (perf/README.md, "The comparisons"), and
+# the plotted sweeps. Each run writes perf/results/<name>.txt (the command and agbench's table) and
+# .json; the plots go to perf/img/, the tables to perf/results/vs_baselines.md. Run as root from a
+# build in build/ (AGBENCH=path for another agbench):
 #
-#   perf/measure.sh [a|b|c|d|sweeps_1x2|sweeps_2x2|plots|all]...
-#   RESULTS=dir perf/measure.sh a b      # e.g. a repeated run into another directory
+#   perf/measure.sh [allgather_1x2|reducescatter_1x2|emulated_2x2|small_allgather|sweeps_1x2|sweeps_2x2|plots|all]...
+#   RESULTS=dir perf/measure.sh allgather_1x2     # e.g. a repeated run into another directory
 #
-# The machine is shared: every figure the targets use is a median of 5 repetitions with the
+# The machine is shared: every figure the comparisons use is a median of 5 repetitions with the
 # compared variants interleaved in the same run (agbench --reps), so ratios hold even when
 # absolute numbers move with the load.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-B=${AGBENCH:-$here/../build-perf/perf/agbench}
+B=${AGBENCH:-$here/../build/perf/agbench}
 PY=${PYTHON:-$here/../.venv/bin/python}
 R=${RESULTS:-$here/results}
 I=$here/img
@@ -28,22 +29,22 @@ run() {  # name, command... (agbench arguments last, -J appended)
   "${cmd[@]}" 2>&1 | tee -a "$R/$name.txt" || echo "# exit status $?" | tee -a "$R/$name.txt"
 }
 
-target_a() {
+allgather_1x2() {
   # The copy bandwidths that bound 2 ranks on one node (memcpy; process_vm_readv alone and with
   # both processes reading at once, as during an AllGather).
-  { echo "\$ build-perf/perf/copybw 32M 7"; "$(dirname "$B")/copybw" 32M 7; } | tee "$R/copybw.txt"
+  { echo "\$ build/perf/copybw 32M 7"; "$(dirname "$B")/copybw" 32M 7; } | tee "$R/copybw.txt"
   run allgather_64M_1x2 "$B" allgather --np 2 -b 64M -e 64M -n 20 -w 5 -c 1 --reps 5 --baseline mpi,memcpy
 }
-target_b() {
+reducescatter_1x2() {
   run reducescatter_64M_1x2 "$B" reducescatter --np 2 -b 64M -e 64M -n 20 -w 5 -c 1 --reps 5 --baseline mpi,memcpy
 }
-target_c() {
+emulated_2x2() {
   for coll in allgather reducescatter; do
     run "${coll}_64M_2x2_tcp" $NS -N 2 -L 2 -m mpi -- "$coll" -b 64M -e 64M -n 3 -w 1 -c 1 --reps 5 --baseline ring -v
     run "${coll}_64M_2x2_han" $NS -N 2 -L 2 -m han -- "$coll" -b 64M -e 64M -n 3 -w 1 -c 1 --reps 5 -v
   done
 }
-target_d() {
+small_allgather() {
   # int8, so that 8 B is a whole element per rank on 4 ranks too.
   run allgather_small_1x2 "$B" allgather --np 2 -d int8 -b 8 -e 64K -f 2 -n 200 -w 20 -c 1 --reps 5 --baseline mpi
   run allgather_small_2x2 $NS -N 2 -L 2 -m mpi -- allgather -d int8 -b 8 -e 64K -f 2 -n 50 -w 5 -c 1 --reps 5
@@ -72,16 +73,17 @@ plots() {
   "$PY" "$here/plot.py" -o "$I/allgather_small.png" --metric time --logy \
     --title "allgather 8 B - 64 KiB: 1x2 (shm), 2x2 and 2x1 (netns)" \
     "$R/allgather_small_1x2.json=1x2" "$R/allgather_small_2x2.json=2x2" "$R/allgather_small_2x1.json=2x1"
-  "$PY" "$here/targets.py" "$R" >"$R/targets.md"
-  cat "$R/targets.md"
+  "$PY" "$here/vs_baselines.py" "$R" >"$R/vs_baselines.md"
+  cat "$R/vs_baselines.md"
 }
 
 (( $# )) || set -- all
 for what in "$@"; do
   case $what in
-    a) target_a ;; b) target_b ;; c) target_c ;; d) target_d ;;
+    allgather_1x2) allgather_1x2 ;; reducescatter_1x2) reducescatter_1x2 ;;
+    emulated_2x2) emulated_2x2 ;; small_allgather) small_allgather ;;
     sweeps_1x2) sweeps_1x2 ;; sweeps_2x2) sweeps_2x2 ;; plots) plots ;;
-    all) target_a; target_b; target_c; target_d; sweeps_1x2; sweeps_2x2; plots ;;
+    all) allgather_1x2; reducescatter_1x2; emulated_2x2; small_allgather; sweeps_1x2; sweeps_2x2; plots ;;
     *) echo "unknown: $what" >&2; exit 2 ;;
   esac
 done

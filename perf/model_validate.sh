@@ -10,7 +10,7 @@
 #                          [-l "2x1 3x1 4x1 2x2 3x2"] [-s "64K 32M"]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-agbench="$here/../build-perf/perf/agbench"
+agbench="$here/../build/perf/agbench"
 out="$here/results/model"
 rates="500mbit 1gbit 2gbit"
 layouts="2x1 3x1 4x1 2x2 3x2"

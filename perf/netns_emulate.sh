@@ -18,19 +18,19 @@
 #                   mpi:    agbench under mpirun across the namespaces with --baseline mpi
 #                           (hicoll and Open MPI over TCP side by side in one run)
 #                   han:    as mpi, with Open MPI's hierarchical coll/han enabled
-#   -a path         agbench binary (default: build-perf/perf/agbench next to this script), or
+#   -a path         agbench binary (default: build/perf/agbench of this checkout), or
 #                   another program of the launch library (--np --nodes --node-rank --master-*):
 #                   build/examples/train_gpt/train_gpt
 #   -t seconds      timeout of the run (default 900)
 #   -k              keep the namespaces until Enter is pressed (debugging)
 #
-# Example (the targets c of perf/README.md):
+# Example (the 2x2 64 MiB comparison of perf/measure.sh):
 #   perf/netns_emulate.sh -N 2 -L 2 -m mpi -- allgather -b 64M -e 64M -n 5 -w 2 --reps 5
 set -euo pipefail
 
 nodes=2 per=2 rate=1gbit delay=100us cc=cubic mode=hicoll timeout_s=900 keep=0
 here=$(cd "$(dirname "$0")" && pwd)
-agbench="$here/../build-perf/perf/agbench"
+agbench="$here/../build/perf/agbench"
 while getopts "N:L:r:d:c:m:a:t:kh" o; do
   case $o in
     N) nodes=$OPTARG ;; L) per=$OPTARG ;; r) rate=$OPTARG ;; d) delay=$OPTARG ;; c) cc=$OPTARG ;;

@@ -9,7 +9,8 @@
 //   net_Bps      every rail's AllGather at once (the node's link shared as in a collective,
 //                each rep started by a barrier of all ranks) of 16 MiB per rank, median of 5:
 //                bytes per node over the time less its latency (not a slope between two sizes:
-//                the difference of two noisy times overshot the line rate; perf/README.md)
+//                the difference of two noisy times overshot the line rate;
+//                perf/results/2026-12-03.md)
 //   net_cpu_s_per_B  a loopback TCP stream's time per byte (tcp providers; 0 otherwise)
 //   net_msg_s    two ranks of node 0 made nodes of their own (their messages cross the host's
 //                own network stack, no link limit): an AllGather of 2 MiB per rank in 16 KiB

@@ -1,7 +1,7 @@
 // hicoll_model: the cost model of src/plan/cost_model.h from the command line.
 //   calibrate  runs `agbench calibrate` (beside this program, else on PATH) with the same arguments
 //   predict  one call's time on every path, term by term, for given figures and shape
-//   scale    the table of perf/README.md's predictions at scale (FSDP-sized AllGather and
+//   scale    the table of predictions at scale (perf/results/2026-12-01.md; FSDP-sized AllGather and
 //            ReduceScatter on 8-192 nodes x 8 GPUs), hierarchical vs flat ring vs log-step
 #include <CLI/CLI.hpp>
 
@@ -96,7 +96,7 @@ int predictCmd(const MachineFigures& m, Shape s, const std::string& coll, const 
   return 0;
 }
 
-// The scale table: assumptions in perf/README.md.
+// The scale table: assumptions in perf/results/2026-12-01.md.
 int scaleCmd(double nic_gbps) {
   MachineFigures m;
   m.source = "scale assumptions";
@@ -193,7 +193,7 @@ int main(int argc, char** argv) {
   pred->add_option("--elem", elem, "bytes per element of the quantized call's type (4: fp32, 2: bf16)")
       ->capture_default_str()
       ->check(CLI::IsMember({2, 4}));
-  auto* scale = app.add_subcommand("scale", "predictions at 8-192 nodes x 8 GPUs (perf/README.md)");
+  auto* scale = app.add_subcommand("scale", "predictions at 8-192 nodes x 8 GPUs (perf/results/2026-12-01.md)");
   double gbps = 400;
   scale->add_option("--gbps", gbps, "per-node network, Gbit/s")->capture_default_str();
   CLI11_PARSE(app, argc, argv);

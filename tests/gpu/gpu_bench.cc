@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "../fallback/values.h"
+#include "../device/values.h"
 #include "base/coll.h"
 #include "gpu_launch.h"
 #include "hicoll/hicoll.h"

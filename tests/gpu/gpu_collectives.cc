@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "../fallback/values.h"
+#include "../device/values.h"
 #include "base/numeric.h"
 #include "gpu_kernels.h"
 #include "gpu_launch.h"

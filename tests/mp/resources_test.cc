@@ -1,6 +1,6 @@
 // Tier 3: what communicators cost a rank. Fifty idle children of a 2x2 job (hcCommSplit, as
 // torch's mesh and new_group groups) stay small in resident memory and descriptors, and the
-// first call on one still works. The figures themselves are perf/commcost's (perf/README.md);
+// first call on one still works. The figures themselves are perf/commcost's (perf/results/2026-12-03.md);
 // this asserts a generous bound.
 #include <dirent.h>
 
@@ -35,7 +35,7 @@ long openFds() {
 }
 
 constexpr int kChildren = 50;
-constexpr long kKiBPerChild = 2048;  // the goal is 5 MB; today's figure is in perf/README.md
+constexpr long kKiBPerChild = 2048;  // the goal is 5 MB; today's figure: perf/results/2026-12-03.md
 constexpr long kFdsPerChild = 3;     // one per local peer (its pidfd) and a little room
 
 int fiftySplits(int rank, hcComm_t world) {

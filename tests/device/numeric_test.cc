@@ -1,4 +1,4 @@
-// The arithmetic the CUDA kernels and the host reference share (device/numeric.h).
+// The arithmetic the CUDA kernels and the host reference share (base/numeric.h).
 #include <gtest/gtest.h>
 
 #include <cmath>

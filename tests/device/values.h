@@ -21,7 +21,7 @@ std::string dtypeLabel(hcDataType_t t);
 double testScalar(hcDataType_t t);
 // The inputs of rank for a collective (what testValue gives, as bytes of t), and the output
 // rank must receive: copies for AllGather / Broadcast, the host reference reduction
-// (device/numeric.h arithmetic) for ReduceScatter / AllReduce.
+// (base/numeric.h arithmetic) for ReduceScatter / AllReduce.
 std::vector<char> testInput(hcColl_t coll, hcDataType_t t, hicoll::OpKind op, size_t count, int rank, int nranks);
 std::vector<char> expectedOutput(hcColl_t coll, hcDataType_t t, hicoll::OpKind op, size_t count, int root, int rank,
                                  int nranks);
