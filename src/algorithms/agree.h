@@ -1,7 +1,7 @@
 // Every call is agreed before it returns success: each rank checks the call descriptor
 // (collective, datatype, op and its scalar, count, root, call number) of every peer it depends
 // on. Within a node the descriptor rides on each phase's board post (Run::waitPosted). Across
-// nodes each rank exchanges it with its agreement peers (hcComm::agree_peers), either
+// nodes each rank exchanges it with its agreement peers (Topology::agreementPeers), either
 //   standalone: one small message each way when the call starts, or
 //   piggybacked: on the call's first message each way, when the path sends one to every
 //     agreement peer and it is small (hierarchical AllGather, ReduceScatter, AllReduce and
@@ -16,19 +16,37 @@
 #include <vector>
 
 #include "base/coll.h"
+#include "base/identity.h"
 #include "transport/transport.h"
-
-struct hcComm;
 
 namespace hicoll {
 
 struct Run;
 
+// A communicator's agreement messages, one in and one out per agreement peer: a descriptor and
+// a reason, or a descriptor and the payload of the call's first message to that peer. Made at
+// its first call across nodes and registered with the network; kept for the communicator's
+// life, as a receive a failed call leaves posted lands here after its Agreement is gone.
+struct AgreeState {
+  struct Msg {
+    static constexpr size_t kBody = 16384;  // payloads up to this ride with the descriptor
+    static constexpr size_t kReason = 96;   // a standalone message: the descriptor and a reason
+    CallDesc desc;
+    char body[kBody];
+  };
+  AgreeState(std::vector<int> agreement_peers, Transport& net);
+  std::vector<int> peers;
+  std::vector<Msg> in, out;
+  std::vector<size_t> got;  // bytes of each `in` receive (written when it completes)
+};
+
 class Agreement {
  public:
   // Standalone: posts the exchange (nothing waits here). Piggybacked: Run's first message to
   // and from each agreement peer carries it (stageSend / stageRecv / landed).
-  Agreement(hcComm& c, const CallDesc& mine, const std::string& reason = "", bool piggyback = false);
+  // state null: nothing to agree across nodes (one node, or a network without the tag bits).
+  Agreement(const Identity& id, Transport* net, AgreeState* state, const CallDesc& mine,
+            const std::string& reason = "", bool piggyback = false);
   Agreement(const Agreement&) = delete;
   Agreement& operator=(const Agreement&) = delete;
 
@@ -65,14 +83,16 @@ class Agreement {
  private:
   int indexOf(int peer) const;
   void check(size_t i);
-  hcComm& c_;
+  const Identity& id_;
+  Transport* net_;
+  AgreeState* st_;
   CallDesc mine_;
   bool piggyback_ = false;
   std::vector<ReqId> recvs_;  // standalone, by agreement peer, 0 once arrived
   std::vector<ReqId> sends_;  // standalone, not yet completed
   std::vector<uint8_t> sent_, received_;  // piggyback, by agreement peer
-  // The received lengths live in hcComm::agree_got, as the messages in agree_in: a receive a
-  // failed call leaves posted completes after this object is gone.
+  // The received lengths live in AgreeState::got, as the messages in `in`: a receive a failed
+  // call leaves posted completes after this object is gone.
   size_t left_ = 0;  // descriptors not yet checked + standalone sends not completed
   bool any_valid_ = false;
 };

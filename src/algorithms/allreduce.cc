@@ -17,9 +17,9 @@ namespace {
 // every rank sums all the staged copies, in rank order, straight into recv: one copy in and
 // one pass of sums, no gathered buffer, no system call. Returns false where it does not apply.
 bool sumOnNode(Run& r, const void* send, void* recv, size_t count) {
-  hcComm& c = r.comm;
-  const size_t bytes = count * r.esize, half = c.scratch_bytes / 2;
-  if (c.topo.nnodes != 1 || bytes > half) return false;
+  const Identity& id = r.id;
+  const size_t bytes = count * r.esize, half = r.buf.scratch_bytes / 2;
+  if (id.topo.nnodes != 1 || bytes > half) return false;
   r.beginPhase();
   const int L = r.shm.localSize(), me = r.shm.localIndex();
   const size_t slot = (r.seq & 1) * half;
@@ -30,9 +30,9 @@ bool sumOnNode(Run& r, const void* send, void* recv, size_t count) {
   std::vector<const void*> heap;
   const void** srcs = L <= 16 ? stack : (heap.resize(static_cast<size_t>(L)), heap.data());
   for (int l = 0; l < L; ++l) {
-    const int rank = c.topo.rankAt(0, l);
+    const int rank = id.topo.rankAt(0, l);
     srcs[rank] = l == me ? send : r.shm.scratch(l) + slot;
-    if (l != me) c.countBytes(r.a.coll, rank, bytes);
+    if (l != me) r.countBytes(rank, bytes);
   }
   const uint64_t mask = L >= 64 ? ~0ull : ((1ull << L) - 1);
   reduceN(r.reduceSpec(mask, true), recv, srcs, L, count);
@@ -43,10 +43,10 @@ bool sumOnNode(Run& r, const void* send, void* recv, size_t count) {
 // One AllGather of every rank's whole buffer, then the same local reduction on every rank.
 void gatherAndReduce(Run& r, const void* send, void* recv, size_t count, bool hier) {
   if (hier && sumOnNode(r, send, recv, count)) return;
-  const int W = r.comm.nranks;
+  const int W = r.id.nranks;
   const size_t bytes = count * r.esize;
   // The communicator's workspace: a vector per call was zero-filled and faulted in every time.
-  char* all = r.comm.workspace(bytes * W);
+  char* all = r.buf.workspace(bytes * W);
   hier ? hierAllGather(r, send, all, count) : ringAllGather(r, send, all, count);
   std::vector<const void*> srcs(W);
   for (int i = 0; i < W; ++i) srcs[i] = all + i * bytes;
@@ -57,9 +57,9 @@ void gatherAndReduce(Run& r, const void* send, void* recv, size_t count, bool hi
 }  // namespace
 
 void allReduce(Run& r, const void* send, void* recv, size_t count, bool hier) {
-  hcComm& c = r.comm;
+  const Identity& id = r.id;
   if (count == 0) return;
-  const int W = c.nranks;
+  const int W = id.nranks;
   const size_t blk = r.plan->allreduce_block;  // count / W: the plan's host split
   if (r.plan->allreduce_small) {
     gatherAndReduce(r, send, recv, count, hier);
@@ -70,7 +70,7 @@ void allReduce(Run& r, const void* send, void* recv, size_t count, bool hier) {
   // would cost two extra passes over it).
   const size_t main_bytes = blk * W * r.esize;
   char* out = static_cast<char*>(recv);
-  char* mine = out + static_cast<size_t>(c.rank) * blk * r.esize;
+  char* mine = out + static_cast<size_t>(id.rank) * blk * r.esize;
   if (hier) {
     hierReduceScatter(r, send, mine, blk);
     hierAllGather(r, mine, out, blk);

@@ -47,10 +47,10 @@ size_t align64(size_t n) { return (n + 63) & ~size_t{63}; }
 }  // namespace
 
 void allToAll(Run& r) {
-  hcComm& c = r.comm;
+  const Identity& id = r.id;
   const CollArgs& a = r.a;
-  const Topology& t = c.topo;
-  const int W = c.nranks, me = c.rank, L = r.shm.localSize(), my_local = r.shm.localIndex();
+  const Topology& t = id.topo;
+  const int W = id.nranks, me = id.rank, L = r.shm.localSize(), my_local = r.shm.localIndex();
   const size_t e = r.esize;
   const char* in = static_cast<const char*>(a.send);
   char* out = static_cast<char*>(a.recv);
@@ -63,13 +63,13 @@ void allToAll(Run& r) {
   }
   auto sendLen = [&](int p) { return a.send_counts[p] * e; };
   auto recvLen = [&](int p) { return a.recv_counts[p] * e; };
-  auto local = [&](int p) { return t.node_of[p] == c.node(); };
+  auto local = [&](int p) { return t.node_of[p] == id.node(); };
 
   // h: what peer p told this rank; either direction of the pair may differ.
   auto check = [&](int p, const PairHeader& h) {
     auto way = [&](int from, int to, uint64_t sends, uint64_t expects) {
-      return fmt::format("{} sends {} elements to {}, which expects {} (its recvcounts[{}])", c.who(from), sends / e,
-                         c.who(to), expects / e, from);
+      return fmt::format("{} sends {} elements to {}, which expects {} (its recvcounts[{}])", id.who(from), sends / e,
+                         id.who(to), expects / e, from);
     };
     const bool in_differs = h.sends != recvLen(p), out_differs = h.expects != sendLen(p);
     if (in_differs || out_differs)
@@ -78,15 +78,15 @@ void allToAll(Run& r) {
   };
 
   r.beginPhase();
-  const size_t eager = static_cast<size_t>(c.cfg.num(Knob::ShmEagerBytes));
+  const size_t eager = static_cast<size_t>(r.cfg.num(Knob::ShmEagerBytes));
   // This rank's table for its local peers, and their small blocks, in the half of its scratch
   // this phase's parity owns, before the post (as hierAllGather's small blocks: a peer may
   // still read the other half, the previous phase's, never this one): the post publishes them.
   char* scratch = r.shm.scratch(my_local);
-  const size_t base = (r.seq & 1) * (c.scratch_bytes / 2), end = base + c.scratch_bytes / 2;
+  const size_t base = (r.seq & 1) * (r.buf.scratch_bytes / 2), end = base + r.buf.scratch_bytes / 2;
   HC_CHECK(static_cast<size_t>(L) * sizeof(PairHeader) <= end - base, hcUnsupported,
            "AllToAll: {} ranks on this node need {} bytes of table in half the scratch buffer "
-           "(SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES={})", L, static_cast<size_t>(L) * sizeof(PairHeader), c.scratch_bytes);
+           "(SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES={})", L, static_cast<size_t>(L) * sizeof(PairHeader), r.buf.scratch_bytes);
   auto* table = reinterpret_cast<PairHeader*>(scratch + base);
   size_t used = base + align64(static_cast<size_t>(L) * sizeof(PairHeader));
   for (int l = 0; l < L; ++l) {
@@ -128,7 +128,7 @@ void allToAll(Run& r) {
     if (!local((me - s + W) % W)) remote.push_back((me - s + W) % W);
   // Receive slots, send slots, received lengths: in the communicator's workspace, which
   // outlives a failed call's receives (the transports close first).
-  char* first_in = c.workspace(2 * remote.size() * slot + remote.size() * sizeof(size_t));
+  char* first_in = r.buf.workspace(2 * remote.size() * slot + remote.size() * sizeof(size_t));
   char* first_out = first_in + remote.size() * slot;
   size_t* got = reinterpret_cast<size_t*>(first_out + remote.size() * slot);
   Run::Pending firsts, sends, recvs;
@@ -149,7 +149,7 @@ void allToAll(Run& r) {
       if (carried && len) std::memcpy(m + sizeof h, in + soff[to], len);
       r.send(sends, to, m, sizeof h + (carried ? len : 0), r.tag(0, 0), 0, /*payload=*/false);
       if (carried) {
-        c.countBytes(a.coll, to, len);
+        r.countBytes(to, len);
         continue;
       }
     } else if (len == 0 || table[t.local_of[to]].staged != kNotStaged || readInPlace(me, soff[to], len)) {
@@ -174,7 +174,7 @@ void allToAll(Run& r) {
     check(p, h);
     if (h.staged != kNotStaged) {
       std::memcpy(out + roff[p], r.shm.scratch(l) + h.staged, h.sends);
-      c.countBytes(a.coll, p, h.sends);
+      r.countBytes(p, h.sends);
     } else if (readInPlace(p, h.from, h.sends)) {
       for (size_t off = 0; off < h.sends; off += C)
         reads_todo.push_back({p, off, std::min(C, h.sends - off), h.from + off});
@@ -185,9 +185,8 @@ void allToAll(Run& r) {
   const size_t send_window = std::max<size_t>(r.netWindow(), 1) * static_cast<size_t>(std::min(W - 1, 4));
   const size_t recv_ahead = 1024;
   size_t ns = 0, nr = 0, nd = 0;
-  Backoff backoff;
-  while (!firsts.empty() || ns < sends_todo.size() || nr < recvs_todo.size() ||
-         nd < reads_todo.size() || !sends.empty() || !recvs.empty()) {
+  r.waitUntil("in the AllToAll", [&] {
+    if (!(!firsts.empty() || ns < sends_todo.size() || nr < recvs_todo.size() || nd < reads_todo.size() || !sends.empty() || !recvs.empty())) return Progress::Done;
     bool moved = r.poll(firsts, [&](size_t i) {
       const int p = remote[i];
       PairHeader h;
@@ -195,7 +194,7 @@ void allToAll(Run& r) {
       check(p, h);
       if (h.sends <= carry) {
         HC_CHECK(got[i] == sizeof h + h.sends, hcInternalError, "AllToAll: the first message of {} has {} bytes, not {}",
-                 c.who(p), got[i], sizeof h + h.sends);
+                 id.who(p), got[i], sizeof h + h.sends);
         if (h.sends) std::memcpy(out + roff[p], first_in + i * slot + sizeof h, h.sends);
       } else {
         plan(p, h.sends);
@@ -220,11 +219,11 @@ void allToAll(Run& r) {
         r.readPosted(l, i.src, out + roff[i.peer] + i.off, i.len);
       else
         r.shm.read(l, r.postedAddr(l) + i.src, out + roff[i.peer] + i.off, i.len);
-      c.countBytes(a.coll, i.peer, i.len);
+      r.countBytes(i.peer, i.len);
       moved = true;
     }
-    r.idle(moved, backoff, "in the AllToAll");
-  }
+    return moved ? Progress::Moved : Progress::Idle;
+  });
   r.finishNode(/*peers_read_only_segment=*/!peers_read_me);
 }
 

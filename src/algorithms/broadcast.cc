@@ -11,26 +11,26 @@
 namespace hicoll {
 
 void hierBroadcast(Run& r, const void* send, void* recv, size_t count, int root) {
-  hcComm& c = r.comm;
+  const Identity& id = r.id;
   const size_t bytes = count * r.esize;
   if (bytes == 0) return;
   r.beginPhase();
-  const Topology& t = c.topo;
-  const int N = t.nnodes, L = r.shm.localSize(), n = c.node(), me = r.shm.localIndex();
+  const Topology& t = id.topo;
+  const int N = t.nnodes, L = r.shm.localSize(), n = id.node(), me = r.shm.localIndex();
   const int rn = t.node_of[root], rl = t.local_of[root];
   const size_t C = std::min(bytes, r.chunkBytes());
   const size_t K = (bytes + C - 1) / C;
   auto chunkLen = [&](size_t k) { return std::min(C, bytes - k * C); };
   char* out = static_cast<char*>(recv);
   const bool holder = me == rl;  // this node's copy arrives here first
-  const char* exposed = c.rank == root ? static_cast<const char*>(send) : out;
+  const char* exposed = id.rank == root ? static_cast<const char*>(send) : out;
   r.post(exposed, hcCollBroadcast);
   r.waitAllPosted();  // every rank, the holder too: a different root is found here
 
   Run::Pending sends, recvs;
   size_t have = 0;  // chunks available at the holder
   if (holder) {
-    if (c.rank == root) {
+    if (id.rank == root) {
       have = K;
       r.publish(1, K);
       for (size_t k = 0; k < K; ++k)
@@ -39,10 +39,9 @@ void hierBroadcast(Run& r, const void* send, void* recv, size_t count, int root)
     }
   }
   size_t copied = 0;
-  Backoff backoff;
-  while (true) {
+  r.waitUntil("in the hierarchical Broadcast", [&] {
     bool moved = false;
-    if (holder && c.rank != root && have < K) {
+    if (holder && id.rank != root && have < K) {
       // Receive chunks in order; publish each as it lands.
       if (recvs.empty()) r.recv(recvs, root, out + have * C, chunkLen(have), r.tag(5, static_cast<unsigned>(have)));
       if (r.poll(recvs)) {
@@ -52,35 +51,35 @@ void hierBroadcast(Run& r, const void* send, void* recv, size_t count, int root)
     }
     if (!sends.empty()) moved |= r.poll(sends) > 0;
     if (holder) {
-      if (c.rank == root && send != recv && copied < K) {
+      if (id.rank == root && send != recv && copied < K) {
         std::memcpy(out + copied * C, exposed + copied * C, chunkLen(copied));
         ++copied;
         moved = true;
-      } else if (c.rank != root || send == recv) {
+      } else if (id.rank != root || send == recv) {
         copied = K;
       }
     } else {
       size_t avail = r.readyOf(rl, 1);
       if (copied < avail) {
         r.readPosted(rl, copied * C, out + copied * C, chunkLen(copied));
-        c.countBytes(r.a.coll, t.rankAt(n, rl), chunkLen(copied));
+        r.countBytes(t.rankAt(n, rl), chunkLen(copied));
         ++copied;
         moved = true;
       }
     }
-    if (copied == K && (!holder || have == K) && sends.empty()) break;
-    r.idle(moved, backoff, "in the hierarchical Broadcast");
-  }
+    if (copied == K && (!holder || have == K) && sends.empty()) return Progress::Done;
+    return moved ? Progress::Moved : Progress::Idle;
+  });
   (void)L;
   r.finishNode();
 }
 
 void chainBroadcast(Run& r, const void* send, void* recv, size_t count, int root) {
-  hcComm& c = r.comm;
+  const Identity& id = r.id;
   const size_t bytes = count * r.esize;
   if (bytes == 0) return;
   r.beginPhase();
-  const int W = c.nranks, me = c.rank;
+  const int W = id.nranks, me = id.rank;
   char* out = static_cast<char*>(recv);
   r.post(nullptr, hcCollBroadcast);
   r.waitAllPosted();

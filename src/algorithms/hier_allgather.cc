@@ -32,26 +32,26 @@ class Counters {
 }  // namespace
 
 void hierAllGather(Run& r, const void* send, void* recv, size_t count) {
-  hcComm& c = r.comm;
+  const Identity& id = r.id;
   const size_t b = count * r.esize;
   if (b == 0) return;
   r.beginPhase();
-  const Topology& t = c.topo;
-  const int N = t.nnodes, L = r.shm.localSize(), n = c.node(), me = r.shm.localIndex();
+  const Topology& t = id.topo;
+  const int N = t.nnodes, L = r.shm.localSize(), n = id.node(), me = r.shm.localIndex();
   const size_t C = std::min(b, r.chunkBytes());
   const size_t K = (b + C - 1) / C;
   auto chunkLen = [&](size_t k) { return std::min(C, b - k * C); };
   char* out = static_cast<char*>(recv);
   const char* in = static_cast<const char*>(send);
-  const bool in_place = in == out + static_cast<size_t>(c.rank) * b;
+  const bool in_place = in == out + static_cast<size_t>(id.rank) * b;
   // Small blocks go through the shared segment: two memcpys beat a system call per peer.
-  const bool small = b <= static_cast<size_t>(c.cfg.num(Knob::ShmEagerBytes));
+  const bool small = b <= static_cast<size_t>(r.cfg.num(Knob::ShmEagerBytes));
   bool direct = r.shm.directRead() && !small;
   // Without single-copy reads (or for small blocks), local peers read this rank's block from
   // its scratch buffer. Small blocks are staged before post(), in the half of the scratch
   // buffer this phase's parity owns: a peer may still be reading the other half (the previous
   // phase), never this one (two phases back), so peers can read as soon as they see the post.
-  const size_t half = c.scratch_bytes / 2;
+  const size_t half = r.buf.scratch_bytes / 2;
   const bool early = !direct && b <= half && small;
   const size_t slot = early ? (r.seq & 1) * half : 0;
   if (early) std::memcpy(r.shm.scratch(me) + slot, in, b);
@@ -84,8 +84,7 @@ void hierAllGather(Run& r, const void* send, void* recv, size_t count) {
   Counters sort_done(L, 0), own_done(L, 0);
   size_t received_prefix = N == 1 ? K : 0;
   if (N == 1) r.publish(1, K);
-  Backoff backoff;
-  while (true) {
+  r.waitUntil("in the hierarchical AllGather", [&] {
     bool moved = false;
     // Stage my block (no CMA), then let the network send it.
     if (staged < K) {
@@ -117,10 +116,10 @@ void hierAllGather(Run& r, const void* send, void* recv, size_t count) {
             if (!in_place) std::memcpy(dst, in + k * C, chunkLen(k));
           } else if (direct) {
             r.readPosted(l, k * C, dst, chunkLen(k));
-            c.countBytes(r.a.coll, owner, chunkLen(k));
+            r.countBytes(owner, chunkLen(k));
           } else {
             std::memcpy(dst, r.shm.scratch(l) + slot + k * C, chunkLen(k));
-            c.countBytes(r.a.coll, owner, chunkLen(k));
+            r.countBytes(owner, chunkLen(k));
           }
           moved = true;
         }
@@ -135,15 +134,15 @@ void hierAllGather(Run& r, const void* send, void* recv, size_t count) {
             if (m == n) continue;
             std::memcpy(out + static_cast<size_t>(t.rankAt(m, l)) * b + k * C, sort + m * b + k * C, chunkLen(k));
           }
-          if (l != me) c.countBytes(r.a.coll, t.rankAt(n, l), chunkLen(k) * (N - 1));
+          if (l != me) r.countBytes(t.rankAt(n, l), chunkLen(k) * (N - 1));
           moved = true;
         }
       }
       all_done = all_done && own_done[l] == K && (N == 1 || sort_done[l] == K);
     }
-    if (all_done && sends.empty() && recvs.empty()) break;
-    r.idle(moved, backoff, "in the hierarchical AllGather");
-  }
+    if (all_done && sends.empty() && recvs.empty()) return Progress::Done;
+    return moved ? Progress::Moved : Progress::Idle;
+  });
   // Peers that read this rank's user buffer, or its scratch beyond this phase's parity half
   // (blocks staged from its start), are waited for: the next phase may write that half before
   // it posts (small blocks, AllToAll tables), and a peer still copying would see them change.

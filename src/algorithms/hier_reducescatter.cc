@@ -20,12 +20,12 @@ namespace {
 // One node, every input in node memory (hcMemAlloc): each owner sums its block of every
 // peer's input where it lies, in chunks (one pass over the data, no staging).
 void sumInNodeMemory(Run& r, const char* in, char* out, size_t count) {
-  hcComm& c = r.comm;
+  const Identity& id = r.id;
   const size_t b = count * r.esize;
-  const int L = r.shm.localSize(), me = r.shm.localIndex(), n = c.node();
-  const size_t mine = static_cast<size_t>(c.topo.rankAt(n, me)) * b;
+  const int L = r.shm.localSize(), me = r.shm.localIndex(), n = id.node();
+  const size_t mine = static_cast<size_t>(id.topo.rankAt(n, me)) * b;
   std::vector<const char*> base(L);
-  for (int l = 0; l < L; ++l) base[l] = l == me ? in : r.mappedPosted(l, 0, b * static_cast<size_t>(c.nranks));
+  for (int l = 0; l < L; ++l) base[l] = l == me ? in : r.mappedPosted(l, 0, b * static_cast<size_t>(id.nranks));
   const uint64_t all_inputs = L >= 64 ? ~0ull : ((1ull << L) - 1);
   ReduceSpec spec = r.reduceSpec(all_inputs, true);
   spec.stream_dst = b >= (8u << 20) && out != in + mine;
@@ -38,8 +38,8 @@ void sumInNodeMemory(Run& r, const char* in, char* out, size_t count) {
     r.checkDeadline("in the intra-node ReduceScatter");
   }
   for (int l = 0; l < L; ++l)
-    if (l != me) c.countBytes(r.a.coll, c.topo.rankAt(n, l), b);
-  c.countNodeMemory(r.a.coll, b * static_cast<size_t>(L - 1));
+    if (l != me) r.countBytes(id.topo.rankAt(n, l), b);
+  r.stats.countNodeMemory(r.a.coll, b * static_cast<size_t>(L - 1));
   r.finishNode();  // peers read this rank's input until they are done
 }
 
@@ -49,21 +49,21 @@ void sumInNodeMemory(Run& r, const char* in, char* out, size_t count) {
 // Streams on the board: 0 = chunks staged, 1 = chunks summed (a slot is free again once every
 // owner summed the chunk that used it).
 void pushReduceScatter(Run& r, const char* in, char* out, size_t count) {
-  hcComm& c = r.comm;
+  const Identity& id = r.id;
   const size_t b = count * r.esize;
-  const int L = r.shm.localSize(), me = r.shm.localIndex(), n = c.node();
+  const int L = r.shm.localSize(), me = r.shm.localIndex(), n = id.node();
   r.post(in, hcCollReduceScatter);
   r.waitAllPosted();
   if (r.allPostedNodeMemory()) return sumInNodeMemory(r, in, out, count);
   constexpr size_t kDepth = 4;  // chunks of slots per owner
-  size_t C = std::min({b, r.chunkBytes(), c.scratch_bytes / (kDepth * L)});
+  size_t C = std::min({b, r.chunkBytes(), r.buf.scratch_bytes / (kDepth * L)});
   C = std::max(r.esize, C / r.esize * r.esize);
   const size_t K = (b + C - 1) / C;
   auto chunkLen = [&](size_t k) { return std::min(C, b - k * C); };
   auto slot = [&](int holder, size_t k, int owner) {
     return r.shm.scratch(holder) + ((k % kDepth) * L + static_cast<size_t>(owner)) * C;
   };
-  auto blockOf = [&](int local) { return static_cast<size_t>(c.topo.rankAt(n, local)) * b; };
+  auto blockOf = [&](int local) { return static_cast<size_t>(id.topo.rankAt(n, local)) * b; };
   const uint64_t all_inputs = L >= 64 ? ~0ull : ((1ull << L) - 1);
   ReduceSpec spec = r.reduceSpec(all_inputs, true);
   // A large out-of-place output skips the caches (no read for ownership: ~8% at 32 MiB); in place
@@ -71,8 +71,8 @@ void pushReduceScatter(Run& r, const char* in, char* out, size_t count) {
   spec.stream_dst = b >= (8u << 20) && out != in + blockOf(me);
   std::vector<const void*> srcs(L);
   size_t staged = 0, summed = 0;
-  Backoff backoff;
-  while (summed < K || staged < K) {
+  r.waitUntil("in the intra-node ReduceScatter", [&] {
+    if (!(summed < K || staged < K)) return Progress::Done;
     bool moved = false;
     bool slots_free = staged < K;
     for (int l = 0; slots_free && staged >= kDepth && l < L; ++l)
@@ -89,32 +89,32 @@ void pushReduceScatter(Run& r, const char* in, char* out, size_t count) {
       const size_t k = summed;
       for (int l = 0; l < L; ++l) {
         srcs[l] = l == me ? static_cast<const void*>(in + blockOf(me) + k * C) : slot(l, k, me);
-        if (l != me) c.countBytes(r.a.coll, c.topo.rankAt(n, l), chunkLen(k));
+        if (l != me) r.countBytes(id.topo.rankAt(n, l), chunkLen(k));
       }
       reduceN(spec, out + k * C, srcs.data(), L, chunkLen(k) / r.esize);
       r.publish(1, ++summed);
       moved = true;
     }
-    r.idle(moved, backoff, "in the intra-node ReduceScatter");
-  }
+    return moved ? Progress::Moved : Progress::Idle;
+  });
   r.finishNode();
 }
 
 }  // namespace
 
 void hierReduceScatter(Run& r, const void* send, void* recv, size_t count) {
-  hcComm& c = r.comm;
+  const Identity& id = r.id;
   const size_t b = count * r.esize;
   if (b == 0) return;
   r.beginPhase();
-  const Topology& t = c.topo;
-  const int N = t.nnodes, L = r.shm.localSize(), n = c.node(), me = r.shm.localIndex();
+  const Topology& t = id.topo;
+  const int N = t.nnodes, L = r.shm.localSize(), n = id.node(), me = r.shm.localIndex();
   const char* in = static_cast<const char*>(send);
   char* out = static_cast<char*>(recv);
   if (N == 1) return pushReduceScatter(r, in, out, count);
   HC_CHECK(r.shm.directRead(), hcInternalError, "hierarchical ReduceScatter needs direct intra-node reads");
   // Chunks are whole elements.
-  size_t C = std::min({b, r.chunkBytes(), c.scratch_bytes});
+  size_t C = std::min({b, r.chunkBytes(), r.buf.scratch_bytes});
   C = std::max(r.esize, C / r.esize * r.esize);
   const size_t K = (b + C - 1) / C;
   auto chunkLen = [&](size_t k) { return std::min(C, b - k * C); };
@@ -133,7 +133,7 @@ void hierReduceScatter(Run& r, const void* send, void* recv, size_t count) {
   for (int l = 0; l < L; ++l) {
     peer_in[l] = r.postedAddr(l);
     // A peer's input in node memory (hcMemAlloc) is summed where it is, without a copy.
-    if (l != me) mapped[l] = r.mappedPosted(l, 0, b * static_cast<size_t>(c.nranks));
+    if (l != me) mapped[l] = r.mappedPosted(l, 0, b * static_cast<size_t>(id.nranks));
   }
   // Other peers' chunks are copied here (one copy, CMA) and summed from cache.
   std::vector<char> tmp(C * L);
@@ -148,11 +148,11 @@ void hierReduceScatter(Run& r, const void* send, void* recv, size_t count) {
         srcs[l] = in + off;
       } else if (mapped[l]) {
         srcs[l] = mapped[l] + off;
-        c.countBytes(r.a.coll, t.rankAt(n, l), len);
-        c.countNodeMemory(r.a.coll, len);
+        r.countBytes(t.rankAt(n, l), len);
+        r.stats.countNodeMemory(r.a.coll, len);
       } else {
         r.shm.read(l, peer_in[l] + off, tmp.data() + l * C, len);
-        c.countBytes(r.a.coll, t.rankAt(n, l), len);
+        r.countBytes(t.rankAt(n, l), len);
         srcs[l] = tmp.data() + l * C;
       }
     }
@@ -170,7 +170,7 @@ void hierReduceScatter(Run& r, const void* send, void* recv, size_t count) {
       r.recv(recvs, t.rankAt(m, me), my_sort + m * b + k * C, wireLen(k), r.tag(1, static_cast<unsigned>(k)), k);
     }
   // Outgoing partials: a ring of chunk slots in scratch, each free again once its send completes.
-  const size_t slots = std::clamp<size_t>(c.scratch_bytes / C, 1, 64);
+  const size_t slots = std::clamp<size_t>(r.buf.scratch_bytes / C, 1, 64);
   Run::Pending sends;  // keyed by scratch slot
   std::vector<bool> slot_busy(slots, false);
   size_t next_slot = 0;
@@ -182,8 +182,8 @@ void hierReduceScatter(Run& r, const void* send, void* recv, size_t count) {
   // has received from its rail peers.
   const size_t window = r.netWindow();
   size_t received_prefix = 0;
-  Backoff backoff;
-  while (finals < K || work_k < K || !sends.empty()) {
+  r.waitUntil("in the hierarchical ReduceScatter", [&] {
+    if (!(finals < K || work_k < K || !sends.empty())) return Progress::Done;
     bool moved = false;
     moved |= r.poll(sends, [&](size_t slot) { slot_busy[slot] = false; }) > 0;
     moved |= r.poll(recvs, [&](size_t k) { --chunk_left[k]; }) > 0;
@@ -191,7 +191,7 @@ void hierReduceScatter(Run& r, const void* send, void* recv, size_t count) {
     // Next partial, in chunk order; one waits for a free scratch slot if it must travel.
     if (work_k < K && (work_m == n || (!slot_busy[next_slot] && work_k < received_prefix + window))) {
       if (work_m == n) {
-        nodePartial(c.rank, work_k, out + work_k * C, false);
+        nodePartial(id.rank, work_k, out + work_k * C, false);
         own_done[work_k] = true;
       } else {
         char* slot = r.shm.scratch(me) + next_slot * C;
@@ -220,7 +220,7 @@ void hierReduceScatter(Run& r, const void* send, void* recv, size_t count) {
           if (m != n) images.push_back(my_sort + m * b + k * C);
         // This node's partial plus the others' images, summed in fp32, rounded once.
         quant::sumImages(out + k * C, images.data(), images.size(), chunkLen(k) / r.esize, r.a.dtype, qblock,
-                         r.a.op.kind == OpKind::Avg ? c.nranks : 0, out + k * C);
+                         r.a.op.kind == OpKind::Avg ? id.nranks : 0, out + k * C);
       } else {
         std::vector<const void*> parts{out + k * C};
         for (int m = 0; m < N; ++m)
@@ -229,10 +229,10 @@ void hierReduceScatter(Run& r, const void* send, void* recv, size_t count) {
       }
       moved = true;
     }
-    r.idle(moved, backoff, "in the hierarchical ReduceScatter");
-  }
+    return moved ? Progress::Moved : Progress::Idle;
+  });
   r.finishNode();
-  if (quantized) c.countQuantized(hcCollReduceScatter);
+  if (quantized) r.stats.countQuantized(hcCollReduceScatter);
 }
 
 }  // namespace hicoll

@@ -16,7 +16,7 @@ namespace {
 // hierarchical paths on uniform nodes exchange with every rail peer at once, and the block
 // (which bounds that message) is small.
 bool piggybacks(const hcComm& c, const CollArgs& a, const CollPlan& p) {
-  if (p.path != hcPathHierarchical || !c.topo.uniform || c.topo.nnodes < 2) return false;
+  if (p.path != hcPathHierarchical || !c.id.topo.uniform || c.id.topo.nnodes < 2) return false;
   switch (a.coll) {
     case hcCollAllGather:
     case hcCollReduceScatter:
@@ -26,7 +26,7 @@ bool piggybacks(const hcComm& c, const CollArgs& a, const CollPlan& p) {
   }
 }
 
-void runPath(hcComm& c, const CollArgs& a, const CollPlan& plan, Run& r) {
+void runPath(const CollArgs& a, const CollPlan& plan, Run& r) {
   const bool hier = plan.path == hcPathHierarchical;
   switch (a.coll) {
     case hcCollAllGather:
@@ -42,7 +42,7 @@ void runPath(hcComm& c, const CollArgs& a, const CollPlan& plan, Run& r) {
     case hcCollAllToAll: allToAll(r); break;
     case hcCollBarrier: {
       // A barrier is a one-byte AllGather: it crosses every node and notices dead peers.
-      std::vector<uint8_t> all(c.nranks);
+      std::vector<uint8_t> all(r.id.nranks);
       uint8_t one = 1;
       hier ? hierAllGather(r, &one, all.data(), 1) : ringAllGather(r, &one, all.data(), 1);
       break;
@@ -55,7 +55,7 @@ void runPath(hcComm& c, const CollArgs& a, const CollPlan& plan, Run& r) {
 
 Capabilities hostCapabilities(const hcComm& c) {
   Capabilities caps;
-  caps.single_copy_reads = c.shm->directRead();
+  caps.single_copy_reads = c.links.shm->directRead();
   return caps;
 }
 
@@ -66,17 +66,25 @@ namespace {
 void logModelChoice(hcComm& c, const CollArgs& a, const CollPlan& p) {
   if (logLevel() < LogLevel::kInfo) return;
   const uint64_t key = (a.count << 12) ^ (static_cast<uint64_t>(a.dtype) << 4) ^ a.coll;
-  if (c.model_logged.size() >= 256 || !c.model_logged.insert(key).second) return;
+  if (c.plan.model_logged.size() >= 256 || !c.plan.model_logged.insert(key).second) return;
   HC_INFO("cost model: {} takes the {} path{}, chunk {} x {} in flight, predicted {} ({}-bound; figures: {})",
           describe(a), p.path == hcPathHierarchical ? "hierarchical" : "ring",
           a.coll == hcCollAllReduce ? (p.allreduce_small ? " (latency split)" : " (RS + AG)") : "", p.chunk_bytes,
-          p.net_window, p.predicted.terms(), p.predicted.bound(), c.model.source);
+          p.net_window, p.predicted.terms(), p.predicted.bound(), c.plan.model.source);
+}
+
+// The agreement's messages: made, and registered with the network, at the first call that
+// agrees across nodes.
+AgreeState* agreeState(hcComm& c) {
+  if (!c.links.ofi) return nullptr;
+  if (!c.agree) c.agree = std::make_shared<AgreeState>(c.id.topo.agreementPeers(c.id.rank), *c.links.ofi);
+  return c.agree.get();
 }
 
 // The network opens at a communicator's first call (hcComm::ensureNetwork); a failure there
 // leaves the communicator unusable, as one midway through a call does.
 void openNetwork(hcComm& c, const CollArgs& a) {
-  if (c.ofi || c.topo.nnodes < 2) return;
+  if (c.links.ofi || c.id.topo.nnodes < 2) return;
   try {
     c.ensureNetwork();
   } catch (const Error& e) {
@@ -89,23 +97,23 @@ void openNetwork(hcComm& c, const CollArgs& a) {
 void runHostCollective(hcComm& c, const CollArgs& a) {
   openNetwork(c, a);
   if (a.quant.block && !a.quant.packed) return runQuantized(c, a);
-  const CollPlan p = planCall(c, a, hostCapabilities(c));
+  const CollPlan p = planCall(c.id, c.plan, a, hostCapabilities(c));
   if (p.fallback())
     HC_INFO("fallback: {} takes the flat {}: {}", describe(a), a.coll == hcCollAllToAll ? "exchange" : "ring", p.reason);
   HC_TRACE("{}: path {} ({})", describe(a), p.path == hcPathHierarchical ? "hierarchical" : "ring", ruleName(p.rule));
-  if (p.modelled && c.cfg.algoAuto()) logModelChoice(c, a, p);
-  c.countCall(a.coll, p.path, p.reason, p.modelled ? p.predicted.total() : 0, p.chunk_bytes, p.net_window);
+  if (p.modelled && c.plan.cfg.algoAuto()) logModelChoice(c, a, p);
+  c.stats.countCall(a.coll, p.path, p.reason, p.modelled ? p.predicted.total() : 0, p.chunk_bytes, p.net_window);
   try {
-    Agreement ag(c, CallDesc::of(a), "", piggybacks(c, a, p));
+    Agreement ag(c.id, c.links.ofi.get(), agreeState(c), CallDesc::of(a), "", piggybacks(c, a, p));
     Run r(c, a, &p, &ag);
     try {
-      runPath(c, a, p, r);
+      runPath(a, p, r);
       ag.finish(r);
     } catch (const Error& e) {
       // A disagreement explains a size mismatch or a timeout better; a peer's own report of its
       // failure (its notice, its abort) is the cause already.
       if (e.code() != hcRemoteError || e.symptom()) ag.explain(200);
-      if (e.symptom()) c.explainSymptom(250);  // so does the failure notice of the peer behind it
+      if (e.symptom()) c.links.explainSymptom(250);  // so does the failure notice of the peer behind it
       throw;
     }
   } catch (const Error& e) {
@@ -118,14 +126,14 @@ void rejectCall(hcComm& c, const CollArgs& a, const std::string& why) {
   const CallDesc mine = CallDesc::of(a, CallDesc::kInvalid);
   bool others_valid = false;
   try {
-    c.shm->setReason(why);
+    c.links.shm->setReason(why);
     c.ensureNetwork();
-    Agreement ag(c, mine, why);
+    Agreement ag(c.id, c.links.ofi.get(), agreeState(c), mine, why);
     Run r(c, a, nullptr, &ag);
     r.beginPhase();
     r.post(nullptr, a.coll, CallDesc::kInvalid);
-    for (int l = 0; l < c.shm->localSize(); ++l)
-      if (l != c.shm->localIndex()) others_valid |= r.waitPosted(l, /*collect=*/true);
+    for (int l = 0; l < c.links.shm->localSize(); ++l)
+      if (l != c.links.shm->localIndex()) others_valid |= r.waitPosted(l, /*collect=*/true);
     ag.finish(r, /*collect=*/true);
     others_valid |= ag.anyValid();
   } catch (const Error& e) {

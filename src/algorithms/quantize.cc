@@ -246,7 +246,7 @@ void checkBlock(size_t block) { (void)numBlocks(0, block); }  // throws on a blo
 
 // One copy of each kernel per instruction set, picked at load time: the loops are written for
 // auto-vectorization, and AVX2's wider registers and 32->16-bit packs roughly halve their time;
-// AVX-512 (x86-64-v4) takes a little more off (perf/README.md).
+// AVX-512 (x86-64-v4) takes a little more off (perf/results/2026-12-02.md).
 // Not under ThreadSanitizer: the clones' ifunc resolvers run before its runtime is up.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define HC_QUANT_KERNEL __attribute__((target_clones("arch=x86-64-v4", "avx2", "default"), flatten))

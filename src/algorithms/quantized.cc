@@ -28,7 +28,7 @@ namespace {
 void logQuantChoice(hcComm& c, const CollArgs& a, const QuantPlan& q) {
   if (logLevel() < LogLevel::kInfo || !q.modelled) return;
   const uint64_t key = (a.count << 12) ^ (static_cast<uint64_t>(a.dtype) << 4) ^ a.coll ^ (uint64_t{1} << 63);
-  if (c.model_logged.size() >= 256 || !c.model_logged.insert(key).second) return;
+  if (c.plan.model_logged.size() >= 256 || !c.plan.model_logged.insert(key).second) return;
   HC_INFO("{} {}{}{}, predicted {} ({}-bound)", describe(a), q.quantize ? "quantizes" : "runs exact",
           q.why.empty() ? "" : ": ", q.why, q.predicted.terms(), q.predicted.bound());
 }
@@ -38,7 +38,7 @@ void logQuantChoice(hcComm& c, const CollArgs& a, const QuantPlan& q) {
 void runQuantized(hcComm& c, const CollArgs& a) {
   HC_CHECK(a.coll == hcCollAllGather || a.coll == hcCollReduceScatter, hcInternalError, "{}: no quantized form",
            describe(a));
-  const QuantPlan q = planQuantized(c, a, hostCapabilities(c));
+  const QuantPlan q = planQuantized(c.id, c.plan, a, hostCapabilities(c));
   logQuantChoice(c, a, q);
   if (!q.quantize || a.coll == hcCollReduceScatter) {
     // The ReduceScatter quantizes inside the hierarchical path (its inter-node hop); a call
@@ -50,14 +50,14 @@ void runQuantized(hcComm& c, const CollArgs& a) {
     if (run.quant.exact) HC_TRACE("{}: {}", describe(a), q.why);
     return runHostCollective(c, run);
   }
-  const size_t block = a.quant.block, W = static_cast<size_t>(c.nranks), R = static_cast<size_t>(c.rank);
+  const size_t block = a.quant.block, W = static_cast<size_t>(c.id.nranks), R = static_cast<size_t>(c.id.rank);
   const size_t e = hcTypeSize(a.dtype), piece = quant::pieceElems(a.count, block);
   const size_t pieces = quant::numPieces(a.count, block);
   // Piece p of rank j: elements [p * piece, + len(p)) of its block; its image at image(p, j).
   std::vector<size_t> off(pieces + 1, 0);  // bytes of the images of pieces < p, per rank
   auto len = [&](size_t p) { return std::min(piece, a.count - p * piece); };
   for (size_t p = 0; p < pieces; ++p) off[p + 1] = off[p] + quant::packedBytes(len(p), block);
-  char* images = c.quantBuffer(W * off[pieces]);
+  char* images = c.buf.quantBuffer(W * off[pieces]);
   auto image = [&](size_t p, size_t j) { return images + W * off[p] + j * (off[p + 1] - off[p]); };
   const char* src = static_cast<const char*>(a.send);
   char* dst = static_cast<char*>(a.recv);
@@ -67,7 +67,7 @@ void runQuantized(hcComm& c, const CollArgs& a) {
       quant::dequantize(image(p, j), len(p), a.dtype, block, dst + (j * a.count + p * piece) * e);
   };
   // Piece p is its own call, numbered a.call + p (every rank cuts alike).
-  c.calls += pieces - 1;
+  c.links.calls += pieces - 1;
   auto gather = [&](size_t p) {
     CollArgs wire = a;
     wire.send = image(p, R);
@@ -89,7 +89,7 @@ void runQuantized(hcComm& c, const CollArgs& a) {
     size_t quantized = 0, gathered = 0;
     std::exception_ptr failure;
     std::thread mover([&] {
-      ScopedLogRank lr(c.rank, c.log_level, c.name.c_str());
+      ScopedLogRank lr(c.id.rank, c.id.log_level, c.id.name.c_str());
       try {
         for (size_t p = 0; p < pieces; ++p) {
           {
@@ -126,7 +126,7 @@ void runQuantized(hcComm& c, const CollArgs& a) {
     mover.join();
     if (failure) std::rethrow_exception(failure);
   }
-  c.countQuantized(a.coll, q.modelled ? q.predicted.total() : 0);
+  c.stats.countQuantized(a.coll, q.modelled ? q.predicted.total() : 0);
 }
 
 }  // namespace hicoll

@@ -12,11 +12,11 @@
 namespace hicoll {
 
 void ringAllGather(Run& r, const void* send, void* recv, size_t count) {
-  hcComm& c = r.comm;
+  const Identity& id = r.id;
   const size_t b = count * r.esize;
   if (b == 0) return;
   r.beginPhase();
-  const int W = c.nranks, me = c.rank;
+  const int W = id.nranks, me = id.rank;
   char* out = static_cast<char*>(recv);
   r.post(nullptr, hcCollAllGather);  // the node agrees on the call before data moves
   r.waitAllPosted();
@@ -25,7 +25,7 @@ void ringAllGather(Run& r, const void* send, void* recv, size_t count) {
   const int next = (me + 1) % W, prev = (me + W - 1) % W;
   // Pipelined in chunks: chunk k of step s goes on as soon as chunk k of step s-1 is here.
   // Whole blocks as single messages went through rxm's rendezvous and took twice the link
-  // time in some calls (perf/README.md).
+  // time in some calls (perf/results/2026-12-01.md).
   const size_t C = std::min(b, r.chunkBytes());
   const size_t K = (b + C - 1) / C;
   const size_t total = static_cast<size_t>(W - 1) * K;  // item i: chunk i % K of step i / K
@@ -36,8 +36,8 @@ void ringAllGather(Run& r, const void* send, void* recv, size_t count) {
   std::vector<uint8_t> got(total, 0);
   size_t recv_posted = 0, recv_prefix = 0, sent = 0;
   Run::Pending recvs, sends;  // recvs keyed by item
-  Backoff backoff;
-  while (recv_prefix < total || sent < total || !sends.empty()) {
+  r.waitUntil("in the ring AllGather", [&] {
+    if (!(recv_prefix < total || sent < total || !sends.empty())) return Progress::Done;
     bool moved = false;
     for (; recv_posted < total && recv_posted < recv_prefix + recv_ahead; ++recv_posted) {
       const int s = static_cast<int>(recv_posted / K);
@@ -53,8 +53,8 @@ void ringAllGather(Run& r, const void* send, void* recv, size_t count) {
       const size_t k = sent % K;
       r.send(sends, next, at((me - s + W) % W, k), len(k), tag(sent));
     }
-    r.idle(moved, backoff, "in the ring AllGather");
-  }
+    return moved ? Progress::Moved : Progress::Idle;
+  });
 }
 
 }  // namespace hicoll

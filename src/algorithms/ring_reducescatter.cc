@@ -10,11 +10,11 @@
 namespace hicoll {
 
 void ringReduceScatter(Run& r, const void* send, void* recv, size_t count) {
-  hcComm& c = r.comm;
+  const Identity& id = r.id;
   const size_t b = count * r.esize;
   if (b == 0) return;
   r.beginPhase();
-  const int W = c.nranks, me = c.rank;
+  const int W = id.nranks, me = id.rank;
   const char* in = static_cast<const char*>(send);
   char* out = static_cast<char*>(recv);
   r.post(nullptr, hcCollReduceScatter);
@@ -38,7 +38,7 @@ void ringReduceScatter(Run& r, const void* send, void* recv, size_t count) {
   const size_t K = (b + C - 1) / C, A = std::min(K, kGroup), M = K * steps;
   auto len = [&](size_t k) { return std::min(C, b - k * C); };
   auto block = [&](size_t i, size_t k) { return in + (i + static_cast<size_t>(W)) % static_cast<size_t>(W) * b + k * C; };
-  char* ws = c.workspace(3 * A * C);
+  char* ws = r.buf.workspace(3 * A * C);
   auto rx = [&](size_t slot) { return ws + slot * 3 * C; };
   auto acc = [&](size_t slot, size_t s) { return ws + (slot * 3 + 1 + s % 2) * C; };
   struct Item {
@@ -58,8 +58,8 @@ void ringReduceScatter(Run& r, const void* send, void* recv, size_t count) {
   std::vector<uint8_t> rx_busy(A, 0), recv_done(A, 0), acc_busy(A * 2, 0);
   Run::Pending reqs;  // key: slot * 4 + (0 receive | 1 send of the input | 2 + parity send of acc)
   size_t posted_recv = 0, posted_send = 0, summed = 0;
-  Backoff backoff;
-  while (summed < M || posted_send < M || !reqs.empty()) {
+  r.waitUntil("in the ring ReduceScatter", [&] {
+    if (!(summed < M || posted_send < M || !reqs.empty())) return Progress::Done;
     bool moved = r.poll(reqs, [&](size_t key) {
       const size_t slot = key / 4;
       if (key % 4 == 0) recv_done[slot] = 1;
@@ -108,8 +108,8 @@ void ringReduceScatter(Run& r, const void* send, void* recv, size_t count) {
       ++summed;
       moved = true;
     }
-    r.idle(moved, backoff, "in the ring ReduceScatter");
-  }
+    return moved ? Progress::Moved : Progress::Idle;
+  });
 }
 
 }  // namespace hicoll

@@ -41,9 +41,9 @@ static_assert(offsetof(hcStats5, coll) == offsetof(hcStats, coll), "same header"
 // A handle that is NULL, destroyed, or not a communicator at all is refused (destroyed ones
 // are recognised as long as their shell is kept, see retire()).
 bool bad(const hcComm* c, const char* fn) {
-  if (c && c->magic == hcComm::kLive) return false;
+  if (c && c->api.magic == hicoll::ApiState::kLive) return false;
   t_last_error = c == nullptr ? fmt::format("{}: comm is NULL", fn)
-                 : c->magic == hcComm::kDead
+                 : c->api.magic == hicoll::ApiState::kDead
                      ? fmt::format("{}: the communicator was destroyed (hcCommDestroy or hcCommAbort) before this call", fn)
                      : fmt::format("{}: not a communicator (a corrupted or foreign handle)", fn);
   return true;
@@ -55,16 +55,16 @@ bool bad(const hcComm* c, const char* fn) {
 // and never after the release of a destroy or abort on another thread (hcComm::lifecycle_mu).
 void revoke(hcComm& c, const std::string& why, bool stop_network = true) noexcept {
   try {
-    std::lock_guard<std::mutex> lock(c.lifecycle_mu);
-    if (c.magic != hcComm::kLive) return;
-    const bool first = c.fail(why);
-    if (c.liveness) c.liveness->markFailed(fmt::format("rank {}: {}", c.rank, why));
-    if (first && c.ofi) c.ofi->announceFailure(fmt::format("rank {}: {}", c.rank, why));
-    if (c.shm) {
-      if (first) c.shm->setReason(why);
-      c.shm->abort();  // local peers stop waiting on this rank, and so does this rank
+    std::lock_guard<std::mutex> lock(c.api.lifecycle_mu);
+    if (c.api.magic != hicoll::ApiState::kLive) return;
+    const bool first = c.health.fail(why);
+    if (c.links.liveness) c.links.liveness->markFailed(fmt::format("rank {}: {}", c.id.rank, why));
+    if (first && c.links.ofi) c.links.ofi->announceFailure(fmt::format("rank {}: {}", c.id.rank, why));
+    if (c.links.shm) {
+      if (first) c.links.shm->setReason(why);
+      c.links.shm->abort();  // local peers stop waiting on this rank, and so does this rank
     }
-    if (stop_network && c.ofi) c.ofi->abort();
+    if (stop_network && c.links.ofi) c.links.ofi->abort();
   } catch (...) {
   }
 }
@@ -74,11 +74,11 @@ void revoke(hcComm& c, const std::string& why, bool stop_network = true) noexcep
 // liveness links would say "bye" at destroy. Tell them now; a failure is announced once at most.
 void announceRevoked(hcComm& c, const std::string& why) noexcept {
   try {
-    std::lock_guard<std::mutex> lock(c.lifecycle_mu);
-    if (c.magic != hcComm::kLive) return;
-    const std::string msg = fmt::format("rank {}: {}", c.rank, why);
-    if (c.liveness) c.liveness->markFailed(msg);
-    if (c.ofi) c.ofi->announceFailure(msg);
+    std::lock_guard<std::mutex> lock(c.api.lifecycle_mu);
+    if (c.api.magic != hicoll::ApiState::kLive) return;
+    const std::string msg = fmt::format("rank {}: {}", c.id.rank, why);
+    if (c.links.liveness) c.links.liveness->markFailed(msg);
+    if (c.links.ofi) c.links.ofi->announceFailure(msg);
   } catch (...) {
   }
 }
@@ -96,7 +96,7 @@ void retire(hcComm* c) {
   };
   static Graveyard g;
   {
-    std::lock_guard<std::mutex> life(c->lifecycle_mu);
+    std::lock_guard<std::mutex> life(c->api.lifecycle_mu);
     c->release();
   }
   std::lock_guard<std::mutex> lock(g.mu);
@@ -112,25 +112,25 @@ void retire(hcComm* c) {
 template <class F>
 hcResult_t guard(hcComm* comm, const char* fn, F&& f) {
   try {
-    if (comm && comm->failed.load())
-      HC_THROW(hcRemoteError, "{}: the communicator failed earlier: {}", fn, comm->failure());
+    if (comm && comm->health.failed())
+      HC_THROW(hcRemoteError, "{}: the communicator failed earlier: {}", fn, comm->health.failure());
     std::optional<ScopedLogRank> lr;
-    if (comm) lr.emplace(comm->rank, comm->log_level, comm->name.c_str());
+    if (comm) lr.emplace(comm->id.rank, comm->id.log_level, comm->id.name.c_str());
     f();
     return hcSuccess;
   } catch (const Error& e) {
     t_last_error = e.what();
     // Revoked from another thread while the call ran (hcCommRevoke, hcCommAbort, a refused
     // second entry): the abort the call saw is the symptom, the revoke's reason the cause.
-    if (comm && comm->failed.load()) {
-      const std::string why = comm->failure();
+    if (comm && comm->health.failed()) {
+      const std::string why = comm->health.failure();
       if (!why.empty() && t_last_error.find(why) == std::string::npos)
         t_last_error += fmt::format(" (the communicator was revoked during the call: {})", why);
       announceRevoked(*comm, why);
     }
-    if (comm && (e.fatal() || e.code() == hcRemoteError || e.code() == hcTimeout) && !comm->failed.load())
+    if (comm && (e.fatal() || e.code() == hcRemoteError || e.code() == hcTimeout) && !comm->health.failed())
       revoke(*comm, e.what(), /*stop_network=*/false);
-    ScopedLogRank lr(comm ? comm->rank : -1);
+    ScopedLogRank lr(comm ? comm->id.rank : -1);
     HC_WARN("{} failed: {} ({})", fn, t_last_error, hcGetErrorString(e.code()));
     return e.code();
   } catch (const std::bad_alloc&) {
@@ -161,7 +161,7 @@ class CallGate {
  public:
   CallGate(hcComm& c, const char* fn) : c_(c), fn_(fn) { take(); }
   ~CallGate() {
-    if (owned_ && !keep_) c_.in_call.store(nullptr, std::memory_order_release);
+    if (owned_ && !keep_) c_.api.in_call.store(nullptr, std::memory_order_release);
   }
   CallGate(const CallGate&) = delete;
   CallGate& operator=(const CallGate&) = delete;
@@ -169,12 +169,12 @@ class CallGate {
   const char* busy() const { return busy_; }  // the entry point in progress, when refused
   // Retries for up to ms while another call is in progress (not behind a destroy or abort).
   bool waitFor(long ms) {
-    Deadline d(ms);
-    Backoff backoff;
-    while (!owned_ && !closing(busy_) && !d.expired()) {
-      backoff.pause();
-      take();
-    }
+    waitUntil(
+        [&] {
+          if (!owned_ && !closing(busy_)) take();
+          return owned_ || closing(busy_);
+        },
+        Deadline(ms));
     return owned_;
   }
   void keepClosed() { keep_ = true; }  // the communicator is being freed: never released
@@ -185,7 +185,7 @@ class CallGate {
  private:
   void take() {
     busy_ = nullptr;
-    owned_ = c_.in_call.compare_exchange_strong(busy_, fn_, std::memory_order_acq_rel, std::memory_order_acquire);
+    owned_ = c_.api.in_call.compare_exchange_strong(busy_, fn_, std::memory_order_acq_rel, std::memory_order_acquire);
   }
   hcComm& c_;
   const char* fn_;
@@ -201,9 +201,9 @@ hcResult_t refuse(hcComm& c, const char* fn, const char* busy, bool revoke_comm 
     std::string why =
         waited_ms >= 0
             ? fmt::format("{} on rank {}: {} (call {}) was still in progress on another thread after {} ms", fn,
-                          c.rank, busy, c.calls.load(), waited_ms)
-            : fmt::format("{} entered on rank {} while {}{} is in progress on another thread", fn, c.rank, busy,
-                          CallGate::closing(busy) ? "" : fmt::format(" (call {})", c.calls.load()));
+                          c.id.rank, busy, c.links.calls.load(), waited_ms)
+            : fmt::format("{} entered on rank {} while {}{} is in progress on another thread", fn, c.id.rank, busy,
+                          CallGate::closing(busy) ? "" : fmt::format(" (call {})", c.links.calls.load()));
     if (revoke_comm && !CallGate::closing(busy)) {
       why += waited_ms >= 0 ? " (the communicator is revoked, not freed: call it again once that call returned)"
                             : " (one thread at a time per communicator: the communicator is revoked)";
@@ -212,7 +212,7 @@ hcResult_t refuse(hcComm& c, const char* fn, const char* busy, bool revoke_comm 
       why += " (one thread at a time per communicator)";
     }
     t_last_error = why;
-    ScopedLogRank lr(c.rank);
+    ScopedLogRank lr(c.id.rank);
     HC_WARN("{} failed: {} ({})", fn, why, hcGetErrorString(hcInvalidUsage));
   } catch (...) {
     t_last_error = std::string(fn) + ": entered while another thread is in a call on the communicator";
@@ -239,9 +239,9 @@ RedOp resolveOp(hcComm& c, hcRedOp_t op) {
     default: break;
   }
   long i = static_cast<long>(op) - hcNumOps;
-  HC_CHECK(i >= 0 && i < static_cast<long>(c.premul_ops.size()) && c.premul_ops[i].kind == OpKind::PreMulSum,
+  HC_CHECK(i >= 0 && i < static_cast<long>(c.api.premul_ops.size()) && c.api.premul_ops[i].kind == OpKind::PreMulSum,
            hcInvalidArgument, "invalid reduction op {}", static_cast<int>(op));
-  return c.premul_ops[i];
+  return c.api.premul_ops[i];
 }
 
 bool overlaps(const void* a, size_t alen, const void* b, size_t blen) {
@@ -256,7 +256,7 @@ size_t allToAllExtent(const hcComm& c, const size_t* counts, const size_t* displ
   HC_CHECK(counts, hcInvalidArgument, "{}: {}counts is NULL", fn, side);
   const size_t limit = SIZE_MAX / e;
   size_t end = 0, packed = 0;
-  for (int p = 0; p < c.nranks; ++p) {
+  for (int p = 0; p < c.id.nranks; ++p) {
     const size_t n = counts[p], at = displs ? displs[p] : packed;
     HC_CHECK(n <= limit && at <= limit - n, hcInvalidArgument, "{}: {}counts[{}] = {} at displacement {} overflows", fn,
              side, p, n, at);
@@ -267,11 +267,11 @@ size_t allToAllExtent(const hcComm& c, const size_t* counts, const size_t* displ
 }
 
 void validateAllToAll(hcComm& c, const CollArgs& a, const char* fn) {
-  const size_t e = hcTypeSize(a.dtype), R = static_cast<size_t>(c.rank);
+  const size_t e = hcTypeSize(a.dtype), R = static_cast<size_t>(c.id.rank);
   const size_t send_ext = allToAllExtent(c, a.send_counts, a.send_displs, e, fn, "send");
   const size_t recv_ext = allToAllExtent(c, a.recv_counts, a.recv_displs, e, fn, "recv");
   HC_CHECK(a.send_counts[R] == a.recv_counts[R], hcInvalidArgument,
-           "{}: rank {} sends itself {} elements (sendcounts[{}]) but receives {} (recvcounts[{}])", fn, c.rank,
+           "{}: rank {} sends itself {} elements (sendcounts[{}]) but receives {} (recvcounts[{}])", fn, c.id.rank,
            a.send_counts[R], R, a.recv_counts[R], R);
   HC_CHECK((send_ext == 0 || a.send) && (recv_ext == 0 || a.recv), hcInvalidArgument, "{}: NULL {} buffer for {} bytes",
            fn, send_ext && !a.send ? "send" : "receive", send_ext && !a.send ? send_ext : recv_ext);
@@ -286,10 +286,10 @@ void validateAllToAll(hcComm& c, const CollArgs& a, const char* fn) {
 void validate(hcComm& c, const CollArgs& a, const char* fn) {
   HC_CHECK(a.dtype >= 0 && a.dtype < hcNumTypes, hcInvalidArgument, "{}: invalid datatype {}", fn,
            static_cast<int>(a.dtype));
-  const size_t e = hcTypeSize(a.dtype), W = static_cast<size_t>(c.nranks), R = static_cast<size_t>(c.rank);
+  const size_t e = hcTypeSize(a.dtype), W = static_cast<size_t>(c.id.nranks), R = static_cast<size_t>(c.id.rank);
   if (a.coll == hcCollBroadcast)
-    HC_CHECK(a.root >= 0 && a.root < c.nranks, hcInvalidArgument, "{}: root {} is outside [0, {})", fn, a.root,
-             c.nranks);
+    HC_CHECK(a.root >= 0 && a.root < c.id.nranks, hcInvalidArgument, "{}: root {} is outside [0, {})", fn, a.root,
+             c.id.nranks);
   if (a.coll == hcCollAllToAll) return validateAllToAll(c, a, fn);
   if (a.quant.block) {
     HC_CHECK(quant::quantizable(a.dtype), hcInvalidArgument,
@@ -304,7 +304,7 @@ void validate(hcComm& c, const CollArgs& a, const char* fn) {
   if (a.count == 0 && a.coll != hcCollBarrier) return;
   HC_CHECK(a.count <= SIZE_MAX / e / W, hcInvalidArgument, "{}: count {} overflows", fn, a.count);
   const size_t b = a.count * e;
-  const bool needs_send = a.coll != hcCollBroadcast || c.rank == a.root;
+  const bool needs_send = a.coll != hcCollBroadcast || c.id.rank == a.root;
   HC_CHECK(a.coll == hcCollBarrier || ((!needs_send || a.send) && a.recv), hcInvalidArgument,
            "{}: NULL buffer for {} elements", fn, a.count);
   switch (a.coll) {
@@ -338,15 +338,15 @@ void runColl(hcComm& c, CollArgs& a, const char* fn, const hcRedOp_t* op) {
     if (op) a.op = resolveOp(c, *op);
     validate(c, a, fn);
   } catch (const Error& e) {
-    if (a.stream || c.nranks == 1) throw;
-    a.call = ++c.calls;
+    if (a.stream || c.id.nranks == 1) throw;
+    a.call = ++c.links.calls;
     rejectCall(c, a, e.what());
   }
   // An AllToAll always communicates: zero from this rank says nothing of what it receives.
   if (a.count == 0 && a.coll != hcCollBarrier && a.coll != hcCollAllToAll) return;
-  a.call = ++c.calls;
+  a.call = ++c.links.calls;
   if (a.stream) {
-    if (!c.device) c.device = makeDeviceEngine(c);
+    if (!c.device) c.device = makeDeviceEngine({c.id, c.plan, *c.links.bootstrap, c.stats, c.health});
     HC_CHECK(c.device, hcUnsupported, "{}: a stream was given but this build of hicoll has no CUDA support", fn);
     c.device->enqueue(a);
     return;
@@ -374,8 +374,8 @@ hcResult_t quantized(hcComm_t comm, const char* fn, CollArgs a, const hcQuant* q
   if (why.empty()) return collective(comm, fn, a, op);
   return entered(comm, fn, [&] {
     if (op) a.op = resolveOp(*comm, *op);
-    if (a.stream || comm->nranks == 1) HC_THROW(hcInvalidArgument, "{}", why);
-    a.call = ++comm->calls;
+    if (a.stream || comm->id.nranks == 1) HC_THROW(hcInvalidArgument, "{}", why);
+    a.call = ++comm->links.calls;
     rejectCall(*comm, a, why);
   });
 }
@@ -396,7 +396,7 @@ void checkSplitConfigs(hcComm& parent, Bootstrap* bs, const std::string& rejecte
   };
   static_assert(sizeof(Verdict) == 256, "wire layout");
   Verdict mine{};
-  mine.parent_rank = parent.rank;
+  mine.parent_rank = parent.id.rank;
   mine.rejected = rejected.empty() ? 0 : 1;
   std::snprintf(mine.why, sizeof mine.why, "%s", rejected.c_str());
   std::vector<Verdict> all(static_cast<size_t>(bs->size()));
@@ -408,7 +408,7 @@ void checkSplitConfigs(hcComm& parent, Bootstrap* bs, const std::string& rejecte
   for (const Verdict& v : all) {
     if (!v.rejected) continue;
     HC_THROW(hcInvalidArgument, "hcCommSplit: {} rejected its configuration for the new communicator: {} (the split "
-             "fails on every rank of the new group; this communicator is unaffected)", parent.who(v.parent_rank),
+             "fails on every rank of the new group; this communicator is unaffected)", parent.id.who(v.parent_rank),
              std::string(v.why, strnlen(v.why, sizeof v.why)));
   }
 }
@@ -535,13 +535,13 @@ hcResult_t hcCommSplitConfig(hcComm_t comm, int color, int key, hcComm_t* newcom
     std::optional<Config> cfg;
     std::string rejected;
     try {
-      cfg = comm->cfg.withOverrides(config);
+      cfg = comm->plan.cfg.withOverrides(config);
     } catch (const Error& e) {
       rejected = e.what();
     }
-    std::unique_ptr<Bootstrap> bs = comm->bootstrap->split(color, key);
+    std::unique_ptr<Bootstrap> bs = comm->links.bootstrap->split(color, key);
     checkSplitConfigs(*comm, bs.get(), rejected);
-    if (bs) *newcomm = createComm(std::move(bs), comm->keepalive, *cfg, config ? config : nullptr, comm).release();
+    if (bs) *newcomm = createComm(std::move(bs), comm->api.keepalive, *cfg, config ? config : nullptr, comm).release();
   });
 }
 
@@ -557,8 +557,8 @@ hcResult_t hcCommGetConfig(const hcComm_t comm, hcConfig_t* config) {
   }
   config->magic = HC_CONFIG_MAGIC;
   config->version = HICOLL_VERSION_CODE;
-  config->name = comm->name.c_str();
-  comm->cfg.fill(config);
+  config->name = comm->id.name.c_str();
+  comm->plan.cfg.fill(config);
   return hcSuccess;
 }
 
@@ -570,28 +570,28 @@ hcResult_t hcCommShrink(hcComm_t comm, const int* exclude, int nexclude, hcComm_
   CallGate gate(*comm, "hcCommShrink");
   if (!gate.owned() && (flags & HC_SHRINK_ABORT) && !CallGate::closing(gate.busy())) {
     revoke(*comm, "it shrank the communicator (HC_SHRINK_ABORT)");
-    gate.waitFor(comm->timeoutMs() + 1000);
+    gate.waitFor(comm->health.timeout_ms + 1000);
   }
   if (!gate.owned()) return refuse(*comm, "hcCommShrink", gate.busy());
   // Not guarded by the failed state: shrinking a failed communicator is the point.
   return guard(nullptr, "hcCommShrink", [&] {
-    ScopedLogRank lr(comm->rank);
+    ScopedLogRank lr(comm->id.rank);
     HC_CHECK(nexclude >= 0 && (nexclude == 0 || exclude), hcInvalidArgument,
              "hcCommShrink: {} excluded ranks but the list is NULL", nexclude);
     HC_CHECK((flags & ~HC_SHRINK_ABORT) == 0, hcInvalidArgument, "hcCommShrink: unknown flags {:#x}", flags);
     std::vector<int> ex(exclude, exclude + nexclude);
     std::sort(ex.begin(), ex.end());
     for (size_t i = 0; i < ex.size(); ++i) {
-      HC_CHECK(ex[i] >= 0 && ex[i] < comm->nranks, hcInvalidArgument, "hcCommShrink: excluded rank {} is outside [0, {})",
-               ex[i], comm->nranks);
+      HC_CHECK(ex[i] >= 0 && ex[i] < comm->id.nranks, hcInvalidArgument, "hcCommShrink: excluded rank {} is outside [0, {})",
+               ex[i], comm->id.nranks);
       HC_CHECK(i == 0 || ex[i] != ex[i - 1], hcInvalidArgument, "hcCommShrink: rank {} is excluded twice", ex[i]);
     }
-    HC_CHECK(!std::binary_search(ex.begin(), ex.end(), comm->rank), hcInvalidArgument,
-             "hcCommShrink: rank {} excludes itself (only the survivors call it)", comm->rank);
+    HC_CHECK(!std::binary_search(ex.begin(), ex.end(), comm->id.rank), hcInvalidArgument,
+             "hcCommShrink: rank {} excludes itself (only the survivors call it)", comm->id.rank);
     if (flags & HC_SHRINK_ABORT) revoke(*comm, "it shrank the communicator (HC_SHRINK_ABORT)");
-    std::unique_ptr<Bootstrap> bs = comm->bootstrap->shrink(ex, comm->shrinks++);
-    *newcomm = createComm(std::move(bs), comm->keepalive, comm->cfg, nullptr, comm).release();
-    HC_INFO("hcCommShrink: {} ranks left of {} (excluded {})", comm->nranks - nexclude, comm->nranks, fmt::join(ex, ","));
+    std::unique_ptr<Bootstrap> bs = comm->links.bootstrap->shrink(ex, comm->links.shrinks++);
+    *newcomm = createComm(std::move(bs), comm->api.keepalive, comm->plan.cfg, nullptr, comm).release();
+    HC_INFO("hcCommShrink: {} ranks left of {} (excluded {})", comm->id.nranks - nexclude, comm->id.nranks, fmt::join(ex, ","));
   });
 }
 
@@ -600,7 +600,7 @@ hcResult_t hcCommDestroy(hcComm_t comm) {
   // A call in progress on another thread is waited for (it is bounded by the timeout itself):
   // freeing the communicator under it would crash it. From here on nothing enters.
   CallGate gate(*comm, "hcCommDestroy");
-  const long wait_ms = comm->timeoutMs() + 1000;
+  const long wait_ms = comm->health.timeout_ms + 1000;
   if (!gate.owned() && !gate.waitFor(wait_ms))
     return refuse(*comm, "hcCommDestroy", gate.busy(), true, CallGate::closing(gate.busy()) ? -1 : wait_ms);
   gate.keepClosed();
@@ -610,15 +610,15 @@ hcResult_t hcCommDestroy(hcComm_t comm) {
     // lose it (libfabric's net provider does). Meet the other ranks first, bounded: a barrier
     // over the transports (a dead rank is an error at once), then one over the bootstrap (its
     // messages cannot be lost by the endpoints closing).
-    if (comm->topo.nnodes > 1 && !comm->failed.load()) {
-      ScopedLogRank lr(comm->rank);
+    if (comm->id.topo.nnodes > 1 && !comm->health.failed()) {
+      ScopedLogRank lr(comm->id.rank);
       try {
         comm->ensureNetwork(/*destroying=*/true);  // never opened (no call): nothing in flight
-        if (!comm->ofi) return;
+        if (!comm->links.ofi) return;
         CollArgs b{.coll = hcCollBarrier, .dtype = hcUint8, .destroy = true};
-        b.call = ++comm->calls;
+        b.call = ++comm->links.calls;
         runHostCollective(*comm, b);
-        comm->bootstrap->barrier();
+        comm->links.bootstrap->barrier();
       } catch (const Error& e) {
         HC_WARN("hcCommDestroy: ranks did not all reach destroy: {}", e.what());
         revoke(*comm, fmt::format("could not meet the others in hcCommDestroy: {}", e.what()), false);
@@ -641,7 +641,7 @@ hcResult_t hcCommAbort(hcComm_t comm) {
   // anything is freed.
   revoke(*comm, "it called hcCommAbort");
   CallGate gate(*comm, "hcCommAbort");
-  const long wait_ms = comm->timeoutMs() + 1000;
+  const long wait_ms = comm->health.timeout_ms + 1000;
   if (!gate.owned() && !gate.waitFor(wait_ms))
     return refuse(*comm, "hcCommAbort", gate.busy(), true, CallGate::closing(gate.busy()) ? -1 : wait_ms);
   gate.keepClosed();
@@ -651,20 +651,19 @@ hcResult_t hcCommAbort(hcComm_t comm) {
 
 hcResult_t hcCommCount(const hcComm_t comm, int* count) {
   if (bad(comm, "hcCommCount") || !count) return hcInvalidArgument;
-  *count = comm->nranks;
+  *count = comm->id.nranks;
   return hcSuccess;
 }
 
 hcResult_t hcCommUserRank(const hcComm_t comm, int* rank) {
   if (bad(comm, "hcCommUserRank") || !rank) return hcInvalidArgument;
-  *rank = comm->rank;
+  *rank = comm->id.rank;
   return hcSuccess;
 }
 
 hcResult_t hcCommGetStats(const hcComm_t comm, hcStats* stats) {
   if (bad(comm, "hcCommGetStats") || !stats || stats->size < sizeof(size_t)) return hcInvalidArgument;
-  std::lock_guard<std::mutex> lock(comm->stats_mu);
-  const hcStats& s = comm->stats;
+  const hcStats s = comm->stats.snapshot();
   hcStats5 old;  // a caller built against hcNumColls = 5 gets that layout
   const bool five = stats->size <= sizeof(hcStats5);
   if (five) {
@@ -690,10 +689,10 @@ hcResult_t hcRedOpCreatePreMulSum(hcRedOp_t* op, const void* scalar, hcDataType_
     HC_CHECK(num::decodeScalar(scalar, dtype, &v), hcInvalidArgument, "hcRedOpCreatePreMulSum: invalid datatype {}",
              static_cast<int>(dtype));
     size_t i = 0;
-    while (i < comm->premul_ops.size() && comm->premul_ops[i].kind == OpKind::PreMulSum) ++i;
-    if (i == comm->premul_ops.size()) comm->premul_ops.emplace_back();
+    while (i < comm->api.premul_ops.size() && comm->api.premul_ops[i].kind == OpKind::PreMulSum) ++i;
+    if (i == comm->api.premul_ops.size()) comm->api.premul_ops.emplace_back();
     *op = static_cast<hcRedOp_t>(hcNumOps + i);
-    comm->premul_ops[i] = RedOp{OpKind::PreMulSum, v, *op};
+    comm->api.premul_ops[i] = RedOp{OpKind::PreMulSum, v, *op};
   }, /*communicates=*/false);
 }
 
@@ -702,11 +701,11 @@ hcResult_t hcRedOpDestroy(hcRedOp_t op, hcComm_t comm) {
   CallGate gate(*comm, "hcRedOpDestroy");
   if (!gate.owned()) return refuse(*comm, "hcRedOpDestroy", gate.busy(), /*revoke_comm=*/false);
   long i = static_cast<long>(op) - hcNumOps;
-  if (i < 0 || i >= static_cast<long>(comm->premul_ops.size()) || comm->premul_ops[i].kind != OpKind::PreMulSum) {
+  if (i < 0 || i >= static_cast<long>(comm->api.premul_ops.size()) || comm->api.premul_ops[i].kind != OpKind::PreMulSum) {
     t_last_error = fmt::format("hcRedOpDestroy: {} is not a pre-multiplied sum of this communicator", static_cast<int>(op));
     return hcInvalidArgument;
   }
-  comm->premul_ops[i] = RedOp{};  // Sum kind marks the slot free
+  comm->api.premul_ops[i] = RedOp{};  // Sum kind marks the slot free
   return hcSuccess;
 }
 
@@ -766,7 +765,7 @@ hcResult_t hcAllToAllv(const void* sendbuff, const size_t* sendcounts, const siz
   if (bad(comm, "hcAllToAllv")) return hcInvalidArgument;
   size_t sent = 0;
   if (sendcounts)
-    for (int p = 0; p < comm->nranks; ++p) sent += sendcounts[p];  // for messages only
+    for (int p = 0; p < comm->id.nranks; ++p) sent += sendcounts[p];  // for messages only
   return collective(comm, "hcAllToAllv",
                     {.coll = hcCollAllToAll, .send = sendbuff, .recv = recvbuff, .count = sent, .dtype = datatype,
                      .stream = stream, .send_counts = sendcounts, .send_displs = sdispls, .recv_counts = recvcounts,
@@ -776,7 +775,7 @@ hcResult_t hcAllToAllv(const void* sendbuff, const size_t* sendcounts, const siz
 hcResult_t hcAllToAll(const void* sendbuff, void* recvbuff, size_t count, hcDataType_t datatype, hcComm_t comm,
                       hcStream_t stream) {
   if (bad(comm, "hcAllToAll")) return hcInvalidArgument;
-  const std::vector<size_t> counts(static_cast<size_t>(comm->nranks), count);
+  const std::vector<size_t> counts(static_cast<size_t>(comm->id.nranks), count);
   return collective(comm, "hcAllToAll",
                     {.coll = hcCollAllToAll, .send = sendbuff, .recv = recvbuff,
                      .count = count * counts.size(), .dtype = datatype, .stream = stream,

@@ -51,13 +51,13 @@
     "chunk k.")                                                                                  \
   X(NetChunkBytes, "HICOLL_NET_CHUNK_SIZE", Size, "262144", "", 4096, HICOLL_KNOB_GIB, Agree,    \
     "Inter-node message of the chunked algorithms: on more than one node their chunk is the "  \
-    "smaller of this and HICOLL_CHUNK_SIZE (how the default was chosen: perf/README.md). Left " \
+    "smaller of this and HICOLL_CHUNK_SIZE (how the default was chosen: perf/results/2026-11-30.md). Left " \
     "unset under HICOLL_ALGO=auto, the cost model may raise it, up to HICOLL_CHUNK_SIZE, where " \
     "it predicts fewer messages faster.")                                                        \
   X(NetWindow, "HICOLL_NET_WINDOW", Int, "4", "", 1, 1024, Local,                                \
     "Hierarchical AllGather and ReduceScatter: chunks sent to a rail peer beyond those fully "  \
     "received from the rail peers. A few in flight, not all, keep the links' queues short "     \
-    "(perf/README.md).")                                                                         \
+    "(perf/results/2026-11-30.md).")                                                                         \
   X(DeviceChunkBytes, "HICOLL_DEVICE_CHUNK_SIZE", Size, "67108864", "", 4096,                    \
     4 * HICOLL_KNOB_GIB, Agree,                                                                  \
     "Pipeline chunk of the device-buffer path. Large: each chunk costs a cross-process stream "  \
@@ -83,7 +83,7 @@
   X(QuantMinNodes, "HICOLL_QUANT_MIN_NODES", Int, "2", "", 0, HICOLL_KNOB_INT_MAX, Agree,          \
     "hcAllGatherQuantized and hcReduceScatterQuantized quantize on communicators of at least "  \
     "this many nodes and run the exact collective on fewer (within a node memory, not a link, "  \
-    "bounds the call, and quantizing costs more than it saves: see perf/README.md). 1: "        \
+    "bounds the call, and quantizing costs more than it saves: see perf/results/2026-12-01.md). 1: "        \
     "quantize everywhere. 0: the cost model decides per call (quantize where it predicts the "   \
     "quantized call faster than the exact one; uniform nodes, else as 2).")                      \
   X(OfiProvider, "HICOLL_OFI_PROVIDER", String, "tcp;ofi_rxm", "", 0, 0, Agree,                  \
@@ -96,7 +96,7 @@
     "With ofi_rxm: 1 sets FI_OFI_RXM_EAGER_LIMIT (unless set) to the largest net chunk "       \
     "(HICOLL_NET_CHUNK_SIZE, or HICOLL_CHUNK_SIZE where the model may raise it), so each "       \
     "chunk is one eager message (rxm over tcp places it in the receive buffer) instead of "        \
-    "rendezvous, which left links idle (perf/README.md). Applies when this process initializes " \
+    "rendezvous, which left links idle (perf/results/2026-11-30.md). Applies when this process initializes " \
     "libfabric; the limit must be the same on every rank (creation fails naming it otherwise).") \
   X(SocketIfname, "HICOLL_SOCKET_IFNAME", String, "", "", 0, 0, Local,                           \
     "Interface the hcGetUniqueId rendezvous listener binds to. Default: loopback.")             \

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <type_traits>
+#include <utility>
 
 namespace hicoll {
 
@@ -11,6 +13,12 @@ class Deadline {
  public:
   using Clock = std::chrono::steady_clock;
   explicit Deadline(long timeout_ms) : end_(Clock::now() + std::chrono::milliseconds(timeout_ms)) {}
+  // No bound: for the one wait whose end is the user's (the device stream reaching a call).
+  static Deadline never() {
+    Deadline d(0);
+    d.end_ = Clock::time_point::max();
+    return d;
+  }
   bool expired() const { return Clock::now() >= end_; }
   long remainingMs() const {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end_ - Clock::now()).count();
@@ -29,6 +37,7 @@ using CallClock = std::function<uint64_t()>;
 inline bool reportIsDue(const CallClock& now, uint64_t failed_call) { return !now || failed_call <= now(); }
 
 // Spin briefly, then yield, then sleep: ranks may outnumber cores (8 ranks on 2 cores).
+// Used by waitUntil only: every wait goes through it.
 class Backoff {
  public:
   void pause();
@@ -37,5 +46,40 @@ class Backoff {
  private:
   unsigned n_ = 0;
 };
+
+// What one pass of a wait found: it is over, something moved (spin again at once), or nothing.
+enum class Progress { Done, Moved, Idle };
+
+// The one bounded wait of hicoll: runs pass() until it returns Done (or true). After a pass
+// that moved nothing, idle() runs the caller's checks (peers, aborts, failure notices: it throws
+// to end the wait with their error); then, once the deadline has passed, timeout(), which
+// throws naming who is late, or returns to give up (waitUntil then returns false); then the
+// backoff (spin, yield, sleep). A pass may re-arm the deadline (progress-based bounds).
+template <class Pass, class Idle, class Timeout>
+bool waitUntil(Pass&& pass, const Deadline& deadline, Idle&& idle, Timeout&& timeout) {
+  Backoff backoff;
+  for (;;) {
+    Progress p;
+    if constexpr (std::is_same_v<decltype(pass()), bool>) p = pass() ? Progress::Done : Progress::Idle;
+    else p = pass();
+    if (p == Progress::Done) return true;
+    if (p == Progress::Moved) {
+      backoff.reset();
+      continue;
+    }
+    idle();
+    if (deadline.expired()) {
+      timeout();
+      return false;
+    }
+    backoff.pause();
+  }
+}
+
+// A wait with nothing to check but its deadline: false when it passed first.
+template <class Pass>
+bool waitUntil(Pass&& pass, const Deadline& deadline) {
+  return waitUntil(std::forward<Pass>(pass), deadline, [] {}, [] {});
+}
 
 }  // namespace hicoll

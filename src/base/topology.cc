@@ -1,5 +1,6 @@
 #include "base/topology.h"
 
+#include <algorithm>
 #include <map>
 
 #include <fmt/format.h>
@@ -35,6 +36,20 @@ Topology Topology::build(const std::vector<std::string>& node_labels,
 std::string Topology::who(int rank) const {
   if (rank < 0 || rank >= static_cast<int>(node_of.size())) return fmt::format("rank {}", rank);
   return fmt::format("rank {} (node '{}')", rank, labels[node_of[rank]]);
+}
+
+std::vector<int> Topology::agreementPeers(int rank) const {
+  std::vector<int> peers;
+  if (nnodes < 2) return peers;
+  const int n = node_of[rank];
+  if (uniform) {
+    for (int m = 0; m < nnodes; ++m)
+      if (m != n) peers.push_back(rankAt(m, local_of[rank]));
+    return peers;
+  }
+  for (int p : {(rank + nranks - 1) % nranks, (rank + 1) % nranks})
+    if (node_of[p] != n && std::find(peers.begin(), peers.end(), p) == peers.end()) peers.push_back(p);
+  return peers;
 }
 
 }  // namespace hicoll

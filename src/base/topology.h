@@ -23,6 +23,10 @@ struct Topology {
   int rankAt(int node, int local) const { return ranks_of[node][local]; }
   // "rank 3 (node 'n1')": how every message names a rank ("rank 3" outside the topology).
   std::string who(int rank) const;
+  // The remote ranks each call of rank is agreed with. With the node board agreeing every node,
+  // the rails (the same local index on every other node) connect all nodes; on uneven nodes,
+  // the ring neighbours do. Symmetric: each rank receives from every rank it sends to.
+  std::vector<int> agreementPeers(int rank) const;
 
   static Topology build(const std::vector<std::string>& node_labels,
                         const std::vector<std::string>& host_names);

@@ -59,13 +59,13 @@ void hostFacts(hcComm& c, const std::vector<RankInfo>& all) {
     most = std::max(most, same);
     cores = std::min(cores, std::max(1, static_cast<int>(i.cores)));
   }
-  c.host_ranks = most;
-  c.host_cores = cores;
-  const Topology& t = c.topo;
+  c.plan.host_ranks = most;
+  c.plan.host_cores = cores;
+  const Topology& t = c.id.topo;
   std::vector<int> leaving(t.nnodes, 0);
   for (int r = 0; r < t.nranks; ++r)
     if (t.node_of[r] != t.node_of[(r + 1) % t.nranks]) ++leaving[t.node_of[r]];
-  c.ring_cross = std::max(1, *std::max_element(leaving.begin(), leaving.end()));
+  c.plan.ring_cross = std::max(1, *std::max_element(leaving.begin(), leaving.end()));
 }
 
 void copyString(char* dst, size_t cap, const std::string& s) {
@@ -170,28 +170,10 @@ void checkEagerLimits(const std::vector<RankInfo>& all) {
            list);
 }
 
-// The remote ranks each call is agreed with. With the node board agreeing every node, the rails
-// (the same local index on every other node) connect all nodes; on uneven nodes, the ring
-// neighbours do. Symmetric: each rank receives from every rank it sends to.
-std::vector<int> agreementPeers(const Topology& t, int rank) {
-  std::vector<int> peers;
-  if (t.nnodes < 2) return peers;
-  const int n = t.node_of[rank];
-  if (t.uniform) {
-    for (int m = 0; m < t.nnodes; ++m)
-      if (m != n) peers.push_back(t.rankAt(m, t.local_of[rank]));
-    return peers;
-  }
-  const int W = t.nranks;
-  for (int p : {(rank + W - 1) % W, (rank + 1) % W})
-    if (t.node_of[p] != n && std::find(peers.begin(), peers.end(), p) == peers.end()) peers.push_back(p);
-  return peers;
-}
-
 // The ranks a rank watches for liveness: its rail peers on the next and the previous node, or
 // on uneven nodes its ring neighbours on other nodes. Symmetric; at most two per rank.
 std::vector<int> livenessPeers(const Topology& t, int rank) {
-  if (!t.uniform) return agreementPeers(t, rank);
+  if (!t.uniform) return t.agreementPeers(rank);
   std::vector<int> peers;
   const int n = t.node_of[rank], l = t.local_of[rank], N = t.nnodes;
   for (int m : {(n + 1) % N, (n + N - 1) % N})
@@ -205,34 +187,37 @@ std::unique_ptr<hcComm> createComm(std::unique_ptr<Bootstrap> bs, std::shared_pt
                                    const hcConfig_t* config, const hcComm* parent) {
   static_assert(static_cast<int>(Knob::Count) <= kMaxKnobs, "RankInfo::knob_hash is too small");
   auto c = std::make_unique<hcComm>();
-  c->cfg = cfg;
-  if (config && config->size >= offsetof(hcConfig_t, algo) && config->name) c->name = config->name;
-  else if (parent) c->name = parent->name;
-  c->log_level = static_cast<int>(logLevelOf(cfg.str(Knob::Debug)));
-  c->rank = bs->rank();
-  c->nranks = bs->size();
-  c->keepalive = std::move(keepalive);
-  ScopedLogRank log_rank(c->rank, c->log_level, c->name.c_str());
+  Identity& id = c->id;
+  PlanContext& pc = c->plan;
+  pc.cfg = cfg;
+  if (config && config->size >= offsetof(hcConfig_t, algo) && config->name) id.name = config->name;
+  else if (parent) id.name = parent->id.name;
+  id.log_level = static_cast<int>(logLevelOf(cfg.str(Knob::Debug)));
+  id.rank = bs->rank();
+  id.nranks = bs->size();
+  c->health.timeout_ms = pc.timeoutMs();
+  c->api.keepalive = std::move(keepalive);
+  ScopedLogRank log_rank(id.rank, id.log_level, id.name.c_str());
 
   RankInfo mine{};
   char host[128] = {};
   gethostname(host, sizeof host - 1);
   copyString(mine.host, sizeof mine.host, host);
-  std::string label = c->cfg.str(Knob::TopoNode).empty() ? host : c->cfg.str(Knob::TopoNode);
+  std::string label = pc.cfg.str(Knob::TopoNode).empty() ? host : pc.cfg.str(Knob::TopoNode);
   HC_CHECK(label.size() < sizeof mine.label, hcInvalidArgument, "HICOLL_TOPO_NODE='{}' is longer than {} characters",
            label, sizeof mine.label - 1);
   copyString(mine.label, sizeof mine.label, label);
-  auto hashes = c->cfg.consistencyHashes();
+  auto hashes = pc.cfg.consistencyHashes();
   std::string model_error;
-  const std::string model_path = c->cfg.str(Knob::ModelFile);
+  const std::string model_path = pc.cfg.str(Knob::ModelFile);
   if (model_path.empty()) {
-    c->model = defaultFigures(c->cfg.str(Knob::OfiProvider));
+    pc.model = defaultFigures(pc.cfg.str(Knob::OfiProvider));
   } else {
     // A file this rank cannot use must not throw before the exchange (the others would wait
     // out the timeout): its hash then differs from theirs, which names the knob everywhere.
     std::string text;
     try {
-      c->model = loadFigures(model_path, &text);
+      pc.model = loadFigures(model_path, &text);
     } catch (const Error& e) {
       model_error = e.what();
       text = "unusable: " + model_error;
@@ -247,16 +232,16 @@ std::unique_ptr<hcComm> createComm(std::unique_ptr<Bootstrap> bs, std::shared_pt
   // Under HICOLL_ALGO=auto with the default net chunk the model may raise it up to
   // HICOLL_CHUNK_SIZE (plan/cost_model.h, modelChunking): such chunks go eager too.
   OfiOptions oo;
-  oo.provider = c->cfg.str(Knob::OfiProvider);
-  const size_t net_chunk = static_cast<size_t>(c->cfg.num(Knob::NetChunkBytes));
-  const bool model_chunk = c->cfg.algoAuto() && c->cfg.isDefault(Knob::NetChunkBytes);
-  const size_t chunk_cap = model_chunk ? std::max(net_chunk, static_cast<size_t>(c->cfg.num(Knob::ChunkBytes))) : net_chunk;
-  if (c->cfg.str(Knob::OfiRxmEager) == "1") oo.rxm_eager_bytes = chunk_cap;
+  oo.provider = pc.cfg.str(Knob::OfiProvider);
+  const size_t net_chunk = static_cast<size_t>(pc.cfg.num(Knob::NetChunkBytes));
+  const bool model_chunk = pc.cfg.algoAuto() && pc.cfg.isDefault(Knob::NetChunkBytes);
+  const size_t chunk_cap = model_chunk ? std::max(net_chunk, static_cast<size_t>(pc.cfg.num(Knob::ChunkBytes))) : net_chunk;
+  if (pc.cfg.str(Knob::OfiRxmEager) == "1") oo.rxm_eager_bytes = chunk_cap;
   mine.rxm_eager = ofiEagerLimit(oo);
   mine.probe = shmProbe();
-  std::vector<RankInfo> all(c->nranks);
+  std::vector<RankInfo> all(id.nranks);
   bs->allgather(&mine, all.data(), sizeof mine);
-  checkConsistency(*bs, c->cfg, all);
+  checkConsistency(*bs, pc.cfg, all);
   HC_CHECK(model_error.empty(), hcInvalidArgument, "{}", model_error);  // the same error on every rank
 
   std::vector<std::string> labels, hosts;
@@ -265,108 +250,72 @@ std::unique_ptr<hcComm> createComm(std::unique_ptr<Bootstrap> bs, std::shared_pt
     hosts.emplace_back(i.host);
   }
   splitUnsharedNodes(*bs, all, labels);
-  c->topo = Topology::build(labels, hosts);
-  if (c->topo.nnodes > 1) checkEagerLimits(all);
+  id.topo = Topology::build(labels, hosts);
+  if (id.topo.nnodes > 1) checkEagerLimits(all);
   hostFacts(*c, all);
-  c->bootstrap = std::move(bs);
-  c->agree_peers = agreementPeers(c->topo, c->rank);
-  c->agree_in.resize(c->agree_peers.size());
-  c->agree_out.resize(c->agree_peers.size());
-  c->agree_got.resize(c->agree_peers.size());
+  Links& links = c->links;
+  links.bootstrap = std::move(bs);
 
-  c->scratch_bytes = static_cast<size_t>(c->cfg.num(Knob::ScratchBytes));
-  c->sort_bytes = static_cast<size_t>(c->cfg.num(Knob::SortBytes));
+  Buffers& buf = c->buf;
+  buf.scratch_bytes = pc.scratchBytes();
+  buf.sort_bytes = pc.sortBytes();
   ShmOptions so;
-  so.scratch_bytes = c->scratch_bytes;
-  so.sort_bytes = c->sort_bytes;
-  so.cma = c->cfg.str(Knob::ShmCma);
-  so.timeout_ms = c->timeoutMs();
-  so.peer_mem_bytes = static_cast<size_t>(c->cfg.num(Knob::MemCacheBytes));
-  hcComm* self = c.get();
-  const CallClock call_now = [self] { return self->calls.load(std::memory_order_relaxed); };
+  so.scratch_bytes = buf.scratch_bytes;
+  so.sort_bytes = buf.sort_bytes;
+  so.cma = pc.cfg.str(Knob::ShmCma);
+  so.timeout_ms = pc.timeoutMs();
+  so.peer_mem_bytes = static_cast<size_t>(pc.cfg.num(Knob::MemCacheBytes));
+  Links* lk = &links;
+  const Identity* who = &id;
+  const CallClock call_now = [lk] { return lk->calls.load(std::memory_order_relaxed); };
   so.call_now = call_now;
-  c->shm = std::make_unique<ShmTransport>(*c->bootstrap, c->topo.ranks_of[c->node()], so);
-  c->scratch = c->shm->scratch(c->shm->localIndex());
-  c->sort = c->shm->sort(c->shm->localIndex());
+  links.shm = std::make_unique<ShmTransport>(*links.bootstrap, id.topo.ranks_of[id.node()], so);
+  buf.scratch = links.shm->scratch(links.shm->localIndex());
+  buf.sort = links.shm->sort(links.shm->localIndex());
 
-  if (c->topo.nnodes > 1) {
-    oo.iface = c->cfg.str(Knob::OfiIface);
-    if (oo.iface.empty() && c->topo.single_host) oo.iface = "lo";  // simulated nodes: stay on loopback
-    oo.timeout_ms = c->timeoutMs();
+  if (id.topo.nnodes > 1) {
+    oo.iface = pc.cfg.str(Knob::OfiIface);
+    if (oo.iface.empty() && id.topo.single_host) oo.iface = "lo";  // simulated nodes: stay on loopback
+    oo.timeout_ms = pc.timeoutMs();
     oo.call_now = call_now;
-    oo.who = [self](int r) { return self->who(r); };  // peers by rank and node, not fabric address
-    oo.while_blocked = [self] {  // no ofi calls here: the transport holds its lock
-      self->shm->checkPeers();
-      if (self->liveness) self->liveness->check();
+    oo.who = [who](int r) { return who->who(r); };  // peers by rank and node, not fabric address
+    oo.while_blocked = [lk] {  // no ofi calls here: the transport holds its lock
+      lk->shm->checkPeers();
+      if (lk->liveness) lk->liveness->check();
     };
-    c->net_opt = oo;
+    links.net_opt = oo;
     // Chunks beyond the eager limit would go by rxm's slower protocols (the limit is the same
     // on every rank: checkEagerLimits).
-    if (model_chunk) c->net_chunk_cap = mine.rxm_eager ? std::min<size_t>(chunk_cap, mine.rxm_eager) : chunk_cap;
+    if (model_chunk) pc.net_chunk_cap = mine.rxm_eager ? std::min<size_t>(chunk_cap, mine.rxm_eager) : chunk_cap;
     // Liveness now (a connection or two): it is what tells a dead rank on another node fast,
     // also while the network opens at the first call.
-    c->liveness = std::make_unique<Liveness>(*c->bootstrap, livenessPeers(c->topo, c->rank), interfaceIpv4(oo.iface),
-                                             c->timeoutMs(), [self](int r) { return self->who(r); }, call_now);
+    links.liveness = std::make_unique<Liveness>(*links.bootstrap, livenessPeers(id.topo, id.rank),
+                                                interfaceIpv4(oo.iface), pc.timeoutMs(),
+                                                [who](int r) { return who->who(r); }, call_now);
   }
-  c->stats.size = sizeof(hcStats);
-  c->stats.rank = c->rank;
-  c->stats.nranks = c->nranks;
-  c->stats.nnodes = c->topo.nnodes;
-  c->stats.local_ranks = c->topo.uniform ? c->topo.localSize(0) : 0;
-  c->stats.node = c->node();
-  c->stats.local_rank = c->localRank();
-  HC_INFO("communicator of {} ranks on {} node(s){}; this rank is node {} ({}) local {}", c->nranks,
-          c->topo.nnodes, c->topo.uniform ? "" : " (uneven)", c->node(), c->topo.labels[c->node()],
-          c->localRank());
+  c->stats.start();
+  HC_INFO("communicator of {} ranks on {} node(s){}; this rank is node {} ({}) local {}", id.nranks,
+          id.topo.nnodes, id.topo.uniform ? "" : " (uneven)", id.node(), id.topo.labels[id.node()],
+          id.localRank());
   return c;
 }
 
 }  // namespace hicoll
 
-hcComm::~hcComm() {
-  try {
-    if (quant_buf) hicoll::nodeMemFree(quant_buf);
-  } catch (...) {
-  }
-}
-
-bool hcComm::fail(const std::string& why) {
-  std::lock_guard<std::mutex> lock(failure_mu);
-  if (failed.exchange(true)) return false;
-  failure_ = why;
-  return true;
-}
-
-std::string hcComm::failure() const {
-  std::lock_guard<std::mutex> lock(failure_mu);
-  return failure_;
-}
-
 void hcComm::release() {
-  magic = kDead;
+  api.magic = hicoll::ApiState::kDead;
   device.reset();
-  liveness.reset();
-  ofi.reset();
-  shm.reset();
-  std::vector<AgreeMsg>().swap(agree_in);
-  std::vector<AgreeMsg>().swap(agree_out);
-  std::vector<size_t>().swap(agree_got);
-  std::vector<int>().swap(agree_peers);
-  bootstrap.reset();
-  keepalive.reset();
-  std::vector<char>().swap(heap_workspace);
-  if (quant_buf) hicoll::nodeMemFree(quant_buf);
-  quant_buf = nullptr;
-  quant_bytes = 0;
-  std::vector<char>().swap(quant_heap);
-  std::vector<hicoll::RedOp>().swap(premul_ops);
-  cfg = hicoll::Config();
-  std::string().swap(failure_);
-  topo = hicoll::Topology();
+  links.close();
+  agree.reset();
+  buf.release();
+  std::vector<hicoll::RedOp>().swap(api.premul_ops);
+  api.keepalive.reset();
+  plan.cfg = hicoll::Config();
+  id.topo = hicoll::Topology();
 }
 
 void hcComm::ensureNetwork(bool destroying) {
-  if (topo.nnodes < 2 || ofi) return;
+  if (id.topo.nnodes < 2 || links.ofi) return;
   // Whether every rank is here to open it, or some to destroy: a rank that destroys while the
   // others call a collective makes that an error on them, as a post on the board does on a node.
   struct Intent {
@@ -375,108 +324,26 @@ void hcComm::ensureNetwork(bool destroying) {
     uint64_t call;
   };
   constexpr uint32_t kMagic = 0x68636e65;  // "hcne"
-  Intent mine{kMagic, destroying ? 1u : 0u, calls.load()};
-  std::vector<Intent> all(static_cast<size_t>(nranks));
-  bootstrap->allgather(&mine, all.data(), sizeof mine, net_opt.while_blocked);
-  for (int r = 0; r < nranks; ++r) {
+  Intent mine{kMagic, destroying ? 1u : 0u, links.calls.load()};
+  std::vector<Intent> all(static_cast<size_t>(id.nranks));
+  links.bootstrap->allgather(&mine, all.data(), sizeof mine, links.net_opt.while_blocked);
+  for (int r = 0; r < id.nranks; ++r) {
     const Intent& i = all[static_cast<size_t>(r)];
     HC_CHECK(i.magic == kMagic, hcRemoteError, "{} is in another bootstrap exchange (hcCommSplit or hcCommShrink?) "
-             "while this rank starts its first call on the communicator", who(r));
+             "while this rank starts its first call on the communicator", id.who(r));
     if (i.destroying == mine.destroying) continue;
     if (destroying) {
-      HC_WARN("hcCommDestroy: {} called a collective (its call {}) while rank {} destroys the communicator", who(r),
-              i.call, rank);
+      HC_WARN("hcCommDestroy: {} called a collective (its call {}) while rank {} destroys the communicator", id.who(r),
+              i.call, id.rank);
       return;
     }
-    HC_THROW(hcRemoteError, "{} destroyed its communicator while rank {} called its call {}", who(r), rank,
+    HC_THROW(hcRemoteError, "{} destroyed its communicator while rank {} called its call {}", id.who(r), id.rank,
              mine.call);
   }
   if (destroying) return;  // nobody opened it: nothing in flight to wait for
-  auto net = hicoll::makeOfiTransport(*bootstrap, net_opt);
-  net->registerRegion(scratch, scratch_bytes);
-  net->registerRegion(sort, sort_bytes);
-  for (auto* v : {&agree_in, &agree_out})
-    if (!v->empty()) net->registerRegion(v->data(), v->size() * sizeof(hcComm::AgreeMsg));
-  std::lock_guard<std::mutex> lock(lifecycle_mu);
-  ofi = std::move(net);
-}
-
-void hcComm::checkPeers() {
-  shm->checkPeers();
-  if (ofi) ofi->checkFailureNotices();
-  if (liveness) liveness->check();
-}
-
-void hcComm::explainSymptom(long ms) {
-  if (!ofi) return;
-  hicoll::Deadline d(ms);
-  while (!d.expired()) {
-    ofi->checkFailureNotices();
-    if (liveness) liveness->explain();  // a peer that closed its endpoint told its cause here
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-}
-
-std::string hcComm::who(int r) const { return topo.who(r); }
-
-hicoll::Transport& hcComm::transportTo(int peer) {
-  if (topo.node_of[peer] == node()) return *shm;
-  HC_CHECK(ofi, hcInternalError, "no inter-node transport to rank {}", peer);
-  return *ofi;
-}
-
-void hcComm::countCall(hcColl_t c, hcPath_t path, const std::string& reason, double predicted_s,
-                       size_t chunk_bytes, size_t net_window) {
-  std::lock_guard<std::mutex> lock(stats_mu);
-  stats.coll[c].calls[path]++;
-  stats.predicted_us[c] = predicted_s * 1e6;
-  stats.chunk_bytes[c] = chunk_bytes;
-  stats.net_window[c] = net_window;
-  if (path == hcPathFallback && !reason.empty())  // a ring the model chose is no fallback
-    std::snprintf(stats.coll[c].last_fallback_reason, sizeof stats.coll[c].last_fallback_reason, "%s", reason.c_str());
-}
-
-char* hcComm::workspace(size_t bytes) {
-  if (heap_workspace.size() < bytes) {
-    heap_workspace = std::vector<char>();  // the old contents are not kept: free first
-    heap_workspace.resize(bytes);
-  }
-  return heap_workspace.data();
-}
-
-char* hcComm::quantBuffer(size_t bytes) {
-  if (quant_bytes >= bytes) return static_cast<char*>(quant_buf ? quant_buf : quant_heap.data());
-  if (quant_buf) hicoll::nodeMemFree(quant_buf);
-  quant_buf = nullptr;
-  quant_bytes = 0;
-  std::vector<char>().swap(quant_heap);
-  try {
-    quant_buf = hicoll::nodeMemAlloc(bytes);
-  } catch (const hicoll::Error& e) {
-    // Private memory works too (peers then read it with single-copy reads or through scratch).
-    HC_WARN("quantized calls: no node memory for {} bytes ({}); using private memory", bytes, e.what());
-    quant_heap.resize(bytes);
-  }
-  quant_bytes = bytes;
-  return static_cast<char*>(quant_buf ? quant_buf : quant_heap.data());
-}
-
-void hcComm::countQuantized(hcColl_t c, double predicted_s) {
-  std::lock_guard<std::mutex> lock(stats_mu);
-  stats.quantized_calls[c]++;
-  if (predicted_s > 0) stats.predicted_us[c] = predicted_s * 1e6;
-}
-
-void hcComm::countNodeMemory(hcColl_t c, size_t bytes) {
-  std::lock_guard<std::mutex> lock(stats_mu);
-  stats.bytes_node_memory[c] += bytes;
-}
-
-void hcComm::countBytes(hcColl_t c, int peer, size_t bytes) {
-  std::lock_guard<std::mutex> lock(stats_mu);
-  if (topo.node_of[peer] == node()) {
-    stats.coll[c].bytes_intra += bytes;
-  } else {
-    stats.coll[c].bytes_inter += bytes;
-  }
+  auto net = hicoll::makeOfiTransport(*links.bootstrap, links.net_opt);
+  net->registerRegion(buf.scratch, buf.scratch_bytes);
+  net->registerRegion(buf.sort, buf.sort_bytes);
+  std::lock_guard<std::mutex> lock(api.lifecycle_mu);
+  links.ofi = std::move(net);
 }

@@ -7,10 +7,22 @@
 #include <memory>
 
 #include "base/coll.h"
-
-struct hcComm;
+#include "base/identity.h"
+#include "bootstrap/bootstrap.h"
+#include "core/health.h"
+#include "core/stats.h"
+#include "plan/plan.h"
 
 namespace hicoll {
+
+// What the device engine uses of its communicator (its own transports and memory it makes).
+struct DeviceParts {
+  const Identity& id;
+  const PlanContext& plan;  // the configuration and the planner's inputs: device calls plan alike
+  Bootstrap& bootstrap;     // its setup exchanges and the NCCL fallback's
+  Stats& stats;
+  const Health& health;     // failed at destruction: hcCommAbort, do not wait for peers
+};
 
 class DeviceEngine {
  public:
@@ -23,7 +35,7 @@ class DeviceEngine {
 };
 
 // Created lazily by the first call with a non-NULL stream.
-std::unique_ptr<DeviceEngine> makeDeviceEngine(hcComm& comm);
+std::unique_ptr<DeviceEngine> makeDeviceEngine(const DeviceParts& parts);
 // True when ptr is device memory (cudaPointerGetAttributes); false in host-only builds.
 bool isDevicePointer(const void* ptr);
 

@@ -12,7 +12,6 @@
 #include <cstring>
 #include <utility>
 
-#include "core/comm.h"
 #include "core/device.h"
 #include "base/error.h"
 #include "base/log.h"
@@ -76,7 +75,7 @@ size_t roundUp(size_t v, size_t to) { return (v + to - 1) / to * to; }
 
 class CudaDeviceEngine final : public DeviceEngine {
  public:
-  explicit CudaDeviceEngine(hcComm& c);
+  explicit CudaDeviceEngine(const DeviceParts& parts);
   ~CudaDeviceEngine() override;
   void enqueue(const CollArgs& a) override;
   void drain() override {
@@ -91,7 +90,7 @@ class CudaDeviceEngine final : public DeviceEngine {
   void checkBuffer(const void* p, const char* which, const CollArgs& a) const;
   nccl::Fallback& fallback();
 
-  hcComm& comm_;
+  DeviceParts p_;
   int device_ = -1;
   dev::StreamMemOps ops_;
   dev::EngineStatus status_;
@@ -109,27 +108,27 @@ class CudaDeviceEngine final : public DeviceEngine {
   std::unique_ptr<nccl::Fallback> nccl_;
 };
 
-CudaDeviceEngine::CudaDeviceEngine(hcComm& c) : comm_(c) {
-  ScopedLogRank log_rank(c.rank);
+CudaDeviceEngine::CudaDeviceEngine(const DeviceParts& parts) : p_(parts) {
+  ScopedLogRank log_rank(p_.id.rank);
   cudaError_t e = cudaGetDevice(&device_);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
     device_ = -1;
   }
   nccl::BootstrapOps ops;
-  ops.allgather = [this](const void* mine, void* all, size_t len) { comm_.bootstrap->allgather(mine, all, len); };
-  ops.broadcast = [this](void* data, size_t len, int root) { comm_.bootstrap->broadcast(data, len, root); };
-  nccl_ = std::make_unique<nccl::Fallback>(c.cfg.str(Knob::NcclLib), c.rank, c.nranks, std::move(ops));
+  ops.allgather = [this](const void* mine, void* all, size_t len) { p_.bootstrap.allgather(mine, all, len); };
+  ops.broadcast = [this](void* data, size_t len, int root) { p_.bootstrap.broadcast(data, len, root); };
+  nccl_ = std::make_unique<nccl::Fallback>(p_.plan.cfg.str(Knob::NcclLib), p_.id.rank, p_.id.nranks, std::move(ops));
   setup();
   if (status_.hier_ok)
     HC_INFO("device path ready on GPU {}: {} node(s) x {} local rank(s), CUDA IPC within the node, chunks of {} bytes",
-            device_, c.topo.nnodes, c.topo.localSize(c.node()), c.cfg.num(Knob::DeviceChunkBytes));
+            device_, p_.id.topo.nnodes, p_.id.topo.localSize(p_.id.node()), p_.plan.cfg.num(Knob::DeviceChunkBytes));
   else
     HC_INFO("device path: no hierarchical path ({}); device collectives fall back to NCCL", status_.why_not);
 }
 
 CudaDeviceEngine::~CudaDeviceEngine() {
-  if (comm_.failed) {  // hcCommAbort: do not wait for peers
+  if (p_.health.failed()) {  // hcCommAbort: do not wait for peers
     if (hier_) hier_->abort(hcRemoteError, "the communicator was aborted");
     if (nccl_) nccl_->abort();
   }
@@ -148,8 +147,8 @@ void CudaDeviceEngine::setupLocal(SetupRecord& mine, const dev::BufferSizes& sz)
   if (sz.hsort) HC_CUDA(cudaHostAlloc(&hsort_.p, sz.hsort, cudaHostAllocPortable));
   IpcHandle h = ipcExport(dsort_.p);
   std::memcpy(mine.handle, h.data(), h.size());
-  if (comm_.localRank() == 0) {
-    seg_ = ShmSegment::create(roundUp(dev::FlagLayout::bytes(comm_.topo.localSize(comm_.node())), 4096),
+  if (p_.id.localRank() == 0) {
+    seg_ = ShmSegment::create(roundUp(dev::FlagLayout::bytes(p_.id.topo.localSize(p_.id.node())), 4096),
                               "device counter segment", /*reserve=*/true);
     mine.segment = seg_.handle();
   }
@@ -158,8 +157,8 @@ void CudaDeviceEngine::setupLocal(SetupRecord& mine, const dev::BufferSizes& sz)
 
 void CudaDeviceEngine::setupNode(const std::vector<SetupRecord>& all, SetupRecord& mine) {
   dev::DeviceGuard g(device_);
-  const Topology& t = comm_.topo;
-  const int n = comm_.node(), L = t.localSize(n), l = comm_.localRank();
+  const Topology& t = p_.id.topo;
+  const int n = p_.id.node(), L = t.localSize(n), l = p_.id.localRank();
   const size_t seg_bytes = roundUp(dev::FlagLayout::bytes(L), 4096);
   if (l != 0) {
     const ShmHandle& h = all[t.rankAt(n, 0)].segment;
@@ -187,22 +186,22 @@ void CudaDeviceEngine::setupNode(const std::vector<SetupRecord>& all, SetupRecor
   // A stream must be able to write and wait on the counters; probe this rank's own line and
   // put it back to zero before anything uses it.
   const dev::FlagRef probe = flags_.at(l, dev::Counter::Finished);
-  std::string why = dev::probeStreamMemOps(ops_, probe.host, probe.dev, comm_.timeoutMs());
+  std::string why = dev::probeStreamMemOps(ops_, probe.host, probe.dev, p_.plan.timeoutMs());
   dev::storeFlag(probe, 0);
   HC_CHECK(why.empty(), hcUnsupported, "{}", why);
   mine.ok = 1;
 }
 
 void CudaDeviceEngine::setup() {
-  const Topology& t = comm_.topo;
+  const Topology& t = p_.id.topo;
   if (!t.uniform) {
     status_.why_not = "uneven ranks per node";
     return;
   }
-  const int N = t.nnodes, L = t.localSize(comm_.node());
-  const size_t chunk = static_cast<size_t>(comm_.cfg.num(Knob::DeviceChunkBytes));
-  sizes_ = dev::bufferSizes(L, N, chunk, comm_.scratch_bytes, comm_.sort_bytes);
-  const size_t W = static_cast<size_t>(comm_.nranks);
+  const int N = t.nnodes, L = t.localSize(p_.id.node());
+  const size_t chunk = static_cast<size_t>(p_.plan.cfg.num(Knob::DeviceChunkBytes));
+  sizes_ = dev::bufferSizes(L, N, chunk, p_.plan.scratchBytes(), p_.plan.sortBytes());
+  const size_t W = static_cast<size_t>(p_.id.nranks);
 
   // 1. Local resources, the sort buffer's IPC handle, the node segment's name.
   SetupRecord mine{};
@@ -214,7 +213,7 @@ void CudaDeviceEngine::setup() {
     setError(mine, e);
   }
   std::vector<SetupRecord> all(W);
-  comm_.bootstrap->allgather(&mine, all.data(), sizeof mine);
+  p_.bootstrap.allgather(&mine, all.data(), sizeof mine);
   std::string why = firstFailure(all);
   for (int n = 0; n < N && why.empty(); ++n)
     for (int a = 0; a < L && why.empty(); ++a)
@@ -235,8 +234,8 @@ void CudaDeviceEngine::setup() {
     setError(mine2, e);
   }
   std::vector<SetupRecord> all2(W);
-  comm_.bootstrap->allgather(&mine2, all2.data(), sizeof mine2);
-  if (comm_.localRank() == 0) seg_.closeFd();  // every local rank has mapped it by now
+  p_.bootstrap.allgather(&mine2, all2.data(), sizeof mine2);
+  if (p_.id.localRank() == 0) seg_.closeFd();  // every local rank has mapped it by now
   why = firstFailure(all2);
   if (!why.empty()) {
     status_.why_not = why;
@@ -247,11 +246,11 @@ void CudaDeviceEngine::setup() {
   // so the host path's transports are never shared between threads).
   if (N > 1) {
     OfiOptions oo;
-    oo.provider = comm_.cfg.str(Knob::OfiProvider);
-    oo.iface = comm_.cfg.str(Knob::OfiIface);
+    oo.provider = p_.plan.cfg.str(Knob::OfiProvider);
+    oo.iface = p_.plan.cfg.str(Knob::OfiIface);
     if (oo.iface.empty() && t.single_host) oo.iface = "lo";
-    oo.timeout_ms = comm_.timeoutMs();
-    net_ = makeOfiTransport(*comm_.bootstrap, oo);
+    oo.timeout_ms = p_.plan.timeoutMs();
+    net_ = makeOfiTransport(p_.bootstrap, oo);
     net_->registerRegion(hscratch_.p, sizes_.hscratch);
     net_->registerRegion(hsort_.p, sizes_.hsort);
     dev::HmemProbe hp = dev::probeFiHmem(oo.provider, device_, dsort_.p, std::min<size_t>(sizes_.dsort, 65536));
@@ -259,7 +258,7 @@ void CudaDeviceEngine::setup() {
             hp.cuda_registration ? " (direct FI_HMEM sends are not implemented)" : "", hp.detail);
   }
   dev::Resources r;
-  r.rank = comm_.rank;
+  r.rank = p_.id.rank;
   r.topo = t;
   r.dsort = dsort_ptrs_;
   r.dsort_bytes = sizes_.dsort;
@@ -272,8 +271,8 @@ void CudaDeviceEngine::setup() {
   r.flags = flags_;
   r.net = net_.get();
   r.chunk_bytes = chunk;
-  r.allreduce_small_bytes = static_cast<size_t>(comm_.cfg.num(Knob::AllReduceSmallBytes));
-  r.timeout_ms = comm_.timeoutMs();
+  r.allreduce_small_bytes = static_cast<size_t>(p_.plan.cfg.num(Knob::AllReduceSmallBytes));
+  r.timeout_ms = p_.plan.timeoutMs();
   hier_ = std::make_unique<dev::HierEngine>(std::move(r), std::make_unique<dev::CudaStream>(device_, ops_));
   status_.hier_ok = true;
 }
@@ -311,37 +310,39 @@ void CudaDeviceEngine::checkBuffer(const void* p, const char* which, const CollA
 nccl::Fallback& CudaDeviceEngine::fallback() { return *nccl_; }
 
 void CudaDeviceEngine::enqueue(const CollArgs& a) {
-  ScopedLogRank log_rank(comm_.rank);
+  ScopedLogRank log_rank(p_.id.rank);
   HC_CHECK(device_ >= 0, hcSystemError, "{}: no usable CUDA device", describe(a));
   dev::DeviceGuard g(device_);
-  if (a.coll != hcCollBroadcast || comm_.rank == a.root) checkBuffer(a.send, "sendbuff", a);
+  if (a.coll != hcCollBroadcast || p_.id.rank == a.root) checkBuffer(a.send, "sendbuff", a);
   checkBuffer(a.recv, "recvbuff", a);
 
   CollArgs run = a;  // a quantized call that does not quantize runs exact, described as itself
   if (a.quant.block) {
-    const std::string why = dev::exactInstead(comm_, a);
+    const std::string why = dev::exactInstead(p_.id, p_.plan, a);
     if (!why.empty()) {
       HC_INFO("{} runs exact: {}", describe(a), why);
       run.quant.packed = run.quant.exact = true;
     }
   }
-  const dev::DeviceChoice d = dev::decide(comm_, dev::planArgs(run), status_, hier_.get());
+  const dev::DeviceChoice d = dev::decide(p_.id, p_.plan, dev::planArgs(run), status_, hier_.get());
   if (d.fallback) {
     HC_INFO("fallback: {} runs{} on NCCL: {}", describe(a), dev::quantizes(run) ? " exact" : "", d.reason);
-    comm_.countCall(a.coll, hcPathFallback, d.reason);
+    p_.stats.countCall(a.coll, hcPathFallback, d.reason);
     fallback().run(a);  // NCCL has no quantized form: the exact collective
     return;
   }
   HC_TRACE("{}: device hierarchical path", describe(a));
-  comm_.countCall(a.coll, hcPathHierarchical);
-  hier_->forEachPeerBytes(run, [this, &a](int peer, size_t bytes) { comm_.countBytes(a.coll, peer, bytes); });
+  p_.stats.countCall(a.coll, hcPathHierarchical);
+  hier_->forEachPeerBytes(run, [this, &a](int peer, size_t bytes) { p_.stats.countBytes(a.coll, peer, bytes); });
   hier_->enqueue(run);
-  if (hier_->wireBlock(run)) comm_.countQuantized(a.coll);
+  if (hier_->wireBlock(run)) p_.stats.countQuantized(a.coll);
 }
 
 }  // namespace
 
-std::unique_ptr<DeviceEngine> makeDeviceEngine(hcComm& comm) { return std::make_unique<CudaDeviceEngine>(comm); }
+std::unique_ptr<DeviceEngine> makeDeviceEngine(const DeviceParts& parts) {
+  return std::make_unique<CudaDeviceEngine>(parts);
+}
 
 bool isDevicePointer(const void* ptr) {
   // Without a device (or a driver) nothing is a device pointer: skip the query, which every

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include "base/quant_format.h"
-#include "core/comm.h"
 #include "device/dev_stream.h"
 #include "device/hier_engine.h"
 
@@ -32,12 +31,12 @@ DeviceChoice decide(const CollPlan& plan, const EngineStatus& status, const std:
   return d;
 }
 
-std::string exactInstead(const hcComm& comm, const CollArgs& a) {
+std::string exactInstead(const Identity& id, const PlanContext& ctx, const CollArgs& a) {
   if (a.coll != hcCollAllGather && a.coll != hcCollReduceScatter)
     return fmt::format("the quantized {} has no device kernels", collName(a.coll));
-  const int64_t min_nodes = comm.cfg.num(Knob::QuantMinNodes);
-  if (comm.topo.nnodes >= quantizeFromNodes(comm, /*model_may_decide=*/false)) return "";
-  return fmt::format("exact on {} node(s) (HICOLL_QUANT_MIN_NODES={}{})", comm.topo.nnodes, min_nodes,
+  const int64_t min_nodes = ctx.cfg.num(Knob::QuantMinNodes);
+  if (id.topo.nnodes >= quantizeFromNodes(ctx, /*model_may_decide=*/false)) return "";
+  return fmt::format("exact on {} node(s) (HICOLL_QUANT_MIN_NODES={}{})", id.topo.nnodes, min_nodes,
                      min_nodes == 0 ? "; device calls quantize from 2 nodes" : "");
 }
 
@@ -50,8 +49,9 @@ CollArgs planArgs(const CollArgs& a) {
   return wire;
 }
 
-DeviceChoice decide(const hcComm& comm, const CollArgs& a, const EngineStatus& status, const HierEngine* engine) {
-  const CollPlan plan = planCall(comm, a, deviceCapabilities());
+DeviceChoice decide(const Identity& id, const PlanContext& ctx, const CollArgs& a, const EngineStatus& status,
+                    const HierEngine* engine) {
+  const CollPlan plan = planCall(id, ctx, a, deviceCapabilities());
   const std::string unsupported = !plan.fallback() && status.hier_ok && engine ? engine->unsupported(a) : "";
   return decide(plan, status, unsupported);
 }

@@ -7,8 +7,6 @@
 #include "base/coll.h"
 #include "plan/plan.h"
 
-struct hcComm;
-
 namespace hicoll::dev {
 
 class HierEngine;
@@ -40,13 +38,14 @@ DeviceChoice decide(const CollPlan& plan, const EngineStatus& status, const std:
 // A quantized call (a.quant.block) on device buffers: "" when it quantizes, else why it runs
 // the exact collective. It quantizes from HICOLL_QUANT_MIN_NODES nodes on (from 2 when the
 // knob is 0: the cost model has no device figures to decide with).
-std::string exactInstead(const hcComm& comm, const CollArgs& a);
+std::string exactInstead(const Identity& id, const PlanContext& ctx, const CollArgs& a);
 // What the plan's rules judge for a quantized call: the images' bytes for an AllGather that
 // quantizes (the scratch/sort rules apply to what moves), the call itself otherwise (a
 // ReduceScatter's images replace partials in chunks sized for them).
 CollArgs planArgs(const CollArgs& a);
 
 // The same with the communicator's configuration (plans the call, asks the engine once).
-DeviceChoice decide(const hcComm& comm, const CollArgs& a, const EngineStatus& status, const HierEngine* engine);
+DeviceChoice decide(const Identity& id, const PlanContext& ctx, const CollArgs& a, const EngineStatus& status,
+                    const HierEngine* engine);
 
 }  // namespace hicoll::dev

@@ -3,7 +3,7 @@
 
 namespace hicoll {
 
-std::unique_ptr<DeviceEngine> makeDeviceEngine(hcComm&) { return nullptr; }
+std::unique_ptr<DeviceEngine> makeDeviceEngine(const DeviceParts&) { return nullptr; }
 bool isDevicePointer(const void*) { return false; }
 
 }  // namespace hicoll

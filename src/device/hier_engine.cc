@@ -55,10 +55,7 @@ HierEngine::~HierEngine() {
   if (!stream_->idle()) {
     // Failed or aborted with work in flight: let the stream run through, then free.
     releaseCounters();
-    Deadline d(res_.timeout_ms);
-    Backoff bo;
-    while (!stream_->idle() && !d.expired()) bo.pause();
-    if (!stream_->idle())
+    if (!waitUntil([&] { return stream_->idle(); }, Deadline(res_.timeout_ms)))
       HC_WARN("device path: the stream still has work {} ms after its counters were released", res_.timeout_ms);
   }
 }

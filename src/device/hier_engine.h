@@ -198,6 +198,11 @@ class HierEngine {
   [[noreturn]] void throwNodeFailed(const Job& job, const std::string& who, const char* when) const;
   // Throws when a rank of another node sent a failure notice (the proxy's waits call it).
   void checkOtherNodes(const Job& job);
+  // The proxy's one wait (hicoll::waitUntil): pass() until Done; false when the engine stops
+  // or fails first. After an idle pass a local peer's abort (named with `during`) and another
+  // node's failure notice end it with their error; past `bound`, timeout() throws.
+  template <class Pass, class Timeout>
+  bool proxyWait(const Job& job, const char* during, const Deadline& bound, Pass&& pass, Timeout&& timeout);
   void waitStream(const Job& job, Counter c, uint64_t v, const char* what);
   void waitNodeAgreed(const Job& job);
   void throwIfFailed() const;

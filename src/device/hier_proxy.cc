@@ -17,7 +17,34 @@ long elapsedMs(Clock::time_point since) {
   return static_cast<long>(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - since).count());
 }
 
+template <class Pass>
+Progress progressOf(Pass& pass) {
+  if constexpr (std::is_same_v<decltype(pass()), bool>) return pass() ? Progress::Done : Progress::Idle;
+  else return pass();
+}
+
 }  // namespace
+
+template <class Pass, class Timeout>
+bool HierEngine::proxyWait(const Job& job, const char* during, const Deadline& bound, Pass&& pass,
+                           Timeout&& timeout) {
+  bool stopped = false;
+  std::string who;
+  waitUntil(
+      [&] {
+        const Progress p = progressOf(pass);
+        if (p != Progress::Idle || !(stop_ || failed_)) return p;
+        stopped = true;
+        return Progress::Done;
+      },
+      bound,
+      [&] {
+        if (nodeAborted(&who)) throwNodeFailed(job, who, during);
+        checkOtherNodes(job);
+      },
+      timeout);
+  return !stopped;
+}
 
 // ---- failure ----------------------------------------------------------------------------
 
@@ -136,33 +163,21 @@ void HierEngine::proxyMain() {
 
 void HierEngine::waitStream(const Job& job, Counter c, uint64_t v, const char* what) {
   const FlagRef f = mine(c);
-  const auto since = Clock::now();
-  Backoff bo;
-  std::string who;
-  while (!reached(loadFlag(f), static_cast<uint32_t>(v))) {
-    if (stop_ || failed_) return;
-    if (nodeAborted(&who)) throwNodeFailed(job, who, fmt::format(" while this rank waited for {}", what).c_str());
-    checkOtherNodes(job);
-    if (elapsedMs(since) > res_.timeout_ms)
-      HC_THROW(hcTimeout, "{}: rank {} waited {} ms for {} (HICOLL_TIMEOUT_MS); a peer of the node is stuck or gone",
-               job.what, res_.rank, res_.timeout_ms, what);
-    bo.pause();
-  }
+  const std::string during = fmt::format(" while this rank waited for {}", what);
+  proxyWait(job, during.c_str(), Deadline(res_.timeout_ms), [&] { return reached(loadFlag(f), static_cast<uint32_t>(v)); },
+            [&] {
+              HC_THROW(hcTimeout,
+                       "{}: rank {} waited {} ms for {} (HICOLL_TIMEOUT_MS); a peer of the node is stuck or gone",
+                       job.what, res_.rank, res_.timeout_ms, what);
+            });
 }
 
 void HierEngine::runJob(const Job& job) {
   // The stream reaches the collective after the user's earlier work, which may take any time:
   // this wait alone is unbounded (stop and failure end it). Everything after it is bounded.
-  {
-    Backoff bo;
-    std::string who;
-    while (!reached(loadFlag(mine(Counter::Started)), static_cast<uint32_t>(job.id))) {
-      if (stop_ || failed_) return;
-      if (nodeAborted(&who)) throwNodeFailed(job, who, "");
-      checkOtherNodes(job);
-      bo.pause();
-    }
-  }
+  if (!proxyWait(job, "", Deadline::never(),
+                 [&] { return reached(loadFlag(mine(Counter::Started)), static_cast<uint32_t>(job.id)); }, [] {}))
+    return;
   postDescs(job);
   bool agreed = false;
   const size_t K = job.steps.size();
@@ -178,10 +193,10 @@ void HierEngine::runJob(const Job& job) {
     std::vector<Pending> pending;
     size_t post_r = 0, post_s = 0, done_r = 0, done_s = 0;
     const uint64_t tag_base = (job.id & 0xffffffffull) << 24;
-    auto last = Clock::now();
-    Backoff bo;
-    std::string who;
-    while (done_r < K || done_s < K) {
+    // Bounded by progress: the timeout counts from the last pass that moved something.
+    Deadline bound(res_.timeout_ms);
+    auto pass = [&] {
+      if (done_r >= K && done_s >= K) return Progress::Done;
       bool moved = false;
       if (!agreed && pollDescs(job)) agreed = moved = true;
       // Receive into an hsort slot once the stream has copied out what it held.
@@ -215,15 +230,11 @@ void HierEngine::runJob(const Job& job) {
         storeFlag(mine(Counter::Recvd), static_cast<uint32_t>(job.steps[done_r].x));
       for (; done_s < post_s && left_s[done_s] == 0; ++done_s)
         storeFlag(mine(Counter::Sent), static_cast<uint32_t>(job.steps[done_s].x));
-      if (moved) {
-        last = Clock::now();
-        bo.reset();
-        continue;
-      }
-      if (stop_ || failed_) return;
-      if (nodeAborted(&who)) throwNodeFailed(job, who, " during the inter-node exchange");
-      checkOtherNodes(job);
-      if (elapsedMs(last) > res_.timeout_ms) {
+      if (!moved) return Progress::Idle;
+      bound = Deadline(res_.timeout_ms);
+      return Progress::Moved;
+    };
+    auto timeout = [&] {
         std::string peers;
         for (const Pending& p : pending) peers += fmt::format(" {}{}", p.recv ? "recv<-" : "send->", p.peer);
         HC_THROW(hcTimeout,
@@ -232,26 +243,16 @@ void HierEngine::runJob(const Job& job) {
                  job.what, res_.rank, res_.timeout_ms, std::min(done_r, done_s), K, post_r, post_s,
                  peers.empty() ? " none, waiting for the stream" : peers,
                  agreed ? "" : fmt::format("; no call descriptor yet from {}", missingDescs()));
-      }
-      bo.pause();
-    }
+    };
+    if (!proxyWait(job, " during the inter-node exchange", bound, pass, timeout)) return;
   }
   // The peers' descriptors (on one node, or when the data finished first). Bounded: a peer
   // that never makes this call is named.
-  if (!agreed) {
-    const auto since = Clock::now();
-    Backoff bo;
-    std::string who;
-    while (!pollDescs(job)) {
-      if (stop_ || failed_) return;
-      if (nodeAborted(&who)) throwNodeFailed(job, who, "");
-      checkOtherNodes(job);
-      if (elapsedMs(since) > res_.timeout_ms)
+  if (!agreed && !proxyWait(job, "", Deadline(res_.timeout_ms), [&] { return pollDescs(job); }, [&] {
         HC_THROW(hcTimeout, "{}: rank {} waited {} ms (HICOLL_TIMEOUT_MS) for the call of {}: not made, or stuck",
                  job.what, res_.rank, res_.timeout_ms, missingDescs());
-      bo.pause();
-    }
-  }
+      }))
+    return;
   waitStream(job, Counter::Finished, job.id, "its stream to finish the collective");
   waitNodeAgreed(job);
   std::string who;
@@ -267,19 +268,19 @@ void HierEngine::waitNodeAgreed(const Job& job) {
   storeFlag(mine(Counter::Agreed), id);
   for (int p = 0; p < L_; ++p) {
     if (p == l_) continue;
-    auto since = Clock::now();
-    Backoff bo;
-    std::string who;
-    while (!reached(loadFlag(res_.flags.at(p, Counter::Agreed)), id)) {
-      if (stop_ || failed_) return;
-      if (nodeAborted(&who)) throwNodeFailed(job, who, " while the node's ranks checked the call");
-      checkOtherNodes(job);
-      if (!reached(loadFlag(res_.flags.at(p, Counter::Started)), id)) since = Clock::now();
-      if (elapsedMs(since) > res_.timeout_ms)
-        HC_THROW(hcTimeout, "{}: rank {} waited {} ms (HICOLL_TIMEOUT_MS) for rank {} of its node to check the call",
-                 job.what, res_.rank, res_.timeout_ms, res_.topo.rankAt(n_, p));
-      bo.pause();
-    }
+    // Bounded from when the peer's stream reached the call.
+    Deadline bound(res_.timeout_ms);
+    auto pass = [&] {
+      if (reached(loadFlag(res_.flags.at(p, Counter::Agreed)), id)) return true;
+      if (!reached(loadFlag(res_.flags.at(p, Counter::Started)), id)) bound = Deadline(res_.timeout_ms);
+      return false;
+    };
+    if (!proxyWait(job, " while the node's ranks checked the call", bound, pass, [&] {
+          HC_THROW(hcTimeout,
+                   "{}: rank {} waited {} ms (HICOLL_TIMEOUT_MS) for rank {} of its node to check the call", job.what,
+                   res_.rank, res_.timeout_ms, res_.topo.rankAt(n_, p));
+        }))
+      return;
   }
 }
 

@@ -6,7 +6,6 @@
 #include <cmath>
 
 #include "base/quant_format.h"
-#include "core/comm.h"
 
 namespace hicoll {
 
@@ -27,6 +26,12 @@ const char* ruleName(Rule r) {
 
 namespace {
 
+// The communicator as the planner sees it.
+struct View {
+  const Identity& id;
+  const PlanContext& ctx;
+};
+
 CollPlan fallback(CollPlan p, Rule r, std::string reason) {
   p.path = hcPathFallback;
   p.rule = r;
@@ -40,11 +45,11 @@ bool modelledColl(hcColl_t coll) {
 }
 bool predictedColl(hcColl_t coll) { return modelledColl(coll) || coll == hcCollAllToAll; }
 
-bool inPlace(const hcComm& c, const CollArgs& a) {
+bool inPlace(const View& c, const CollArgs& a) {
   const size_t b = a.count * hcTypeSize(a.dtype);
   const char* s = static_cast<const char*>(a.send);
   const char* r = static_cast<const char*>(a.recv);
-  const size_t off = static_cast<size_t>(c.rank) * b;
+  const size_t off = static_cast<size_t>(c.id.rank) * b;
   switch (a.coll) {
     case hcCollAllGather: return s == r + off;
     case hcCollReduceScatter: return s + off == r;
@@ -53,9 +58,9 @@ bool inPlace(const hcComm& c, const CollArgs& a) {
 }
 
 // nccl-tests' size of the call (an AllToAll's count is what this rank sends in all).
-size_t callBytes(const hcComm& c, const CollArgs& a) {
+size_t callBytes(const View& c, const CollArgs& a) {
   const size_t b = a.count * hcTypeSize(a.dtype);
-  return a.coll == hcCollAllReduce || a.coll == hcCollAllToAll ? b : b * static_cast<size_t>(c.nranks);
+  return a.coll == hcCollAllReduce || a.coll == hcCollAllToAll ? b : b * static_cast<size_t>(c.id.nranks);
 }
 
 // Whether a is a quantized ReduceScatter that quantizes (the images of a quantized AllGather
@@ -67,25 +72,25 @@ bool quantizesHere(const CollArgs& a) {
 Algo algoOf(const CollPlan& p) { return p.path == hcPathHierarchical ? Algo::Hier : Algo::Ring; }
 
 // The model's time of a on a path (a quantized ReduceScatter that quantizes as such).
-Prediction predictFor(const hcComm& c, const CollArgs& a, const Shape& s, Algo algo, bool in_place,
+Prediction predictFor(const View& c, const CollArgs& a, const Shape& s, Algo algo, bool in_place,
                       bool allreduce_small) {
   if (quantizesHere(a))
-    return predictQuantized(c.model, s, a.coll, algo, callBytes(c, a), in_place, hcTypeSize(a.dtype), a.quant.block);
-  return predict(c.model, s, a.coll, algo, callBytes(c, a), in_place, allreduce_small);
+    return predictQuantized(c.ctx.model, s, a.coll, algo, callBytes(c, a), in_place, hcTypeSize(a.dtype), a.quant.block);
+  return predict(c.ctx.model, s, a.coll, algo, callBytes(c, a), in_place, allreduce_small);
 }
 
 // HICOLL_ALGO=auto on a path the rules allow: the model picks the split of an AllReduce (when
 // HICOLL_ALLREDUCE_SMALL_BYTES is not set and both are possible), then hierarchical or ring.
-void modelChoice(const hcComm& c, const CollArgs& a, const Capabilities& caps, CollPlan& p) {
-  const Shape s = modelShape(c, p.chunk_bytes, p.net_window);
+void modelChoice(const View& c, const CollArgs& a, const Capabilities& caps, CollPlan& p) {
+  const Shape s = modelShape(c.id, c.ctx, p.chunk_bytes, p.net_window);
   const size_t bytes = callBytes(c, a), e = hcTypeSize(a.dtype);
-  const size_t N = static_cast<size_t>(c.topo.nnodes);
-  if (a.coll == hcCollAllReduce && c.cfg.isDefault(Knob::AllReduceSmallBytes) && a.count >= static_cast<size_t>(c.nranks) &&
-      c.nranks <= caps.max_reduce_inputs) {
+  const size_t N = static_cast<size_t>(c.id.topo.nnodes);
+  if (a.coll == hcCollAllReduce && c.ctx.cfg.isDefault(Knob::AllReduceSmallBytes) && a.count >= static_cast<size_t>(c.id.nranks) &&
+      c.id.nranks <= caps.max_reduce_inputs) {
     // The latency path stages the whole buffer as the block: only where the buffers hold it.
-    const bool small_fits = bytes <= c.scratch_bytes && N * bytes <= c.sort_bytes;
-    const bool small = small_fits && predict(c.model, s, a.coll, Algo::Hier, bytes, false, true).total() <
-                                         predict(c.model, s, a.coll, Algo::Hier, bytes, false, false).total();
+    const bool small_fits = bytes <= c.ctx.scratchBytes() && N * bytes <= c.ctx.sortBytes();
+    const bool small = small_fits && predict(c.ctx.model, s, a.coll, Algo::Hier, bytes, false, true).total() <
+                                         predict(c.ctx.model, s, a.coll, Algo::Hier, bytes, false, false).total();
     // Across nodes without single-copy reads the RS + AG split cannot run (it reads in place).
     const bool large_fits = caps.single_copy_reads || N == 1;
     if (small != p.allreduce_small && (small || large_fits)) {
@@ -95,12 +100,12 @@ void modelChoice(const hcComm& c, const CollArgs& a, const Capabilities& caps, C
   }
   // Each path with its own chunking: under the defaults the model may raise the chunk (and
   // with it the window) where per-message costs bound the call.
-  const size_t window_floor = static_cast<size_t>(c.cfg.num(Knob::NetWindow));
-  const bool window_free = c.cfg.isDefault(Knob::NetWindow);
-  const bool chunk_free = N > 1 && c.cfg.isDefault(Knob::NetChunkBytes) && c.net_chunk_cap > p.chunk_bytes;
+  const size_t window_floor = static_cast<size_t>(c.ctx.cfg.num(Knob::NetWindow));
+  const bool window_free = c.ctx.cfg.isDefault(Knob::NetWindow);
+  const bool chunk_free = N > 1 && c.ctx.cfg.isDefault(Knob::NetChunkBytes) && c.ctx.net_chunk_cap > p.chunk_bytes;
   auto chunking = [&](Algo algo) {
-    return modelChunking(c.model, modelShape(c, p.chunk_bytes, window_floor),
-                         chunk_free ? c.net_chunk_cap : p.chunk_bytes, window_free,
+    return modelChunking(c.ctx.model, modelShape(c.id, c.ctx, p.chunk_bytes, window_floor),
+                         chunk_free ? c.ctx.net_chunk_cap : p.chunk_bytes, window_free,
                          [&](const Shape& at) { return predictFor(c, a, at, algo, false, p.allreduce_small); });
   };
   const Chunking h = chunking(Algo::Hier), r = chunking(Algo::Ring);
@@ -116,25 +121,26 @@ void modelChoice(const hcComm& c, const CollArgs& a, const Capabilities& caps, C
 }
 
 // The prediction of the path the plan takes (for the statistics and the logs).
-void modelPrediction(const hcComm& c, const CollArgs& a, CollPlan& p) {
-  if (!predictedColl(a.coll) || !c.topo.uniform) return;
-  const Shape s = modelShape(c, p.chunk_bytes, p.net_window);
+void modelPrediction(const View& c, const CollArgs& a, CollPlan& p) {
+  if (!predictedColl(a.coll) || !c.id.topo.uniform) return;
+  const Shape s = modelShape(c.id, c.ctx, p.chunk_bytes, p.net_window);
   p.predicted = predictFor(c, a, s, algoOf(p), inPlace(c, a), p.allreduce_small);
   p.modelled = true;
 }
 
 }  // namespace
 
-Shape modelShape(const hcComm& c, size_t chunk_bytes, size_t net_window) {
+Shape modelShape(const Identity& id, const PlanContext& ctx, size_t chunk_bytes, size_t net_window) {
+  const View c{id, ctx};
   Shape s;
-  s.nodes = c.topo.nnodes;
-  s.local = c.topo.uniform ? c.topo.localSize(0) : 1;
-  s.host_ranks = c.host_ranks;
-  s.cores = c.host_cores;
-  s.ring_cross = c.ring_cross;
+  s.nodes = c.id.topo.nnodes;
+  s.local = c.id.topo.uniform ? c.id.topo.localSize(0) : 1;
+  s.host_ranks = c.ctx.host_ranks;
+  s.cores = c.ctx.host_cores;
+  s.ring_cross = c.ctx.ring_cross;
   s.chunk = chunk_bytes;
   s.window = net_window;
-  s.scratch = c.scratch_bytes;
+  s.scratch = c.ctx.scratchBytes();
   return s;
 }
 
@@ -152,30 +158,30 @@ size_t allReduceBlock(size_t count, int nranks, const Capabilities& caps) {
 namespace {
 
 // What the rules allow, and under HICOLL_ALGO=auto what the model chooses among it.
-CollPlan planRules(const hcComm& c, const CollArgs& a, const Capabilities& caps) {
+CollPlan planRules(const View& c, const CollArgs& a, const Capabilities& caps) {
   CollPlan p;
   const size_t e = hcTypeSize(a.dtype);
-  const Topology& t = c.topo;
+  const Topology& t = c.id.topo;
   const size_t N = static_cast<size_t>(t.nnodes);
-  int64_t chunk = c.cfg.num(Knob::ChunkBytes);
-  if (N > 1) chunk = std::min(chunk, c.cfg.num(Knob::NetChunkBytes));
+  int64_t chunk = c.ctx.cfg.num(Knob::ChunkBytes);
+  if (N > 1) chunk = std::min(chunk, c.ctx.cfg.num(Knob::NetChunkBytes));
   p.chunk_bytes = static_cast<size_t>(chunk);
-  p.net_window = static_cast<size_t>(c.cfg.num(Knob::NetWindow));
-  const bool model_decides = !caps.device && c.cfg.algoAuto() && t.uniform && modelledColl(a.coll);
-  if (model_decides && c.cfg.isDefault(Knob::NetWindow))
-    p.net_window = modelWindow(c.model, modelShape(c, p.chunk_bytes, p.net_window), p.net_window);
+  p.net_window = static_cast<size_t>(c.ctx.cfg.num(Knob::NetWindow));
+  const bool model_decides = !caps.device && c.ctx.cfg.algoAuto() && t.uniform && modelledColl(a.coll);
+  if (model_decides && c.ctx.cfg.isDefault(Knob::NetWindow))
+    p.net_window = modelWindow(c.ctx.model, modelShape(c.id, c.ctx, p.chunk_bytes, p.net_window), p.net_window);
 
   if (a.coll == hcCollAllReduce) {
-    p.allreduce_small = allReduceIsSmall(a.count, e, c.nranks,
-                                         static_cast<size_t>(c.cfg.num(Knob::AllReduceSmallBytes)), caps);
-    p.allreduce_block = allReduceBlock(a.count, c.nranks, caps);
+    p.allreduce_small = allReduceIsSmall(a.count, e, c.id.nranks,
+                                         static_cast<size_t>(c.ctx.cfg.num(Knob::AllReduceSmallBytes)), caps);
+    p.allreduce_block = allReduceBlock(a.count, c.id.nranks, caps);
     p.block_bytes = p.allreduce_small ? a.count * e : p.allreduce_block * e;
   } else if (a.coll == hcCollAllGather || a.coll == hcCollReduceScatter) {
     p.block_bytes = a.count * e;
   }
 
-  if (c.cfg.forceFallbackMask() & (1u << a.coll))
-    return fallback(p, Rule::Forced, fmt::format("HICOLL_FORCE_FALLBACK={}", c.cfg.str(Knob::ForceFallback)));
+  if (c.ctx.cfg.forceFallbackMask() & (1u << a.coll))
+    return fallback(p, Rule::Forced, fmt::format("HICOLL_FORCE_FALLBACK={}", c.ctx.cfg.str(Knob::ForceFallback)));
   if (a.coll == hcCollAllToAll) {
     // No level aggregates an AllToAll's blocks (each has one destination): one flat path, on
     // any topology and buffer size, with no scratch or sort buffer.
@@ -183,21 +189,35 @@ CollPlan planRules(const hcComm& c, const CollArgs& a, const Capabilities& caps)
     p.rule = Rule::Pairwise;
     return p;
   }
-  if (!caps.device && c.cfg.algoRing() && a.coll != hcCollBarrier) {
+  if (!caps.device && c.ctx.cfg.algoRing() && a.coll != hcCollBarrier) {
     p.path = hcPathRing;
     p.rule = Rule::RingRequested;
     return p;
   }
+  const Verdict hier = hierarchicalRules(c.id, c.ctx, a, caps, p);
+  if (hier.rule != Rule::Hierarchical) return fallback(p, hier.rule, hier.reason);
+  if (model_decides) modelChoice(c, a, caps, p);
+  return p;
+}
+
+}  // namespace
+
+Verdict hierarchicalRules(const Identity& id, const PlanContext& ctx, const CollArgs& a, const Capabilities& caps,
+                          const CollPlan& p) {
+  const View c{id, ctx};
+  const Topology& t = id.topo;
+  const size_t N = static_cast<size_t>(t.nnodes);
+  auto no = [](Rule r, std::string why) { return Verdict{r, std::move(why)}; };
   if (!t.uniform) {
     std::string counts;
     for (int n = 0; n < t.nnodes; ++n) counts += fmt::format("{}{}={}", n ? ", " : "", t.labels[n], t.localSize(n));
-    return fallback(p, Rule::UnevenNodes, fmt::format("uneven ranks per node ({})", counts));
+    return no(Rule::UnevenNodes, fmt::format("uneven ranks per node ({})", counts));
   }
-  if (a.coll == hcCollBarrier) return p;
+  if (a.coll == hcCollBarrier) return {};
   const char* no_cma = "no single-copy intra-node reads (HICOLL_SHM_CMA=0 or process_vm_readv not permitted)";
   if (a.coll == hcCollBroadcast) {
-    if (!caps.device && !caps.single_copy_reads) return fallback(p, Rule::NoSingleCopyReads, no_cma);
-    return p;
+    if (!caps.device && !caps.single_copy_reads) return no(Rule::NoSingleCopyReads, no_cma);
+    return {};
   }
   const size_t b = p.block_bytes;
   // ReduceScatter stages outgoing partials through scratch in chunk-sized slots, so any
@@ -206,31 +226,26 @@ CollPlan planRules(const hcComm& c, const CollArgs& a, const Capabilities& caps)
   // one node the host AllGather stages it there only when peers cannot read it where it lies
   // (no single-copy reads, or blocks up to HICOLL_SHM_EAGER_BYTES).
   const bool stages_block = caps.device || N > 1 || !caps.single_copy_reads ||
-                            b <= static_cast<size_t>(c.cfg.num(Knob::ShmEagerBytes));
-  if (c.scratch_bytes < b && a.coll != hcCollReduceScatter && stages_block)
-    return fallback(p, Rule::ScratchTooSmall,
-                    fmt::format("SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES={} < per-rank block {} bytes", c.scratch_bytes, b));
-  if (c.sort_bytes < N * b)
-    return fallback(p, Rule::SortTooSmall,
-                    fmt::format("SMDDP_AG_SORT_BUFFER_SIZE_BYTES={} < {} nodes x per-rank block {} bytes = {}",
-                                c.sort_bytes, N, b, N * b));
+                            b <= static_cast<size_t>(c.ctx.cfg.num(Knob::ShmEagerBytes));
+  if (c.ctx.scratchBytes() < b && a.coll != hcCollReduceScatter && stages_block)
+    return no(Rule::ScratchTooSmall,
+              fmt::format("SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES={} < per-rank block {} bytes", c.ctx.scratchBytes(), b));
+  if (c.ctx.sortBytes() < N * b)
+    return no(Rule::SortTooSmall, fmt::format("SMDDP_AG_SORT_BUFFER_SIZE_BYTES={} < {} nodes x per-rank block {} bytes = {}",
+                                              c.ctx.sortBytes(), N, b, N * b));
   // Across nodes the host ReduceScatter reads local peers' inputs in place; on one node it
   // pushes through scratch and the AllGather has bounce buffers, so neither needs CMA there.
   const bool reads_in_place = a.coll == hcCollReduceScatter || (a.coll == hcCollAllReduce && !p.allreduce_small);
-  if (!caps.device && N > 1 && !caps.single_copy_reads && reads_in_place)
-    return fallback(p, Rule::NoSingleCopyReads, no_cma);
-  if (model_decides) modelChoice(c, a, caps, p);
-  return p;
+  if (!caps.device && N > 1 && !caps.single_copy_reads && reads_in_place) return no(Rule::NoSingleCopyReads, no_cma);
+  return {};
 }
 
-}  // namespace
-
-CollPlan planCall(const hcComm& c, const CollArgs& a, const Capabilities& caps) {
+CollPlan planCall(const Identity& id, const PlanContext& ctx, const CollArgs& a, const Capabilities& caps) {
+  const View c{id, ctx};
   if (caps.device) return planRules(c, a, caps);
   // Host calls repeat their shape (a training step's buckets): the last plan per collective is
   // kept, as the model's few predictions cost more than a small call's other work.
-  if (!c.plan_memo) c.plan_memo = std::make_shared<PlanMemos>();
-  PlanMemo& m = c.plan_memo->of[a.coll];
+  PlanMemo& m = ctx.memo.of[a.coll];
   const bool ip = inPlace(c, a);
   const size_t qb = quantizesHere(a) ? a.quant.block : 0;
   if (m.valid && m.count == a.count && m.dtype == a.dtype && m.quant_block == qb && m.in_place == ip &&
@@ -242,23 +257,24 @@ CollPlan planCall(const hcComm& c, const CollArgs& a, const Capabilities& caps) 
   return p;
 }
 
-int64_t quantizeFromNodes(const hcComm& c, bool model_may_decide) {
-  const int64_t min_nodes = c.cfg.num(Knob::QuantMinNodes);
+int64_t quantizeFromNodes(const PlanContext& ctx, bool model_may_decide) {
+  const int64_t min_nodes = ctx.cfg.num(Knob::QuantMinNodes);
   return min_nodes > 0 ? min_nodes : model_may_decide ? 0 : 2;
 }
 
-QuantPlan planQuantized(const hcComm& c, const CollArgs& a, const Capabilities& caps) {
+QuantPlan planQuantized(const Identity& id, const PlanContext& ctx, const CollArgs& a, const Capabilities& caps) {
+  const View c{id, ctx};
   QuantPlan q;
-  const int64_t min_nodes = c.cfg.num(Knob::QuantMinNodes);
-  const bool model_decides = quantizeFromNodes(c, c.topo.uniform) == 0;
-  q.quantize = c.topo.nnodes >= quantizeFromNodes(c, c.topo.uniform);
-  if (!q.quantize) q.why = fmt::format("exact on {} node(s) (HICOLL_QUANT_MIN_NODES={})", c.topo.nnodes, min_nodes);
-  if (!c.topo.uniform) return q;
+  const int64_t min_nodes = c.ctx.cfg.num(Knob::QuantMinNodes);
+  const bool model_decides = quantizeFromNodes(c.ctx, c.id.topo.uniform) == 0;
+  q.quantize = c.id.topo.nnodes >= quantizeFromNodes(c.ctx, c.id.topo.uniform);
+  if (!q.quantize) q.why = fmt::format("exact on {} node(s) (HICOLL_QUANT_MIN_NODES={})", c.id.topo.nnodes, min_nodes);
+  if (!c.id.topo.uniform) return q;
   // The exact call as it would run, and the exact call that would move the images: their
   // paths and chunking are what each variant runs with.
   CollArgs exact = a;
   exact.quant = QuantArgs{};
-  const CollPlan pe = planCall(c, exact, caps);
+  const CollPlan pe = planCall(c.id, c.ctx, exact, caps);
   CollArgs wire = a;  // the ReduceScatter quantizes inside its path
   wire.quant.packed = true;
   wire.quant.exact = false;
@@ -267,14 +283,14 @@ QuantPlan planQuantized(const hcComm& c, const CollArgs& a, const Capabilities& 
     wire.dtype = hcUint8;
     wire.count = quant::packedBytes(std::min(a.count, quant::pieceElems(a.count, a.quant.block)), a.quant.block);
   }
-  const CollPlan pw = planCall(c, wire, caps);
+  const CollPlan pw = planCall(c.id, c.ctx, wire, caps);
   const size_t bytes = callBytes(c, a), e = hcTypeSize(a.dtype);
   auto quantized = [&](bool ip) {
-    return predictQuantized(c.model, modelShape(c, pw.chunk_bytes, pw.net_window), a.coll, algoOf(pw), bytes, ip, e,
+    return predictQuantized(c.ctx.model, modelShape(c.id, c.ctx, pw.chunk_bytes, pw.net_window), a.coll, algoOf(pw), bytes, ip, e,
                             a.quant.block);
   };
   auto exactTime = [&](bool ip) {
-    return predict(c.model, modelShape(c, pe.chunk_bytes, pe.net_window), a.coll, algoOf(pe), bytes, ip);
+    return predict(c.ctx.model, modelShape(c.id, c.ctx, pe.chunk_bytes, pe.net_window), a.coll, algoOf(pe), bytes, ip);
   };
   if (model_decides) {
     // Out of place on every rank: the in-place flag may differ between ranks.

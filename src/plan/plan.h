@@ -6,12 +6,15 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <set>
 #include <string>
 
 #include "base/coll.h"
+#include "base/config.h"
+#include "base/identity.h"
+#include "base/machine_figures.h"
 #include "plan/cost_model.h"
-
-struct hcComm;
 
 namespace hicoll {
 
@@ -76,16 +79,47 @@ struct PlanMemos {
   PlanMemo of[hcNumColls];
 };
 
+// What the planner reads of a communicator besides its Identity: values alike on every rank,
+// set at creation (the configuration checked there, the cost model's figures, what the
+// creation exchange says of the hosts), and what it keeps between calls.
+struct PlanContext {
+  Config cfg;  // what the communicator runs with (hcCommGetConfig)
+  // HICOLL_MODEL_FILE's figures or the provider's defaults.
+  MachineFigures model;
+  // The ranks sharing one host's cores (one kernel, as emulated nodes do), its cores, the most
+  // ring hops that leave one node.
+  int host_ranks = 1, host_cores = 1, ring_cross = 1;
+  // The largest inter-node chunk the model may raise HICOLL_NET_CHUNK_SIZE to under
+  // HICOLL_ALGO=auto: HICOLL_CHUNK_SIZE, within rxm's eager limit in this process (0: none).
+  size_t net_chunk_cap = 0;
+  mutable PlanMemos memo;                // planCall's last plan per collective
+  mutable std::set<uint64_t> model_logged;  // shapes whose model choice HICOLL_DEBUG=INFO has shown
+
+  size_t scratchBytes() const { return static_cast<size_t>(cfg.num(Knob::ScratchBytes)); }
+  size_t sortBytes() const { return static_cast<size_t>(cfg.num(Knob::SortBytes)); }
+  long timeoutMs() const { return static_cast<long>(cfg.num(Knob::TimeoutMs)); }
+};
+
 // The AllReduce split, one definition for every path (the device engine asks it too):
 // small_bytes is HICOLL_ALLREDUCE_SMALL_BYTES.
 bool allReduceIsSmall(size_t count, size_t elem_bytes, int nranks, size_t small_bytes, const Capabilities& caps);
 size_t allReduceBlock(size_t count, int nranks, const Capabilities& caps);  // elements per rank
 
-// The model's view of comm: its nodes, hosts and the plan's chunking.
-Shape modelShape(const hcComm& comm, size_t chunk_bytes, size_t net_window);
+// The model's view of a communicator: its nodes, hosts and the plan's chunking.
+Shape modelShape(const Identity& id, const PlanContext& ctx, size_t chunk_bytes, size_t net_window);
 
-// The plan of a (a validated call) on comm, for a path with these capabilities.
-CollPlan planCall(const hcComm& comm, const CollArgs& a, const Capabilities& caps);
+// Whether the hierarchical path may run a (planned as p, before the model's choice): Rule::
+// Hierarchical, or the rule that sends it to the fallback and why. The planner and
+// hicoll_info --algorithms ask it.
+struct Verdict {
+  Rule rule = Rule::Hierarchical;
+  std::string reason;
+};
+Verdict hierarchicalRules(const Identity& id, const PlanContext& ctx, const CollArgs& a, const Capabilities& caps,
+                          const CollPlan& p);
+
+// The plan of a (a validated call) on a communicator, for a path with these capabilities.
+CollPlan planCall(const Identity& id, const PlanContext& ctx, const CollArgs& a, const Capabilities& caps);
 
 // A host quantized call (hcAllGatherQuantized, hcReduceScatterQuantized, a.quant.block set):
 // whether it quantizes or runs the exact collective, and the model's time for what it runs.
@@ -98,10 +132,10 @@ struct QuantPlan {
   bool modelled = false;
   Prediction predicted;  // of what runs
 };
-QuantPlan planQuantized(const hcComm& comm, const CollArgs& a, const Capabilities& caps);
+QuantPlan planQuantized(const Identity& id, const PlanContext& ctx, const CollArgs& a, const Capabilities& caps);
 // HICOLL_QUANT_MIN_NODES as a rule: a quantized call quantizes on at least this many nodes.
 // 0 means the cost model decides per call where it may (uniform host nodes); where it may not
 // (uneven nodes, the device path), the rule is 2 nodes.
-int64_t quantizeFromNodes(const hcComm& comm, bool model_may_decide);
+int64_t quantizeFromNodes(const PlanContext& ctx, bool model_may_decide);
 
 }  // namespace hicoll

@@ -4,7 +4,7 @@
 
 #include <map>
 
-#include "core/comm.h"
+#include "plan/plan.h"
 #include "device/decision.h"
 #include "transport/shm/shm_transport.h"
 
@@ -52,19 +52,18 @@ TEST(DeviceDecision, PureTable) {
   EXPECT_EQ(d.reason, "device staging buffers too small");
 }
 
-// A communicator with just what planCall reads (configuration, topology, buffer sizes); what the
-// transports can do comes in as Capabilities.
+// What planCall reads of a communicator (its identity and plan context: configuration,
+// topology, model); what the transports can do comes in as Capabilities.
 struct FakeComm {
-  hcComm c;
+  hicoll::Identity id;
+  hicoll::PlanContext c;
   FakeComm(const std::vector<std::string>& labels, std::map<std::string, std::string> env) {
     c.cfg = hicoll::Config::from([&](const char* name) -> const char* {
       auto it = env.find(name);
       return it == env.end() ? nullptr : it->second.c_str();
     });
-    c.nranks = static_cast<int>(labels.size());
-    c.topo = hicoll::Topology::build(labels, std::vector<std::string>(labels.size(), "h"));
-    c.scratch_bytes = static_cast<size_t>(c.cfg.num(hicoll::Knob::ScratchBytes));
-    c.sort_bytes = static_cast<size_t>(c.cfg.num(hicoll::Knob::SortBytes));
+    id.nranks = static_cast<int>(labels.size());
+    id.topo = hicoll::Topology::build(labels, std::vector<std::string>(labels.size(), "h"));
   }
 };
 
@@ -79,45 +78,45 @@ CollArgs call(hcColl_t coll, size_t count, hcDataType_t dt = hcFloat32) {
 TEST(DeviceDecision, WithTheCommunicatorsConfiguration) {
   {
     FakeComm f({"a", "a", "b", "b"}, {{"HICOLL_FORCE_FALLBACK", "allgather"}});
-    DeviceChoice d = decide(f.c, call(hcCollAllGather, 10), ok(), nullptr);
+    DeviceChoice d = decide(f.id, f.c, call(hcCollAllGather, 10), ok(), nullptr);
     EXPECT_TRUE(d.fallback);
     EXPECT_NE(d.reason.find("HICOLL_FORCE_FALLBACK"), std::string::npos) << d.reason;
   }
   {
     FakeComm f({"a", "a", "b", "b"}, {{"HICOLL_FORCE_FALLBACK", "all"}});
     for (hcColl_t c : {hcCollAllGather, hcCollReduceScatter, hcCollAllReduce, hcCollBroadcast})
-      EXPECT_TRUE(decide(f.c, call(c, 10), ok(), nullptr).fallback) << hicoll::collName(c);
+      EXPECT_TRUE(decide(f.id, f.c, call(c, 10), ok(), nullptr).fallback) << hicoll::collName(c);
   }
   {
     FakeComm f({"a", "a", "b", "b"}, {{"HICOLL_ALGO", "ring"}});
-    EXPECT_FALSE(decide(f.c, call(hcCollAllGather, 10), ok(), nullptr).fallback) << "HICOLL_ALGO is for host buffers";
+    EXPECT_FALSE(decide(f.id, f.c, call(hcCollAllGather, 10), ok(), nullptr).fallback) << "HICOLL_ALGO is for host buffers";
   }
   {
     FakeComm f({"a", "a", "b"}, {});
-    DeviceChoice d = decide(f.c, call(hcCollAllGather, 10), ok(), nullptr);
+    DeviceChoice d = decide(f.id, f.c, call(hcCollAllGather, 10), ok(), nullptr);
     EXPECT_TRUE(d.fallback);
     EXPECT_NE(d.reason.find("uneven"), std::string::npos) << d.reason;
   }
   {
     FakeComm f({"a", "a", "b", "b"}, {{"SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES", "8192"}});
-    EXPECT_FALSE(decide(f.c, call(hcCollAllGather, 2048), ok(), nullptr).fallback) << "8 KiB block fits";
-    DeviceChoice d = decide(f.c, call(hcCollAllGather, 2049), ok(), nullptr);
+    EXPECT_FALSE(decide(f.id, f.c, call(hcCollAllGather, 2048), ok(), nullptr).fallback) << "8 KiB block fits";
+    DeviceChoice d = decide(f.id, f.c, call(hcCollAllGather, 2049), ok(), nullptr);
     EXPECT_TRUE(d.fallback);
     EXPECT_NE(d.reason.find("SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES"), std::string::npos) << d.reason;
   }
   {
     FakeComm f({"a", "b", "c", "d"}, {{"SMDDP_AG_SORT_BUFFER_SIZE_BYTES", "16384"}});
-    EXPECT_FALSE(decide(f.c, call(hcCollAllGather, 1024), ok(), nullptr).fallback) << "4 x 4 KiB fits";
-    DeviceChoice d = decide(f.c, call(hcCollAllGather, 1025), ok(), nullptr);
+    EXPECT_FALSE(decide(f.id, f.c, call(hcCollAllGather, 1024), ok(), nullptr).fallback) << "4 x 4 KiB fits";
+    DeviceChoice d = decide(f.id, f.c, call(hcCollAllGather, 1025), ok(), nullptr);
     EXPECT_TRUE(d.fallback);
     EXPECT_NE(d.reason.find("SMDDP_AG_SORT_BUFFER_SIZE_BYTES"), std::string::npos) << d.reason;
-    d = decide(f.c, call(hcCollReduceScatter, 1025), ok(), nullptr);
+    d = decide(f.id, f.c, call(hcCollReduceScatter, 1025), ok(), nullptr);
     EXPECT_TRUE(d.fallback) << "ReduceScatter receives N partial blocks into the sort buffer";
     EXPECT_NE(d.reason.find("SMDDP_AG_SORT_BUFFER_SIZE_BYTES"), std::string::npos) << d.reason;
   }
   {
     FakeComm f({"a", "a"}, {});
-    DeviceChoice d = decide(f.c, call(hcCollAllGather, 10), EngineStatus{false, "CUDA IPC: no peer access"}, nullptr);
+    DeviceChoice d = decide(f.id, f.c, call(hcCollAllGather, 10), EngineStatus{false, "CUDA IPC: no peer access"}, nullptr);
     EXPECT_TRUE(d.fallback);
     EXPECT_EQ(d.reason, "CUDA IPC: no peer access");
   }
@@ -133,29 +132,29 @@ TEST(DeviceDecision, QuantizedAllGatherIsJudgedByItsImages) {
   q.quant = hicoll::QuantArgs{.block = 256, .dtype = hcFloat32, .count = 8000};
   {
     FakeComm f({"a", "a", "b", "b"}, {{"SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES", "8192"}});
-    EXPECT_EQ(hicoll::dev::exactInstead(f.c, q), "");
-    EXPECT_TRUE(decide(f.c, call(hcCollAllGather, 8000), ok(), nullptr).fallback) << "32000 exact bytes";
+    EXPECT_EQ(hicoll::dev::exactInstead(f.id, f.c, q), "");
+    EXPECT_TRUE(decide(f.id, f.c, call(hcCollAllGather, 8000), ok(), nullptr).fallback) << "32000 exact bytes";
     const CollArgs wire = hicoll::dev::planArgs(q);
     EXPECT_EQ(wire.count, 8128u);
     EXPECT_EQ(wire.dtype, hcUint8);
-    EXPECT_FALSE(decide(f.c, wire, ok(), nullptr).fallback) << "the 8128-byte image fits";
+    EXPECT_FALSE(decide(f.id, f.c, wire, ok(), nullptr).fallback) << "the 8128-byte image fits";
   }
   {
     FakeComm f({"a", "a"}, {});
-    EXPECT_NE(hicoll::dev::exactInstead(f.c, q).find("exact on 1 node"), std::string::npos);
+    EXPECT_NE(hicoll::dev::exactInstead(f.id, f.c, q).find("exact on 1 node"), std::string::npos);
   }
   {
     FakeComm f({"a", "a"}, {{"HICOLL_QUANT_MIN_NODES", "1"}});
-    EXPECT_EQ(hicoll::dev::exactInstead(f.c, q), "");
+    EXPECT_EQ(hicoll::dev::exactInstead(f.id, f.c, q), "");
   }
   {
     FakeComm f({"a", "b"}, {});
     CollArgs rs = call(hcCollReduceScatter, 8000);
     rs.quant = q.quant;
-    EXPECT_EQ(hicoll::dev::exactInstead(f.c, rs), "");
+    EXPECT_EQ(hicoll::dev::exactInstead(f.id, f.c, rs), "");
     EXPECT_EQ(hicoll::dev::planArgs(rs).count, 8000u) << "the ReduceScatter's chunks hold its images";
     FakeComm one({"a", "a"}, {});
-    EXPECT_NE(hicoll::dev::exactInstead(one.c, rs).find("exact on 1 node"), std::string::npos);
+    EXPECT_NE(hicoll::dev::exactInstead(one.id, one.c, rs).find("exact on 1 node"), std::string::npos);
   }
 }
 
@@ -163,18 +162,18 @@ TEST(DeviceDecision, HostOnlyRulesDoNotApplyToDeviceBuffers) {
   using hicoll::Capabilities;
   {
     FakeComm f({"a", "a", "b", "b"}, {{"HICOLL_ALGO", "ring"}});
-    EXPECT_EQ(hicoll::planCall(f.c, call(hcCollAllGather, 10), Capabilities{}).path, hcPathRing);
-    EXPECT_FALSE(decide(f.c, call(hcCollAllGather, 10), ok(), nullptr).fallback);
+    EXPECT_EQ(hicoll::planCall(f.id, f.c, call(hcCollAllGather, 10), Capabilities{}).path, hcPathRing);
+    EXPECT_FALSE(decide(f.id, f.c, call(hcCollAllGather, 10), ok(), nullptr).fallback);
   }
   {
     FakeComm f({"a", "a", "b", "b"}, {});
     Capabilities no_cma;
     no_cma.single_copy_reads = false;
     for (hcColl_t c : {hcCollReduceScatter, hcCollBroadcast}) {
-      const CollPlan host = hicoll::planCall(f.c, call(c, 100000), no_cma);
+      const CollPlan host = hicoll::planCall(f.id, f.c, call(c, 100000), no_cma);
       EXPECT_EQ(host.rule, Rule::NoSingleCopyReads) << hicoll::collName(c);
       EXPECT_TRUE(host.fallback());
-      EXPECT_FALSE(decide(f.c, call(c, 100000), ok(), nullptr).fallback) << hicoll::collName(c);
+      EXPECT_FALSE(decide(f.id, f.c, call(c, 100000), ok(), nullptr).fallback) << hicoll::collName(c);
     }
   }
 }
@@ -193,7 +192,7 @@ TEST(DeviceDecision, RewordedReasonsChangeNoDecision) {
     FakeComm f(labels, env);
     for (hcColl_t c : {hcCollAllGather, hcCollReduceScatter, hcCollAllReduce, hcCollBroadcast})
       for (size_t count : {size_t{10}, size_t{1025}, size_t{4096}, size_t{1} << 20}) {
-        const CollPlan plan = hicoll::planCall(f.c, call(c, count), hicoll::dev::deviceCapabilities());
+        const CollPlan plan = hicoll::planCall(f.id, f.c, call(c, count), hicoll::dev::deviceCapabilities());
         for (const std::string& engine : {std::string(), std::string("staging too small")}) {
           const DeviceChoice as_is = decide(plan, ok(), engine);
           CollPlan reworded = plan;
@@ -213,16 +212,16 @@ TEST(DeviceDecision, RewordedReasonsChangeNoDecision) {
 TEST(Plan, AllReduceSplitHasOneDefinition) {
   FakeComm f({"a", "a", "b", "b"}, {{"HICOLL_ALLREDUCE_SMALL_BYTES", "4096"}});
   const hicoll::Capabilities host{}, dev = hicoll::dev::deviceCapabilities();
-  CollPlan p = hicoll::planCall(f.c, call(hcCollAllReduce, 1024), host);
+  CollPlan p = hicoll::planCall(f.id, f.c, call(hcCollAllReduce, 1024), host);
   EXPECT_TRUE(p.allreduce_small);  // 4 KiB
-  p = hicoll::planCall(f.c, call(hcCollAllReduce, 1025), host);
+  p = hicoll::planCall(f.id, f.c, call(hcCollAllReduce, 1025), host);
   EXPECT_FALSE(p.allreduce_small);
   EXPECT_EQ(p.allreduce_block, 256u);  // the host rounds down (the tail goes the small way)
-  p = hicoll::planCall(f.c, call(hcCollAllReduce, 1025), dev);
+  p = hicoll::planCall(f.id, f.c, call(hcCollAllReduce, 1025), dev);
   EXPECT_EQ(p.allreduce_block, 257u);  // the device rounds up and pads
   EXPECT_EQ(p.block_bytes, 257u * 4);
   EXPECT_EQ(hicoll::allReduceIsSmall(1025, 4, 4, 4096, host), p.allreduce_small);
-  EXPECT_TRUE(hicoll::planCall(f.c, call(hcCollAllReduce, 3), host).allreduce_small) << "fewer elements than ranks";
+  EXPECT_TRUE(hicoll::planCall(f.id, f.c, call(hcCollAllReduce, 3), host).allreduce_small) << "fewer elements than ranks";
 }
 
 // On one node with single-copy reads the host AllGather reads every block where it lies: a
@@ -235,18 +234,18 @@ TEST(Plan, OneNodeAllGatherNeedsNoScratchForItsBlock) {
   no_cma.single_copy_reads = false;
   {
     FakeComm f({"a", "a"}, small_scratch);
-    EXPECT_EQ(hicoll::planCall(f.c, call(hcCollAllGather, 4096), Capabilities{}).path, hcPathHierarchical);
-    EXPECT_EQ(hicoll::planCall(f.c, call(hcCollAllReduce, 100000), Capabilities{}).path, hcPathHierarchical);
-    EXPECT_EQ(hicoll::planCall(f.c, call(hcCollAllGather, 4096), no_cma).rule, Rule::ScratchTooSmall);
+    EXPECT_EQ(hicoll::planCall(f.id, f.c, call(hcCollAllGather, 4096), Capabilities{}).path, hcPathHierarchical);
+    EXPECT_EQ(hicoll::planCall(f.id, f.c, call(hcCollAllReduce, 100000), Capabilities{}).path, hcPathHierarchical);
+    EXPECT_EQ(hicoll::planCall(f.id, f.c, call(hcCollAllGather, 4096), no_cma).rule, Rule::ScratchTooSmall);
   }
   {
     FakeComm f({"a", "a"}, {{"SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES", "8192"}, {"HICOLL_SHM_EAGER_BYTES", "65536"}});
-    EXPECT_EQ(hicoll::planCall(f.c, call(hcCollAllGather, 4096), Capabilities{}).rule, Rule::ScratchTooSmall)
+    EXPECT_EQ(hicoll::planCall(f.id, f.c, call(hcCollAllGather, 4096), Capabilities{}).rule, Rule::ScratchTooSmall)
         << "a 16 KiB block within the eager size is staged";
   }
   {
     FakeComm f({"a", "b"}, small_scratch);
-    EXPECT_EQ(hicoll::planCall(f.c, call(hcCollAllGather, 4096), Capabilities{}).rule, Rule::ScratchTooSmall);
+    EXPECT_EQ(hicoll::planCall(f.id, f.c, call(hcCollAllGather, 4096), Capabilities{}).rule, Rule::ScratchTooSmall);
   }
 }
 
@@ -267,9 +266,9 @@ TEST(Plan, AutoTakesWhatTheModelPredictsFastest) {
       f.c.model.reduce_Bps = reduce_Bps;
       for (hcColl_t coll : {hcCollAllGather, hcCollReduceScatter, hcCollAllReduce})
         for (size_t count = 16; count <= (size_t{16} << 20); count *= 8) {
-          const CollPlan p = hicoll::planCall(f.c, call(coll, count), hicoll::Capabilities{});
+          const CollPlan p = hicoll::planCall(f.id, f.c, call(coll, count), hicoll::Capabilities{});
           ASSERT_TRUE(p.modelled);
-          const hicoll::Shape s = hicoll::modelShape(f.c, p.chunk_bytes, p.net_window);
+          const hicoll::Shape s = hicoll::modelShape(f.id, f.c, p.chunk_bytes, p.net_window);
           const size_t bytes = coll == hcCollAllReduce ? count * 4 : count * 4 * labels.size();
           auto t = [&](Algo a, bool small) { return predict(f.c.model, s, coll, a, bytes, false, small).total(); };
           if (coll == hcCollAllReduce && count >= labels.size())
@@ -290,17 +289,17 @@ TEST(Plan, AutoTakesWhatTheModelPredictsFastest) {
   // The fixed rules: HICOLL_ALGO=hier keeps the hierarchical path and the configured split.
   FakeComm fixed({"a", "a", "b", "b"}, {{"HICOLL_ALGO", "hier"}});
   fixed.c.model = m;
-  CollPlan p = hicoll::planCall(fixed.c, call(hcCollAllReduce, 16384), hicoll::Capabilities{});
+  CollPlan p = hicoll::planCall(fixed.id, fixed.c, call(hcCollAllReduce, 16384), hicoll::Capabilities{});
   EXPECT_EQ(p.path, hcPathHierarchical);
   EXPECT_TRUE(p.allreduce_small) << "64 KiB is within HICOLL_ALLREDUCE_SMALL_BYTES";
   // auto on the same 2x2: RS + AG (half the bytes per link) is predicted faster at 64 KiB,
   // unless the threshold is set by hand.
   FakeComm autom({"a", "a", "b", "b"}, {});
   autom.c.model = m;
-  EXPECT_FALSE(hicoll::planCall(autom.c, call(hcCollAllReduce, 16384), hicoll::Capabilities{}).allreduce_small);
+  EXPECT_FALSE(hicoll::planCall(autom.id, autom.c, call(hcCollAllReduce, 16384), hicoll::Capabilities{}).allreduce_small);
   FakeComm pinned({"a", "a", "b", "b"}, {{"HICOLL_ALLREDUCE_SMALL_BYTES", "65536"}});
   pinned.c.model = m;
-  EXPECT_TRUE(hicoll::planCall(pinned.c, call(hcCollAllReduce, 16384), hicoll::Capabilities{}).allreduce_small);
+  EXPECT_TRUE(hicoll::planCall(pinned.id, pinned.c, call(hcCollAllReduce, 16384), hicoll::Capabilities{}).allreduce_small);
 }
 
 // HICOLL_ALGO=auto with the default net chunk: the plan runs the chunk and window the model
@@ -319,10 +318,10 @@ TEST(Plan, AutoTakesTheModelsChunk) {
     FakeComm f({"a", "a", "b", "b"}, std::move(env));
     f.c.model = m;
     f.c.net_chunk_cap = cap;
-    const CollPlan p = hicoll::planCall(f.c, call(hcCollAllGather, count), hicoll::Capabilities{});
+    const CollPlan p = hicoll::planCall(f.id, f.c, call(hcCollAllGather, count), hicoll::Capabilities{});
     EXPECT_TRUE(p.modelled);
     EXPECT_EQ(p.path, hcPathHierarchical);
-    const hicoll::Shape s = hicoll::modelShape(f.c, p.chunk_bytes, p.net_window);
+    const hicoll::Shape s = hicoll::modelShape(f.id, f.c, p.chunk_bytes, p.net_window);
     // (rank 0 with null buffers: an in-place call)
     EXPECT_DOUBLE_EQ(p.predicted.total(), predict(m, s, hcCollAllGather, hicoll::Algo::Hier, count * 16, true).total());
     EXPECT_EQ(p.net_window, hicoll::modelWindow(m, s, 4));
@@ -340,7 +339,7 @@ TEST(Plan, AutoTakesTheModelsChunk) {
   FakeComm fixed({"a", "a", "b", "b"}, {{"HICOLL_ALGO", "hier"}});
   fixed.c.model = fast;
   fixed.c.net_chunk_cap = cap;
-  EXPECT_EQ(hicoll::planCall(fixed.c, call(hcCollAllGather, count), hicoll::Capabilities{}).chunk_bytes, floor);
+  EXPECT_EQ(hicoll::planCall(fixed.id, fixed.c, call(hcCollAllGather, count), hicoll::Capabilities{}).chunk_bytes, floor);
 }
 
 }  // namespace

@@ -7,7 +7,7 @@ import sys
 
 # Ground floor first. sharded/ is built on the public C API (and the ground floor's headers);
 # launch/ (the launcher the tools and tests share) on nothing of hicoll.
-LAYERS = ["base", "bootstrap", "transport", "core", "plan", "algorithms", "fallback", "device", "api", "tools"]
+LAYERS = ["base", "bootstrap", "transport", "plan", "core", "algorithms", "fallback", "device", "api", "tools"]
 SIDE = {"sharded": {"base"}, "launch": set()}
 
 src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src")

@@ -444,25 +444,22 @@ void OfiTransport::warmUp() {
     reqs.emplace_back(from, irecv(from, &warm_recv_[static_cast<size_t>(from)], sizeof(int32_t), tag));
     reqs.emplace_back(-1, isend(to, &warm_send_, sizeof(int32_t), tag));
   }
-  Deadline dl(timeout_ms_);
-  Backoff bo;
-  while (!reqs.empty()) {
-    const bool any = completeEach(reqs, [&](const std::pair<int, ReqId>& r) { return test(r.second); }) > 0;
-    if (reqs.empty()) break;
-    if (dl.expired()) {
-      std::string who;
-      for (auto& [peer, id] : reqs)
-        if (peer >= 0) who += fmt::format("{}{}", who.empty() ? "" : ", ", peerStr(peer));
-      HC_THROW(hcTimeout, "rank {} ofi: no warm-up message within {} ms from {}", rank_, timeout_ms_,
-               who.empty() ? "(sends to peers did not complete)" : who);
-    }
-    if (any) {
-      bo.reset();
-    } else {
-      if (while_blocked_) while_blocked_();
-      bo.pause();
-    }
-  }
+  waitUntil(
+      [&] {
+        const bool any = completeEach(reqs, [&](const std::pair<int, ReqId>& r) { return test(r.second); }) > 0;
+        return reqs.empty() ? Progress::Done : any ? Progress::Moved : Progress::Idle;
+      },
+      Deadline(timeout_ms_),
+      [&] {
+        if (while_blocked_) while_blocked_();
+      },
+      [&] {
+        std::string who;
+        for (auto& [peer, id] : reqs)
+          if (peer >= 0) who += fmt::format("{}{}", who.empty() ? "" : ", ", peerStr(peer));
+        HC_THROW(hcTimeout, "rank {} ofi: no warm-up message within {} ms from {}", rank_, timeout_ms_,
+                 who.empty() ? "(sends to peers did not complete)" : who);
+      });
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
     HC_CHECK(warm_recv_[static_cast<size_t>(p)] == p, hcRemoteError,
@@ -569,7 +566,6 @@ void OfiTransport::announceFailure(const std::string& what) {
       }
     }
     post_limit_ms_ = 0;
-    Backoff bo;
     size_t done = 0;
     auto sent = [&](ReqId id) {
       try {
@@ -578,12 +574,13 @@ void OfiTransport::announceFailure(const std::string& what) {
         return true;  // failed: nothing more to wait for
       }
     };
-    while (!sends.empty() && !dl.expired()) {
-      const size_t n = completeEach(sends, sent);
-      done += n;
-      if (n > 0) bo.reset();
-      else if (!sends.empty()) bo.pause();
-    }
+    waitUntil(
+        [&] {
+          const size_t n = completeEach(sends, sent);
+          done += n;
+          return sends.empty() ? Progress::Done : n > 0 ? Progress::Moved : Progress::Idle;
+        },
+        dl);
     HC_INFO("ofi: rank {} sent its failure notice to {} of {} peers", rank_, done, size_ - 1);
   } catch (const std::exception& e) {
     HC_INFO("ofi: rank {} could not tell every peer of its failure: {}", rank_, e.what());
@@ -770,30 +767,34 @@ ReqId OfiTransport::post(bool send, int peer, void* buf, size_t len, uint64_t ta
 
 void OfiTransport::postOp(bool send, Op* op, void* buf, void* desc, int peer, uint64_t tag) {
   const long limit = post_limit_ms_.load();
-  Deadline dl(limit > 0 ? limit : timeout_ms_);
-  Backoff bo;
   const fi_addr_t addr = addrs_[static_cast<size_t>(peer)];
-  for (;;) {
-    ssize_t rc = send ? fi_tsend(ep_.get(), buf, op->len, desc, addr, tag, &op->ctx)
-                      : fi_trecv(ep_.get(), buf, op->len, desc, addr, tag, 0, &op->ctx);
-    if (rc == 0) return;
-    HC_CHECK(rc == -FI_EAGAIN, hcSystemError, "rank {} ofi: {} {} tag {:#x} ({} bytes): {}", rank_,
-             send ? "fi_tsend to" : "fi_trecv from", peerStr(peer), tag, op->len, fiStr(rc));
-    // The queue is full: completions free it (and the provider may need progress to send).
-    // A queue that stays full because its peer is dead is a dead peer: look for the notices
-    // and the liveness news that say so.
-    ++post_retries_;
-    if (drainCq() > 0) bo.reset(); else bo.pause();
-    if (aborted_.load()) throwAborted(send ? "send to" : "receive from", peer, tag);
-    if (limit == 0) {  // not while this rank announces its own failure
-      throwIfNoticeArrived();
-      if (while_blocked_) while_blocked_();
-    }
-    HC_CHECK(!dl.expired(), hcTimeout,
-             "rank {} ofi: could not post a {} {} tag {:#x} for {} ms: the provider's queue stayed full "
-             "(too many outstanding operations, or the peer is not progressing)",
-             rank_, send ? "send to" : "receive from", peerStr(peer), tag, timeout_ms_);
-  }
+  waitUntil(
+      [&] {
+        ssize_t rc = send ? fi_tsend(ep_.get(), buf, op->len, desc, addr, tag, &op->ctx)
+                          : fi_trecv(ep_.get(), buf, op->len, desc, addr, tag, 0, &op->ctx);
+        if (rc == 0) return Progress::Done;
+        HC_CHECK(rc == -FI_EAGAIN, hcSystemError, "rank {} ofi: {} {} tag {:#x} ({} bytes): {}", rank_,
+                 send ? "fi_tsend to" : "fi_trecv from", peerStr(peer), tag, op->len, fiStr(rc));
+        // The queue is full: completions free it (and the provider may need progress to send).
+        ++post_retries_;
+        return drainCq() > 0 ? Progress::Moved : Progress::Idle;
+      },
+      Deadline(limit > 0 ? limit : timeout_ms_),
+      [&] {
+        // A queue that stays full because its peer is dead is a dead peer: look for the
+        // notices and the liveness news that say so.
+        if (aborted_.load()) throwAborted(send ? "send to" : "receive from", peer, tag);
+        if (limit == 0) {  // not while this rank announces its own failure
+          throwIfNoticeArrived();
+          if (while_blocked_) while_blocked_();
+        }
+      },
+      [&] {
+        HC_THROW(hcTimeout,
+                 "rank {} ofi: could not post a {} {} tag {:#x} for {} ms: the provider's queue stayed full "
+                 "(too many outstanding operations, or the peer is not progressing)",
+                 rank_, send ? "send to" : "receive from", peerStr(peer), tag, timeout_ms_);
+      });
 }
 
 // ---- completion ----

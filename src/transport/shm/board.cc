@@ -1,8 +1,70 @@
 #include "transport/shm/board.h"
 
+#include <fmt/format.h>
+
+#include "base/error.h"
 #include "transport/shm/shm_transport.h"
 
 namespace hicoll {
+
+bool NodeBoard::waitPosted(int local, uint64_t seq, const CallDesc& mine, bool collect) {
+  const int peer = shm_.commRank(local);
+  auto posted = [&] { return postedSeq(local, seq) >= seq; };
+  waitUntil(
+      posted, deadline_,
+      [&] {
+        check_peers_();
+        // A peer that destroyed its communicator makes no more calls.
+        if (!posted() && shm_.closed(local)) {
+          const std::string why = shm_.failed(local) ? shm_.reason(local) : "";
+          HC_THROW(hcRemoteError, "{} destroyed its communicator without calling {}{}", id_.who(peer),
+                   describeCall(mine), why.empty() ? "" : fmt::format(" (it had failed: {})", why));
+        }
+      },
+      [&] {
+        if (posted()) return;
+        HC_THROW(hcTimeout, "timed out after {} ms: {} has not started this call ({}){}", timeout_ms_, id_.who(peer),
+                 shm_.peerState(local), shm_.stopped(local) ? "" : " (slow, stopped, or it called fewer collectives)");
+      });
+  HC_CHECK(postedSeq(local, seq) == seq, hcInternalError, "shm: {} is ahead of this phase", id_.who(peer));
+  const CallDesc theirs = postedDesc(local, seq);
+  if (theirs.invalid()) {
+    if (collect || mine.invalid()) return false;
+    const std::string why = shm_.reason(local);
+    HC_THROW(hcRemoteError, "{} rejected its arguments of {}{}{}", id_.who(peer), describeCall(theirs),
+             why.empty() ? "" : ": ", why);
+  }
+  if (collect) return true;
+  if (!theirs.sameCall(mine) && ((theirs.flags() ^ mine.flags()) & CallDesc::kDestroy))
+    HC_THROW(hcRemoteError, "{} {}", id_.who(peer),
+             theirs.flags() & CallDesc::kDestroy
+                 ? fmt::format("destroyed its communicator while rank {} called {}", id_.rank, describeCall(mine))
+                 : fmt::format("called {} while this rank destroys its communicator", describeCall(theirs)));
+  if (!theirs.sameCall(mine)) HC_THROW(hcInvalidUsage, "{}", callMismatch(id_.who(peer), theirs, id_.rank, mine));
+  HC_CHECK(theirs.w[0] == mine.w[0], hcInternalError, "shm: {} is in another phase ({:#x} vs {:#x}) of {}",
+           id_.who(peer), theirs.w[0] >> 28 & 0xf, mine.w[0] >> 28 & 0xf, describeCall(mine));
+  return true;
+}
+
+void NodeBoard::waitAllPosted(uint64_t seq, const CallDesc& mine) {
+  for (int l = 0; l < shm_.localSize(); ++l)
+    if (l != shm_.localIndex()) waitPosted(l, seq, mine);
+}
+
+bool NodeBoard::allPostedNodeMemory(uint64_t seq) const {
+  for (int l = 0; l < shm_.localSize(); ++l)
+    if (!postedMem(l, seq).valid()) return false;
+  return true;
+}
+
+void NodeBoard::finish(uint64_t seq, bool peers_read_only_segment) {
+  done(seq);
+  if (peers_read_only_segment) return;
+  for (int l = 0; l < shm_.localSize(); ++l) {
+    if (l == shm_.localIndex()) continue;
+    shm_.waitFor([&] { return peerDone(l, seq); }, deadline_, "waiting for local peers to finish reading", l);
+  }
+}
 
 void NodeBoard::post(uint64_t seq, const CallDesc& desc, const void* addr0) {
   Board::Post& b = shm_.board(shm_.localIndex()).post[seq & 1];

@@ -3,15 +3,22 @@
 // of chunks ready, per data stream), and when it finished reading its peers. One board per
 // rank, in its shared segment; the protocol is NodeBoard's.
 //
-// Every slot alternates with the phase's parity: a peer may post phase s+1 while this rank
-// still checks its phase s, and no rank runs two phases ahead of a local peer (each phase waits
-// for every local peer's post, Run::waitAllPosted).
+// The phase rule, for every phase of every collective: write this rank's segment (scratch,
+// sort, board info) only after post() and waitPosted() of every local peer. A peer that posted
+// phase s+1 has finished reading phase s, so a phase whose peers read only the segment need not
+// wait at its end (finish(peers_read_only_segment)). One exception, the hierarchical
+// AllGather's eager staging, writes a scratch half no peer can be reading; and a Broadcast's
+// holder publishes before its peers posted. So a peer can be one phase ahead, never two: every
+// slot alternates with the phase's parity.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 
 #include "base/coll.h"
+#include "base/deadline.h"
+#include "base/identity.h"
 #include "transport/shm/node_memory.h"
 
 namespace hicoll {
@@ -36,10 +43,33 @@ struct alignas(64) Board {
 
 class NodeBoard {
  public:
-  explicit NodeBoard(ShmTransport& shm) : shm_(shm) {}
+  // The protocol's waits run until `deadline` (of timeout_ms, for messages), with
+  // check_peers() on every idle pass (it throws when a rank this one depends on is gone), and
+  // name ranks by id.
+  NodeBoard(ShmTransport& shm, const Identity& id, const Deadline& deadline, long timeout_ms,
+            std::function<void()> check_peers)
+      : shm_(shm), id_(id), deadline_(deadline), timeout_ms_(timeout_ms), check_peers_(std::move(check_peers)) {}
 
-  // This rank's post of phase seq.
+  // ---- the protocol ----
+  // This rank's post of phase seq: desc (the call, its phase kind and flags) and the region it
+  // exposes to the node.
   void post(uint64_t seq, const CallDesc& desc, const void* addr0);
+  // Waits until local peer `local` posted phase seq; its call must be `mine` (this rank's call
+  // with the phase kind, without flags), else an error naming both (hcInvalidUsage;
+  // hcRemoteError when the peer rejected its own arguments or destroyed its communicator).
+  // Collecting (a rejected call's round): returns whether the peer's call was valid instead.
+  bool waitPosted(int local, uint64_t seq, const CallDesc& mine, bool collect = false);
+  void waitAllPosted(uint64_t seq, const CallDesc& mine);
+  // Node memory (hcMemAlloc): did every rank of the node post a region in it this phase? Then
+  // each reads the others' regions with memcpy from its mapping of them, no single-copy reads
+  // (CMA) needed. Every rank sees the same posts, so all decide alike.
+  bool allPostedNodeMemory(uint64_t seq) const;
+  // done=seq, then wait until every local peer is done: they may be reading this rank's user
+  // buffers. peers_read_only_segment: they read only its segment, which the phase rule
+  // protects, so it returns at once (one cross-core round trip less per small call).
+  void finish(uint64_t seq, bool peers_read_only_segment);
+
+  // ---- the slots ----
   // The seq local peer `local` last posted in phase seq's slot (>= seq once it posted it), and
   // what it posted there.
   uint64_t postedSeq(int local, uint64_t seq) const;
@@ -56,6 +86,10 @@ class NodeBoard {
 
  private:
   ShmTransport& shm_;
+  const Identity& id_;
+  const Deadline& deadline_;
+  long timeout_ms_;
+  std::function<void()> check_peers_;
 };
 
 }  // namespace hicoll

@@ -389,9 +389,7 @@ std::string ShmTransport::peerState(int local) {
 void ShmTransport::explainReadFailure(int local) {
   // A peer frees its buffers only after its call returned, which for a failed call is after its
   // abort; a dying process's memory goes before its pidfd says so. A moment covers both.
-  Deadline d(std::min<long>(opt_.timeout_ms, 250));
-  Backoff backoff;
-  for (;;) {
+  waitUntil([&] {
     if (failed(local)) throwPeerError(local, "a read of its buffer");
     bool exited = false;
     if (pidfds_[local] >= 0) {
@@ -402,9 +400,8 @@ void ShmTransport::explainReadFailure(int local) {
       HC_THROW(hcRemoteError, "local peer rank {} destroyed its communicator while this rank read its buffer",
                commRank(local));
     if (exited) throwPeerError(local, "a read of its buffer");
-    if (d.expired()) return;
-    backoff.pause();
-  }
+    return false;  // nothing to explain yet: look again until the moment is over
+  }, Deadline(std::min<long>(opt_.timeout_ms, 250)));
 }
 
 bool ShmTransport::closed(int local) { return header(local).closed.load(std::memory_order_acquire) != 0; }

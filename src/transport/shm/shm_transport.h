@@ -138,12 +138,7 @@ class ShmTransport : public Transport {
 
 template <class Pred>
 void ShmTransport::waitFor(Pred pred, const Deadline& deadline, const char* what, int local) {
-  Backoff backoff;
-  while (!pred()) {
-    backoff.pause();
-    checkPeers();
-    if (deadline.expired()) throwTimeout(local, what);
-  }
+  waitUntil(pred, deadline, [&] { checkPeers(); }, [&] { throwTimeout(local, what); });
 }
 
 }  // namespace hicoll

@@ -1,0 +1,54 @@
+#include "core/stats.h"
+
+#include <cstdio>
+
+namespace hicoll {
+
+void Stats::start() {
+  std::lock_guard<std::mutex> lock(mu_);
+  s_.size = sizeof(hcStats);
+  s_.rank = id_.rank;
+  s_.nranks = id_.nranks;
+  s_.nnodes = id_.topo.nnodes;
+  s_.local_ranks = id_.topo.uniform ? id_.topo.localSize(0) : 0;
+  s_.node = id_.node();
+  s_.local_rank = id_.localRank();
+}
+
+void Stats::countCall(hcColl_t c, hcPath_t path, const std::string& reason, double predicted_s, size_t chunk_bytes,
+                      size_t net_window) {
+  std::lock_guard<std::mutex> lock(mu_);
+  s_.coll[c].calls[path]++;
+  s_.predicted_us[c] = predicted_s * 1e6;
+  s_.chunk_bytes[c] = chunk_bytes;
+  s_.net_window[c] = net_window;
+  if (path == hcPathFallback && !reason.empty())  // a ring the model chose is no fallback
+    std::snprintf(s_.coll[c].last_fallback_reason, sizeof s_.coll[c].last_fallback_reason, "%s", reason.c_str());
+}
+
+void Stats::countQuantized(hcColl_t c, double predicted_s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  s_.quantized_calls[c]++;
+  if (predicted_s > 0) s_.predicted_us[c] = predicted_s * 1e6;
+}
+
+void Stats::countNodeMemory(hcColl_t c, size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  s_.bytes_node_memory[c] += bytes;
+}
+
+void Stats::countBytes(hcColl_t c, int peer, size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (id_.sameNode(peer)) {
+    s_.coll[c].bytes_intra += bytes;
+  } else {
+    s_.coll[c].bytes_inter += bytes;
+  }
+}
+
+hcStats Stats::snapshot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return s_;
+}
+
+}  // namespace hicoll

@@ -1,0 +1,34 @@
+// What a communicator counts for hcCommGetStats: calls per path, bytes per level, the plan's
+// figures. Calls run on one thread at a time, but hcCommGetStats may read from another.
+#pragma once
+
+#include <cstddef>
+#include <mutex>
+#include <string>
+
+#include "base/identity.h"
+#include "hicoll/hicoll.h"
+
+namespace hicoll {
+
+class Stats {
+ public:
+  explicit Stats(const Identity& id) : id_(id) {}
+
+  // The identity's fields of hcStats (rank, nodes, ...), once it is known.
+  void start();
+  void countCall(hcColl_t c, hcPath_t path, const std::string& fallback_reason = "", double predicted_s = 0,
+                 size_t chunk_bytes = 0, size_t net_window = 0);
+  void countBytes(hcColl_t c, int peer, size_t bytes);
+  void countNodeMemory(hcColl_t c, size_t bytes);  // of those, read from a peer's node memory
+  // predicted_s > 0: the model's time of the whole quantized call (its pieces counted their own).
+  void countQuantized(hcColl_t c, double predicted_s = 0);
+  hcStats snapshot() const;
+
+ private:
+  const Identity& id_;
+  mutable std::mutex mu_;
+  hcStats s_{};
+};
+
+}  // namespace hicoll
