@@ -1,12 +1,22 @@
-// hicoll_info: every configuration knob with its current value (like ucc_info -caf), and the
-// generator of env.md (--markdown).
+// hicoll_info: every configuration knob with its current value (like ucc_info -caf), the
+// generator of env.md (--markdown), and the table of paths with what each would cost for one
+// call and which the planner takes (--algorithms, like ucc_info -A).
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <string>
+#include <thread>
 
 #include "base/config.h"
 #include "base/error.h"
+#include "base/identity.h"
+#include "base/machine_figures.h"
 #include "hicoll/hicoll.h"
+#include "plan/paths.h"
 
 using namespace hicoll;
 
@@ -49,15 +59,131 @@ static void markdown() {
               "environment variables.\n");
 }
 
+namespace {
+
+struct CallSpec {
+  std::string coll;  // empty: print the table only
+  size_t bytes = 1 << 20;
+  int nodes = 2, local = 2;
+  std::string dtype = "float32";
+  size_t quant_block = 0;
+  bool device = false;
+  int host_ranks = 0, cores = 0;  // 0: one host per node; this machine's cores
+};
+
+std::string collsOf(uint32_t mask) {
+  std::string out;
+  for (int c = 0; c < hcNumColls; ++c)
+    if (mask & (1u << c)) out += std::string(out.empty() ? "" : ",") + collName(static_cast<hcColl_t>(c));
+  return out;
+}
+
+int algorithms(const CallSpec& spec) {
+  if (spec.coll.empty()) {
+    std::printf("%-18s %-7s %-12s %-44s %s\n", "path", "buffers", "model", "collectives", "what");
+    for (const PathInfo& p : pathTable())
+      std::printf("%-18s %-7s %-12s %-44s %s\n", p.name,
+                  p.host && p.device ? "both" : p.host ? "host" : "device",
+                  p.modelled ? algoName(p.algo) : "-", collsOf(p.colls).c_str(), p.what);
+    std::printf("\nFor one call: hicoll_info --algorithms --coll allgather --bytes 64M --nodes 2 --ranks-per-node 2\n");
+    return 0;
+  }
+  hcColl_t coll = hcNumColls;
+  for (int c = 0; c < hcNumColls; ++c) {
+    std::string name = collName(static_cast<hcColl_t>(c));
+    std::transform(name.begin(), name.end(), name.begin(), [](unsigned char ch) { return std::tolower(ch); });
+    if (name == spec.coll) coll = static_cast<hcColl_t>(c);
+  }
+  static const std::map<std::string, hcDataType_t> dtypes = {
+      {"int8", hcInt8}, {"uint8", hcUint8}, {"int32", hcInt32}, {"int64", hcInt64},
+      {"float16", hcFloat16}, {"bfloat16", hcBfloat16}, {"float32", hcFloat32}, {"float64", hcFloat64}};
+  HC_CHECK(coll != hcNumColls, hcInvalidArgument, "--coll {}: not a collective (allgather, reducescatter, allreduce, "
+           "broadcast, barrier, alltoall)", spec.coll);
+  HC_CHECK(dtypes.count(spec.dtype), hcInvalidArgument, "--dtype {}: not a datatype", spec.dtype);
+  Identity id;
+  std::vector<std::string> labels, hosts;
+  for (int n = 0; n < spec.nodes; ++n)
+    for (int l = 0; l < spec.local; ++l) {
+      labels.push_back(fmt::format("n{}", n));
+      hosts.push_back(spec.host_ranks ? "h" : fmt::format("h{}", n));
+    }
+  id.nranks = spec.nodes * spec.local;
+  id.topo = Topology::build(labels, hosts);
+  PlanContext ctx;
+  ctx.cfg = Config::fromEnv();
+  const std::string model_file = ctx.cfg.str(Knob::ModelFile);
+  ctx.model = model_file.empty() ? defaultFigures(ctx.cfg.str(Knob::OfiProvider)) : loadFigures(model_file);
+  ctx.host_ranks = spec.host_ranks ? spec.host_ranks : spec.local;
+  ctx.host_cores = spec.cores ? spec.cores : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  ctx.ring_cross = 1;  // ranks in node order: the ring leaves each node once
+  if (ctx.cfg.algoAuto() && ctx.cfg.isDefault(Knob::NetChunkBytes))
+    ctx.net_chunk_cap = static_cast<size_t>(std::max(ctx.cfg.num(Knob::NetChunkBytes), ctx.cfg.num(Knob::ChunkBytes)));
+  CollArgs a;
+  a.coll = coll;
+  a.dtype = dtypes.at(spec.dtype);
+  const size_t e = hcTypeSize(a.dtype), W = static_cast<size_t>(id.nranks);
+  const bool per_rank = coll == hcCollAllGather || coll == hcCollReduceScatter;
+  a.count = per_rank ? spec.bytes / e / W : spec.bytes / e;
+  a.quant.block = spec.quant_block;
+  a.quant.dtype = a.dtype;
+  a.quant.count = a.count;
+  Capabilities caps;
+  caps.device = spec.device;
+  CollPlan plan;
+  const std::vector<PathVerdict> verdicts = explainCall(id, ctx, a, caps, &plan);
+  std::printf("# %s of %zu bytes (%s, %zu per rank), %d node(s) x %d rank(s), %s buffers\n", collName(coll),
+              per_rank ? a.count * e * W : a.count * e, spec.dtype.c_str(), per_rank ? a.count * e : a.count * e,
+              spec.nodes, spec.local, spec.device ? "device" : "host");
+  std::printf("# model figures: %s; %d rank(s) share %d core(s) per host; chunk %zu bytes, window %zu\n",
+              ctx.model.source.c_str(), ctx.host_ranks, ctx.host_cores, plan.chunk_bytes, plan.net_window);
+  std::printf("%-2s %-18s %-8s %13s %-8s %s\n", "", "path", "applies", "predicted_us", "bound", "why not");
+  for (const PathVerdict& v : verdicts)
+    std::printf("%-2s %-18s %-8s %13s %-8s %s\n", v.chosen ? "*" : "", v.path->name, v.why_not.empty() ? "yes" : "no",
+                v.predicted ? fmt::format("{:.1f}", v.prediction.total() * 1e6).c_str() : "-",
+                v.predicted ? v.prediction.bound() : "-", v.why_not.c_str());
+  const PathVerdict* chosen = nullptr;
+  for (const PathVerdict& v : verdicts)
+    if (v.chosen) chosen = &v;
+  if (chosen && chosen->path->id == PathId::Quantized)
+    std::printf("# the plan takes quantized (its images are gathered piece by piece by exact calls)\n");
+  else
+    std::printf("# the plan takes %s (rule: %s)%s%s\n", chosen ? chosen->path->name : "?", ruleName(plan.rule),
+                plan.reason.empty() ? "" : ": ", plan.reason.c_str());
+  return 0;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  std::string arg = argc > 1 ? argv[1] : "";
-  if (arg == "--markdown") {
+  CLI::App app{"hicoll_info: every knob with its current value and where it came from (no options); env.md "
+               "(--markdown); the paths and, for one call, what each would cost and which the plan takes "
+               "(--algorithms)"};
+  bool md = false, algos = false;
+  CallSpec spec;
+  app.add_flag("--markdown", md, "print env.md (the knob table as Markdown)");
+  app.add_flag("--algorithms,-A", algos, "print the table of paths; with --coll, the verdict for one call");
+  app.add_option("--coll", spec.coll, "allgather, reducescatter, allreduce, broadcast, barrier or alltoall");
+  app.add_option("--bytes", spec.bytes, "nccl-tests' size of the call (AllGather: the whole output), e.g. 64M")
+      ->transform(CLI::AsSizeValue(false));
+  app.add_option("--nodes", spec.nodes, "nodes")->check(CLI::PositiveNumber);
+  app.add_option("--ranks-per-node", spec.local, "ranks per node")->check(CLI::PositiveNumber);
+  app.add_option("--dtype", spec.dtype, "int8, uint8, int32, int64, float16, bfloat16, float32, float64");
+  app.add_option("--quant-block", spec.quant_block, "a quantized call (elements per scale)");
+  app.add_flag("--device", spec.device, "device buffers");
+  app.add_option("--host-ranks", spec.host_ranks, "ranks sharing one host's cores (emulated nodes: all)");
+  app.add_option("--cores", spec.cores, "cores of a host (default: this machine's)");
+  CLI11_PARSE(app, argc, argv);
+  if (md) {
     markdown();
     return 0;
   }
-  if (arg == "-h" || arg == "--help") {
-    std::printf("usage: hicoll_info [--markdown]\n  prints every knob, its current value and where it came from\n");
-    return 0;
+  if (algos) {
+    try {
+      return algorithms(spec);
+    } catch (const Error& e) {
+      std::fprintf(stderr, "hicoll_info: %s\n", e.what());
+      return 2;
+    }
   }
   int version = 0;
   hcGetVersion(&version);
