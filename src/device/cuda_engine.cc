@@ -271,7 +271,7 @@ void CudaDeviceEngine::setup() {
   r.flags = flags_;
   r.net = net_.get();
   r.chunk_bytes = chunk;
-  r.allreduce_small_bytes = static_cast<size_t>(p_.plan.cfg.num(Knob::AllReduceSmallBytes));
+  r.plan = p_.plan;
   r.timeout_ms = p_.plan.timeoutMs();
   hier_ = std::make_unique<dev::HierEngine>(std::move(r), std::make_unique<dev::CudaStream>(device_, ops_));
   status_.hier_ok = true;

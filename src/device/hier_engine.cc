@@ -25,6 +25,9 @@ HierEngine::HierEngine(Resources res, std::unique_ptr<DevStream> stream)
   HC_CHECK(t.uniform && t.nranks > 0, hcInternalError, "device path: needs the same number of ranks on every node");
   W_ = t.nranks;
   N_ = t.nnodes;
+  id_.rank = res_.rank;
+  id_.nranks = W_;
+  id_.topo = t;
   n_ = t.node_of[res_.rank];
   l_ = t.local_of[res_.rank];
   L_ = t.localSize(n_);

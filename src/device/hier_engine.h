@@ -41,8 +41,10 @@
 #include <vector>
 
 #include "base/coll.h"
+#include "base/identity.h"
 #include "base/topology.h"
 #include "device/dev_stream.h"
+#include "plan/plan.h"
 #include "transport/transport.h"
 
 namespace hicoll::dev {
@@ -100,7 +102,10 @@ struct Resources {
   FlagLayout flags;
   Transport* net = nullptr;  // reaches the rail peers on other nodes; null on one node
   size_t chunk_bytes = 1 << 20;
-  size_t allreduce_small_bytes = 65536;
+  // What planCall reads besides the topology: the communicator's configuration (its AllReduce
+  // split, HICOLL_ALLREDUCE_SMALL_BYTES, and the buffer rules) and model. The engine runs the
+  // plan's split (CollPlan::allreduce_small, allreduce_block), not one of its own.
+  PlanContext plan;
   long timeout_ms = 120000;
 };
 
@@ -120,8 +125,10 @@ class HierEngine {
   // "" when the engine can run a, otherwise why not (then the caller falls back). Depends
   // only on values that agree across ranks.
   std::string unsupported(const CollArgs& a) const;
-  // The plan's AllReduce split (plan/plan.h) with this engine's inputs.
-  bool smallAllReduce(const CollArgs& a) const;
+  // The call's plan (planCall with the device's capabilities), whose AllReduce split the
+  // engine runs; the same plan dev::decide took it by.
+  CollPlan plan(const CollArgs& a) const;
+  bool smallAllReduce(const CollArgs& a) const { return a.coll == hcCollAllReduce && plan(a).allreduce_small; }
   // Enqueues a on its stream (a.stream) and returns. Throws hicoll::Error if the engine
   // failed earlier or cannot enqueue; errors found later surface on the next call.
   void enqueue(const CollArgs& a);
@@ -210,6 +217,7 @@ class HierEngine {
   bool nodeAborted(std::string* who) const;
 
   Resources res_;
+  Identity id_;  // res_'s rank and topology, as planCall takes them
   std::unique_ptr<DevStream> stream_;
   int L_ = 1, N_ = 1, W_ = 1, n_ = 0, l_ = 0;
   size_t dslot_ = 0, wslot_ = 0, hsslot_ = 0, hrslot_ = 0;  // ring slot sizes (fixed per buffer)

@@ -72,9 +72,7 @@ size_t HierEngine::wireBlock(const CollArgs& a) const {
   return quant::chunkedImageBytes(a.count * e, chunkFor(a), e, a.quant.block) ? a.quant.block : 0;
 }
 
-bool HierEngine::smallAllReduce(const CollArgs& a) const {
-  return allReduceIsSmall(a.count, hcTypeSize(a.dtype), W_, res_.allreduce_small_bytes, deviceCapabilities());
-}
+CollPlan HierEngine::plan(const CollArgs& a) const { return planCall(id_, res_.plan, a, deviceCapabilities()); }
 
 std::string HierEngine::unsupported(const CollArgs& a) const {
   const size_t e = hcTypeSize(a.dtype);
@@ -117,7 +115,7 @@ void HierEngine::forEachPeerBytes(const CollArgs& a, const std::function<void(in
       if (smallAllReduce(a)) {
         hier(a.count * e);
       } else {
-        const size_t bb = allReduceBlock(a.count, W_, deviceCapabilities()) * e;
+        const size_t bb = plan(a).allreduce_block * e;
         hier(bb);
         hier(bb);
       }

@@ -330,7 +330,7 @@ void HierEngine::emitAllReduce(const CollArgs& a, Job& job) {
     return;
   }
   // ReduceScatter + AllGather on blocks of ceil(count / W), padded when W does not divide.
-  const size_t bb = allReduceBlock(a.count, W_, deviceCapabilities()) * e;
+  const size_t bb = plan(a).allreduce_block * e;
   const size_t mine_off = static_cast<size_t>(res_.rank) * bb;
   if (bb * static_cast<size_t>(W_) == total) {
     emitReduceScatter(send, recv + mine_off, bb, a, job);

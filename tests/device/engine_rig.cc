@@ -46,7 +46,10 @@ EngineRig::EngineRig(const std::vector<std::string>& labels, const RigOptions& o
     res.flags.local_ranks = L;
     res.net = N > 1 ? nets_[r].get() : nullptr;
     res.chunk_bytes = opt.chunk;
-    res.allreduce_small_bytes = opt.allreduce_small;
+    const std::string small = std::to_string(opt.allreduce_small);
+    res.plan.cfg = hicoll::Config::from([&](const char* name) -> const char* {
+      return std::string(name) == "HICOLL_ALLREDUCE_SMALL_BYTES" ? small.c_str() : nullptr;
+    });
     res.timeout_ms = opt.timeout_ms;
     auto s = std::make_unique<HostStream>(opt.stream_wait_ms);
     streams_.push_back(s.get());

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "base/error.h"
+#include "device/decision.h"
 #include "engine_rig.h"
 
 namespace {
@@ -302,6 +303,42 @@ TEST(Engine, AllGatherMovesDataWithCopiesOnly) {
   for (int r = 0; r < rig.size(); ++r) {
     EXPECT_EQ(rig.stream(r).reductions(), 0u) << "rank " << r;
     EXPECT_GT(rig.stream(r).copies(), 0u) << "rank " << r;
+  }
+}
+
+// One plan for both engines: the device engine runs the AllReduce split of the plan that
+// dev::decide took it by (planCall with the device's capabilities), and that plan splits as the
+// host's does wherever the host has a block to split (the device pads the last block, the host
+// sends the tail through the latency path: their block sizes are ceil and floor of count / W).
+TEST(Engine, RunsThePlansAllReduceSplit) {
+  RigOptions opt;
+  opt.allreduce_small = 4096;
+  EngineRig rig({"a", "a", "b", "b"}, opt);
+  hicoll::Identity id;
+  id.nranks = rig.size();
+  id.topo = rig.topo();
+  hicoll::PlanContext ctx;
+  ctx.cfg = hicoll::Config::from(
+      [](const char* name) -> const char* { return std::string(name) == "HICOLL_ALLREDUCE_SMALL_BYTES" ? "4096" : nullptr; });
+  const hicoll::Capabilities host;
+  for (size_t count : {4u, 5u, 1023u, 1024u, 1025u, 1026u, 4099u, 100000u}) {
+    CollArgs a;
+    a.coll = hcCollAllReduce;
+    a.dtype = hcFloat32;
+    a.count = count;
+    const hicoll::CollPlan dev = hicoll::planCall(id, ctx, a, hicoll::dev::deviceCapabilities());
+    const hicoll::CollPlan hst = hicoll::planCall(id, ctx, a, host);
+    EXPECT_EQ(rig.engine(0).smallAllReduce(a), dev.allreduce_small) << count;
+    EXPECT_EQ(rig.engine(0).plan(a).allreduce_block, dev.allreduce_block) << count;
+    EXPECT_EQ(dev.allreduce_small, hst.allreduce_small) << count;
+    EXPECT_EQ(dev.allreduce_small, count * 4 <= 4096) << count;
+    EXPECT_EQ(dev.allreduce_block, (count + 3) / 4) << count;
+    EXPECT_EQ(hst.allreduce_block, count / 4) << count;
+    // What the engine moves follows the plan: the split's blocks to every peer.
+    size_t moved = 0;
+    rig.engine(0).forEachPeerBytes(a, [&](int, size_t b) { moved += b; });
+    const size_t per_peer = dev.allreduce_small ? count * 4 : dev.allreduce_block * 4;
+    EXPECT_EQ(moved, (dev.allreduce_small ? 1 : 2) * per_peer * 3) << count;
   }
 }
 
