@@ -49,8 +49,7 @@ static uint64_t splitmix64(uint64_t& x) {
   return z ^ (z >> 31);
 }
 
-std::vector<size_t> batchStarts(uint64_t seed, long step, int micro, int batch, size_t corpus_len,
-                                int ctx) {
+std::vector<size_t> batchStarts(uint64_t seed, long step, int micro, int batch, size_t corpus_len, int ctx) {
   if (corpus_len < static_cast<size_t>(ctx) + 2)
     throw std::runtime_error("the corpus has " + std::to_string(corpus_len) +
                              " bytes, fewer than --ctx + 2 = " + std::to_string(ctx + 2));

@@ -13,7 +13,6 @@ std::vector<uint8_t> loadCorpus(const std::string& path, std::string* descriptio
 
 // Start offsets of the `batch` sequences of micro-batch `micro` of step `step` (1-based):
 // a pure function of (seed, step, micro), so a resumed run sees the same data.
-std::vector<size_t> batchStarts(uint64_t seed, long step, int micro, int batch, size_t corpus_len,
-                                int ctx);
+std::vector<size_t> batchStarts(uint64_t seed, long step, int micro, int batch, size_t corpus_len, int ctx);
 
 }  // namespace train_gpt

@@ -13,8 +13,8 @@ using hicoll::sharded::UnitSpec;
 
 std::vector<UnitSpec> gptUnits(const GptConfig& c) {
   if (c.width % c.heads != 0)
-    throw std::invalid_argument("--width " + std::to_string(c.width) +
-                                " is not a multiple of --heads " + std::to_string(c.heads));
+    throw std::invalid_argument("--width " + std::to_string(c.width) + " is not a multiple of --heads " +
+                                std::to_string(c.heads));
   const int64_t C = c.width, V = c.vocab, T = c.ctx;
   auto matrix = [](std::string n, std::vector<int64_t> s) { return ParamSpec{std::move(n), std::move(s), true}; };
   auto vector = [](std::string n, int64_t len) { return ParamSpec{std::move(n), {len}, false}; };
@@ -23,16 +23,15 @@ std::vector<UnitSpec> gptUnits(const GptConfig& c) {
   for (int l = 0; l < c.layers; ++l)
     units.push_back({"block" + std::to_string(l),
                      {vector("ln1.w", C), vector("ln1.b", C), matrix("attn.qkv.w", {3 * C, C}),
-                      vector("attn.qkv.b", 3 * C), matrix("attn.proj.w", {C, C}),
-                      vector("attn.proj.b", C), vector("ln2.w", C), vector("ln2.b", C),
-                      matrix("mlp.fc.w", {4 * C, C}), vector("mlp.fc.b", 4 * C),
+                      vector("attn.qkv.b", 3 * C), matrix("attn.proj.w", {C, C}), vector("attn.proj.b", C),
+                      vector("ln2.w", C), vector("ln2.b", C), matrix("mlp.fc.w", {4 * C, C}), vector("mlp.fc.b", 4 * C),
                       matrix("mlp.proj.w", {C, 4 * C}), vector("mlp.proj.b", C)}});
   units.push_back({"head", {vector("lnf.w", C), vector("lnf.b", C), matrix("lm_head.w", {V, C})}});
   return units;
 }
 
-void initParam(const GptConfig& c, const std::vector<UnitSpec>& units, int u, int p, uint64_t seed,
-               float* out, size_t n) {
+void initParam(const GptConfig& c, const std::vector<UnitSpec>& units, int u, int p, uint64_t seed, float* out,
+               size_t n) {
   const std::string& name = units[u].params[p].name;
   auto t = torch::from_blob(out, {static_cast<int64_t>(n)}, torch::kFloat32);
   const bool is_norm_weight = name.find("ln") == 0 && name.back() == 'w';
@@ -74,13 +73,11 @@ torch::Tensor blockForward(const std::vector<torch::Tensor>& P, const torch::Ten
   return r + m;
 }
 
-torch::Tensor headLoss(const std::vector<torch::Tensor>& P, const torch::Tensor& x,
-                       const torch::Tensor& targets) {
+torch::Tensor headLoss(const std::vector<torch::Tensor>& P, const torch::Tensor& x, const torch::Tensor& targets) {
   const int64_t C = x.size(2);
   auto h = torch::layer_norm(x, {C}, P[0], P[1], 1e-5);
   auto logits = torch::linear(h, P[2]);
-  return torch::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(torch::kFloat32),
-                                   targets.reshape({-1}));
+  return torch::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(torch::kFloat32), targets.reshape({-1}));
 }
 
 }  // namespace train_gpt

@@ -80,8 +80,8 @@ long maxRssKb() {
 }
 
 // Rows [row0, row0+rows) of the global batch of (step, micro): tokens and next-byte targets.
-std::pair<torch::Tensor, torch::Tensor> makeBatch(const Args& a, const std::vector<uint8_t>& corpus,
-                                                  long step, int micro, int row0, int rows) {
+std::pair<torch::Tensor, torch::Tensor> makeBatch(const Args& a, const std::vector<uint8_t>& corpus, long step,
+                                                  int micro, int row0, int rows) {
   const int T = a.model.ctx;
   auto starts = batchStarts(a.seed, step, micro, a.batch, corpus.size(), T);
   auto x = torch::empty({rows, T}, torch::kInt64), y = torch::empty({rows, T}, torch::kInt64);
@@ -114,8 +114,8 @@ class TorchUnits {
     const sh::UnitSpec& s = sp_.spec(u);
     std::vector<torch::Tensor> P;
     for (size_t p = 0; p < s.params.size(); ++p) {
-      auto t = torch::from_blob(const_cast<void*>(sp_.param(u, static_cast<int>(p))),
-                                s.params[p].shape, torch::TensorOptions().dtype(dt_));
+      auto t = torch::from_blob(const_cast<void*>(sp_.param(u, static_cast<int>(p))), s.params[p].shape,
+                                torch::TensorOptions().dtype(dt_));
       if (leaves) t.requires_grad_(true);
       P.push_back(t);
     }
@@ -126,8 +126,7 @@ class TorchUnits {
     const sh::UnitSpec& s = sp_.spec(u);
     for (size_t p = 0; p < P.size(); ++p) {
       if (!P[p].grad().defined()) continue;  // the layer's buffer starts at zero
-      torch::from_blob(sp_.grad(u, static_cast<int>(p)), s.params[p].shape,
-                       torch::TensorOptions().dtype(dt_))
+      torch::from_blob(sp_.grad(u, static_cast<int>(p)), s.params[p].shape, torch::TensorOptions().dtype(dt_))
           .copy_(P[p].grad());
     }
   }
@@ -191,16 +190,15 @@ int shardedMain(const Args& a, const std::vector<uint8_t>& corpus, const std::st
   torch::set_num_threads(a.threads);
   hcComm_t world = nullptr;
   if (hcResult_t r = hcCommInitFromEnv(&world); r != hcSuccess)
-    throw std::runtime_error(std::string("hcCommInitFromEnv failed: ") + hcGetErrorString(r) +
-                             ": " + hcGetLastError(nullptr));
+    throw std::runtime_error(std::string("hcCommInitFromEnv failed: ") + hcGetErrorString(r) + ": " +
+                             hcGetLastError(nullptr));
   std::unique_ptr<hcComm, decltype(&hcCommDestroy)> world_guard(world, &hcCommDestroy);
   int rank = 0, W = 1;
   hcCommUserRank(world, &rank);
   hcCommCount(world, &W);
   if (a.batch % W != 0)
-    throw std::runtime_error("--batch " + std::to_string(a.batch) + " is not a multiple of the " +
-                             "world size " + std::to_string(W) +
-                             ": every rank takes an equal slice of the global batch");
+    throw std::runtime_error("--batch " + std::to_string(a.batch) + " is not a multiple of the " + "world size " +
+                             std::to_string(W) + ": every rank takes an equal slice of the global batch");
 
   sh::Options o;
   o.sharded_data_parallel_degree = a.sdp_degree;
@@ -221,9 +219,7 @@ int shardedMain(const Args& a, const std::vector<uint8_t>& corpus, const std::st
   o.initial_loss_scale = a.loss_scale;
   const auto units = gptUnits(a.model);
   auto sp = sh::ShardedParams::create(world, units, o);
-  sp->initialize([&](int u, int p, float* out, size_t n) {
-    initParam(a.model, units, u, p, a.seed, out, n);
-  });
+  sp->initialize([&](int u, int p, float* out, size_t n) { initParam(a.model, units, u, p, a.seed, out, n); });
 
   long first = 1;
   if (!a.resume.empty()) {
@@ -241,10 +237,18 @@ int shardedMain(const Args& a, const std::vector<uint8_t>& corpus, const std::st
   const double tokens_per_step = static_cast<double>(a.batch) * a.model.ctx * a.grad_accum;
   if (rank == 0)
     emit({{"config",
-           {{"world", W}, {"sdp_degree", a.sdp_degree}, {"precision", a.precision},
-            {"corpus", corpus_desc}, {"corpus_bytes", corpus.size()}, {"layers", a.model.layers},
-            {"width", a.model.width}, {"heads", a.model.heads}, {"ctx", a.model.ctx},
-            {"batch", a.batch}, {"grad_accum", a.grad_accum}, {"first_step", first}}}});
+           {{"world", W},
+            {"sdp_degree", a.sdp_degree},
+            {"precision", a.precision},
+            {"corpus", corpus_desc},
+            {"corpus_bytes", corpus.size()},
+            {"layers", a.model.layers},
+            {"width", a.model.width},
+            {"heads", a.model.heads},
+            {"ctx", a.model.ctx},
+            {"batch", a.batch},
+            {"grad_accum", a.grad_accum},
+            {"first_step", first}}}});
 
   double sum_tok_s = 0, sum_dt = 0, sum_busy = 0, sum_wait = 0, last_loss = 0;
   long timed = 0;
@@ -300,19 +304,30 @@ int shardedMain(const Args& a, const std::vector<uint8_t>& corpus, const std::st
     json ranks = json::array();
     for (int r = 0; r < W; ++r) {
       const double* x = v.data() + static_cast<size_t>(r) * K;
-      ranks.push_back({{"rank", r}, {"state_bytes_peak", x[0]}, {"transient_bytes_peak", x[1]},
-                       {"layer_bytes_peak", x[2]}, {"live_params_peak", x[3]},
-                       {"max_rss_kb", x[4]}, {"comm_busy_s", x[5]}, {"comm_wait_s", x[6]}});
+      ranks.push_back({{"rank", r},
+                       {"state_bytes_peak", x[0]},
+                       {"transient_bytes_peak", x[1]},
+                       {"layer_bytes_peak", x[2]},
+                       {"live_params_peak", x[3]},
+                       {"max_rss_kb", x[4]},
+                       {"comm_busy_s", x[5]},
+                       {"comm_wait_s", x[6]}});
     }
     emit({{"summary",
-           {{"world", W}, {"sdp_degree", a.sdp_degree}, {"precision", a.precision},
-            {"steps", a.steps - first + 1}, {"final_loss", last_loss},
+           {{"world", W},
+            {"sdp_degree", a.sdp_degree},
+            {"precision", a.precision},
+            {"steps", a.steps - first + 1},
+            {"final_loss", last_loss},
             {"tokens_per_s", timed ? sum_tok_s / timed : 0.0},
             {"comm_share", sum_dt > 0 ? sum_busy / sum_dt : 0.0},
             {"comm_wait_share", sum_dt > 0 ? sum_wait / sum_dt : 0.0},
-            {"allgathers", st.allgathers}, {"reducescatters", st.reducescatters},
-            {"allreduces", st.allreduces}, {"prefetches", st.prefetches},
-            {"prefetches_paused", st.prefetches_paused}, {"skipped_steps", st.skipped_steps},
+            {"allgathers", st.allgathers},
+            {"reducescatters", st.reducescatters},
+            {"allreduces", st.allreduces},
+            {"prefetches", st.prefetches},
+            {"prefetches_paused", st.prefetches_paused},
+            {"skipped_steps", st.skipped_steps},
             {"ranks", ranks}}}});
   }
   sp.reset();  // before the world communicator it was split from
@@ -331,8 +346,8 @@ int referenceMain(const Args& a, const std::vector<uint8_t>& corpus) {
   for (size_t u = 0; u < units.size(); ++u)
     for (size_t p = 0; p < units[u].params.size(); ++p) {
       auto t = torch::empty(units[u].params[p].shape, torch::kFloat32);
-      initParam(a.model, units, static_cast<int>(u), static_cast<int>(p), a.seed,
-                t.data_ptr<float>(), static_cast<size_t>(t.numel()));
+      initParam(a.model, units, static_cast<int>(u), static_cast<int>(p), a.seed, t.data_ptr<float>(),
+                static_cast<size_t>(t.numel()));
       t.requires_grad_(true);
       P[u].push_back(t);
       all.push_back(t);
@@ -343,8 +358,7 @@ int referenceMain(const Args& a, const std::vector<uint8_t>& corpus) {
     o->betas({a.beta1, a.beta2}).eps(a.eps).weight_decay(wd);
     return torch::optim::OptimizerParamGroup(std::move(ps), std::move(o));
   };
-  torch::optim::AdamW opt({group(decay, a.weight_decay), group(no_decay, 0.0)},
-                          torch::optim::AdamWOptions(a.lr));
+  torch::optim::AdamW opt({group(decay, a.weight_decay), group(no_decay, 0.0)}, torch::optim::AdamWOptions(a.lr));
   const double tokens_per_step = static_cast<double>(a.batch) * a.model.ctx * a.grad_accum;
   for (long step = 1; step <= a.steps; ++step) {
     const auto t0 = Clock::now();
@@ -438,8 +452,7 @@ int main(int argc, char** argv) {
     hicoll::launch::Options lo;
     lo.np = a.np;
     lo.nodes = a.nodes;
-    lo.layout = a.layout == "interleaved" ? hicoll::launch::Layout::Interleaved
-                                          : hicoll::launch::Layout::Contiguous;
+    lo.layout = a.layout == "interleaved" ? hicoll::launch::Layout::Interleaved : hicoll::launch::Layout::Contiguous;
     lo.timeout_s = a.launch_timeout_s;
     lo.node_rank = a.node_rank;
     lo.master_addr = a.master_addr;

@@ -131,10 +131,10 @@ typedef enum {
 } hcColl_t;
 
 typedef struct {
-  uint64_t calls[hcNumPaths];   /* calls by path taken */
-  uint64_t bytes_intra;         /* payload bytes moved between this rank and its node's ranks
-                                   (sent, or read by this rank from their buffers) */
-  uint64_t bytes_inter;         /* payload bytes this rank sent to ranks on other nodes */
+  uint64_t calls[hcNumPaths]; /* calls by path taken */
+  uint64_t bytes_intra;       /* payload bytes moved between this rank and its node's ranks
+                                 (sent, or read by this rank from their buffers) */
+  uint64_t bytes_inter;       /* payload bytes this rank sent to ranks on other nodes */
   char last_fallback_reason[128];
 } hcCollStats;
 
@@ -163,7 +163,8 @@ typedef struct {
   uint64_t chunk_bytes[hcNumColls];
   uint64_t net_window[hcNumColls];
 } hcStats;
-#define HC_STATS_INITIALIZER {sizeof(hcStats)}
+#define HC_STATS_INITIALIZER \
+  { sizeof(hcStats) }
 
 /* An injectable bootstrap: a key-value store shared by all ranks (for example a c10d Store).
  * get() blocks until the key exists or timeout_ms passes; values have the exact length asked.
@@ -187,31 +188,30 @@ typedef struct {
  * configuration, with the overrides of hcCommSplitConfig's config on top. Grows at the end. */
 #define HC_CONFIG_UNDEF_INT (-9223372036854775807LL - 1)
 typedef struct {
-  size_t size;          /* sizeof(hcConfig_t) */
-  unsigned int magic;   /* HC_CONFIG_MAGIC */
-  unsigned int version; /* HICOLL_VERSION_CODE */
-  const char* name;     /* shown in this communicator's log lines (not a variable) */
-  const char* algo;            /* HICOLL_ALGO: "auto", "hier" or "ring" */
-  const char* forceFallback;   /* HICOLL_FORCE_FALLBACK: "allgather,reducescatter", "all", "" */
-  const char* debug;           /* HICOLL_DEBUG for this communicator's log lines */
-  const char* topoNode;        /* HICOLL_TOPO_NODE: this rank's node label */
-  long long timeoutMs;         /* HICOLL_TIMEOUT_MS */
-  long long chunkBytes;        /* HICOLL_CHUNK_SIZE */
-  long long netChunkBytes;     /* HICOLL_NET_CHUNK_SIZE */
-  long long netWindow;         /* HICOLL_NET_WINDOW */
-  long long deviceChunkBytes;  /* HICOLL_DEVICE_CHUNK_SIZE */
+  size_t size;                   /* sizeof(hcConfig_t) */
+  unsigned int magic;            /* HC_CONFIG_MAGIC */
+  unsigned int version;          /* HICOLL_VERSION_CODE */
+  const char* name;              /* shown in this communicator's log lines (not a variable) */
+  const char* algo;              /* HICOLL_ALGO: "auto", "hier" or "ring" */
+  const char* forceFallback;     /* HICOLL_FORCE_FALLBACK: "allgather,reducescatter", "all", "" */
+  const char* debug;             /* HICOLL_DEBUG for this communicator's log lines */
+  const char* topoNode;          /* HICOLL_TOPO_NODE: this rank's node label */
+  long long timeoutMs;           /* HICOLL_TIMEOUT_MS */
+  long long chunkBytes;          /* HICOLL_CHUNK_SIZE */
+  long long netChunkBytes;       /* HICOLL_NET_CHUNK_SIZE */
+  long long netWindow;           /* HICOLL_NET_WINDOW */
+  long long deviceChunkBytes;    /* HICOLL_DEVICE_CHUNK_SIZE */
   long long allreduceSmallBytes; /* HICOLL_ALLREDUCE_SMALL_BYTES */
-  long long scratchBytes;      /* SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES */
-  long long sortBytes;         /* SMDDP_AG_SORT_BUFFER_SIZE_BYTES */
-  long long quantMinNodes;     /* HICOLL_QUANT_MIN_NODES */
+  long long scratchBytes;        /* SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES */
+  long long sortBytes;           /* SMDDP_AG_SORT_BUFFER_SIZE_BYTES */
+  long long quantMinNodes;       /* HICOLL_QUANT_MIN_NODES */
 } hcConfig_t;
 #define HC_CONFIG_MAGIC 0x68636667u /* "hcfg" */
-#define HC_CONFIG_INITIALIZER                                                                  \
-  {                                                                                            \
-    sizeof(hcConfig_t), HC_CONFIG_MAGIC, HICOLL_VERSION_CODE, NULL, NULL, NULL, NULL, NULL,    \
-        HC_CONFIG_UNDEF_INT, HC_CONFIG_UNDEF_INT, HC_CONFIG_UNDEF_INT, HC_CONFIG_UNDEF_INT,    \
-        HC_CONFIG_UNDEF_INT, HC_CONFIG_UNDEF_INT, HC_CONFIG_UNDEF_INT, HC_CONFIG_UNDEF_INT,    \
-        HC_CONFIG_UNDEF_INT                                                                    \
+#define HC_CONFIG_INITIALIZER                                                                                    \
+  {                                                                                                              \
+    sizeof(hcConfig_t), HC_CONFIG_MAGIC, HICOLL_VERSION_CODE, NULL, NULL, NULL, NULL, NULL, HC_CONFIG_UNDEF_INT, \
+        HC_CONFIG_UNDEF_INT, HC_CONFIG_UNDEF_INT, HC_CONFIG_UNDEF_INT, HC_CONFIG_UNDEF_INT, HC_CONFIG_UNDEF_INT, \
+        HC_CONFIG_UNDEF_INT, HC_CONFIG_UNDEF_INT, HC_CONFIG_UNDEF_INT                                            \
   }
 
 HC_API const char* hcGetErrorString(hcResult_t result);
@@ -242,8 +242,7 @@ HC_API hcResult_t hcCommInitRankStoreConfig(hcComm_t* comm, int nranks, int rank
  * (then by parent rank). color < 0 (HC_SPLIT_NOCOLOR) returns *newcomm = NULL. */
 #define HC_SPLIT_NOCOLOR (-1)
 HC_API hcResult_t hcCommSplit(hcComm_t comm, int color, int key, hcComm_t* newcomm);
-HC_API hcResult_t hcCommSplitConfig(hcComm_t comm, int color, int key, hcComm_t* newcomm,
-                                    const hcConfig_t* config);
+HC_API hcResult_t hcCommSplitConfig(hcComm_t comm, int color, int key, hcComm_t* newcomm, const hcConfig_t* config);
 /* The configuration comm runs with, every field filled in (strings stay valid while comm lives).
  * Set config->size (HC_CONFIG_INITIALIZER does) before the call. */
 HC_API hcResult_t hcCommGetConfig(const hcComm_t comm, hcConfig_t* config);
@@ -258,8 +257,7 @@ HC_API hcResult_t hcCommGetConfig(const hcComm_t comm, hcConfig_t* config);
 #define HICOLL_HAS_COMM_SHRINK 1
 #define HC_SHRINK_DEFAULT 0
 #define HC_SHRINK_ABORT 1
-HC_API hcResult_t hcCommShrink(hcComm_t comm, const int* excludeRanks, int excludeCount, hcComm_t* newcomm,
-                               int flags);
+HC_API hcResult_t hcCommShrink(hcComm_t comm, const int* excludeRanks, int excludeCount, hcComm_t* newcomm, int flags);
 /* Frees the communicator; safe after an error. With ranks on other nodes it first meets them
  * (bounded by HICOLL_TIMEOUT_MS) so that messages in flight are delivered. */
 HC_API hcResult_t hcCommDestroy(hcComm_t comm);
@@ -275,13 +273,12 @@ HC_API hcResult_t hcCommUserRank(const hcComm_t comm, int* rank);
 HC_API hcResult_t hcCommGetStats(const hcComm_t comm, hcStats* stats);
 
 /* op = scalar * sum(x): each input is multiplied by *scalar (host memory, of datatype) first. */
-HC_API hcResult_t hcRedOpCreatePreMulSum(hcRedOp_t* op, const void* scalar, hcDataType_t datatype,
-                                         hcComm_t comm);
+HC_API hcResult_t hcRedOpCreatePreMulSum(hcRedOp_t* op, const void* scalar, hcDataType_t datatype, hcComm_t comm);
 HC_API hcResult_t hcRedOpDestroy(hcRedOp_t op, hcComm_t comm);
 
 /* recvbuff holds nranks * sendcount elements in rank order. */
-HC_API hcResult_t hcAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
-                              hcDataType_t datatype, hcComm_t comm, hcStream_t stream);
+HC_API hcResult_t hcAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, hcDataType_t datatype,
+                              hcComm_t comm, hcStream_t stream);
 /* Block quantization for the quantized collectives (DeepSpeed ZeRO++'s qwZ format): int8,
  * symmetric, one fp32 scale (the block's absmax) per block of `block` elements. An element x of
  * a block of absmax a arrives as round(x * 127 / a) * a / 127, so it is off by at most a / 254
@@ -293,7 +290,8 @@ typedef struct {
   hcQuantFormat_t format; /* hcQuantInt8Absmax */
   size_t block;           /* elements per scale; 0 = 256; at most 2^24 */
 } hcQuant;
-#define HC_QUANT_INITIALIZER {sizeof(hcQuant), hcQuantInt8Absmax, 256}
+#define HC_QUANT_INITIALIZER \
+  { sizeof(hcQuant), hcQuantInt8Absmax, 256 }
 
 /* An AllGather that moves each rank's block as int8 codes and scales, on every level (within
  * the node too), and dequantizes every block into recvbuff, this rank's own included: every
@@ -306,9 +304,8 @@ typedef struct {
  * stream) quantize on the device path from HICOLL_QUANT_MIN_NODES nodes on (from 2 under 0:
  * the model has no device figures), with the same bits as the host; where that path cannot
  * run, NCCL's exact AllGather (announced as a fallback). */
-HC_API hcResult_t hcAllGatherQuantized(const void* sendbuff, void* recvbuff, size_t sendcount,
-                                       hcDataType_t datatype, const hcQuant* quant, hcComm_t comm,
-                                       hcStream_t stream);
+HC_API hcResult_t hcAllGatherQuantized(const void* sendbuff, void* recvbuff, size_t sendcount, hcDataType_t datatype,
+                                       const hcQuant* quant, hcComm_t comm, hcStream_t stream);
 
 /* A ReduceScatter whose partial sums cross nodes as int8 codes and scales (the gradients'
  * direction): within a node the sums stay exact (peers' inputs are read where they lie); each
@@ -323,19 +320,17 @@ HC_API hcResult_t hcAllGatherQuantized(const void* sendbuff, void* recvbuff, siz
  * each chunk's partials on their own (so the blocks restart at chunk boundaries), with the same
  * bound; where that path cannot run, NCCL's exact ReduceScatter (announced as a fallback). */
 HC_API hcResult_t hcReduceScatterQuantized(const void* sendbuff, void* recvbuff, size_t recvcount,
-                                           hcDataType_t datatype, hcRedOp_t op, const hcQuant* quant,
-                                           hcComm_t comm, hcStream_t stream);
+                                           hcDataType_t datatype, hcRedOp_t op, const hcQuant* quant, hcComm_t comm,
+                                           hcStream_t stream);
 
 /* sendbuff holds nranks * recvcount elements; rank r receives the reduction of block r. */
-HC_API hcResult_t hcReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
-                                  hcDataType_t datatype, hcRedOp_t op, hcComm_t comm,
-                                  hcStream_t stream);
-HC_API hcResult_t hcAllReduce(const void* sendbuff, void* recvbuff, size_t count,
-                              hcDataType_t datatype, hcRedOp_t op, hcComm_t comm,
-                              hcStream_t stream);
+HC_API hcResult_t hcReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, hcDataType_t datatype,
+                                  hcRedOp_t op, hcComm_t comm, hcStream_t stream);
+HC_API hcResult_t hcAllReduce(const void* sendbuff, void* recvbuff, size_t count, hcDataType_t datatype, hcRedOp_t op,
+                              hcComm_t comm, hcStream_t stream);
 /* sendbuff is read on root only; recvbuff receives count elements on every rank. */
-HC_API hcResult_t hcBroadcast(const void* sendbuff, void* recvbuff, size_t count,
-                              hcDataType_t datatype, int root, hcComm_t comm, hcStream_t stream);
+HC_API hcResult_t hcBroadcast(const void* sendbuff, void* recvbuff, size_t count, hcDataType_t datatype, int root,
+                              hcComm_t comm, hcStream_t stream);
 HC_API hcResult_t hcBarrier(hcComm_t comm);
 
 /* AllToAll (MPI_Alltoallv's arguments, in elements of datatype): this rank sends
@@ -349,13 +344,13 @@ HC_API hcResult_t hcBarrier(hcComm_t comm);
  * Blocks to ranks of this node are read where they lie (single-copy reads, or node memory),
  * blocks to other nodes go straight over the network. Host buffers only (stream NULL). */
 #define HICOLL_HAS_ALLTOALL 1
-HC_API hcResult_t hcAllToAllv(const void* sendbuff, const size_t* sendcounts, const size_t* sdispls,
-                              void* recvbuff, const size_t* recvcounts, const size_t* rdispls,
-                              hcDataType_t datatype, hcComm_t comm, hcStream_t stream);
+HC_API hcResult_t hcAllToAllv(const void* sendbuff, const size_t* sendcounts, const size_t* sdispls, void* recvbuff,
+                              const size_t* recvcounts, const size_t* rdispls, hcDataType_t datatype, hcComm_t comm,
+                              hcStream_t stream);
 /* Equal blocks: count elements to and from every rank, in rank order (sendbuff and recvbuff
  * hold nranks * count elements). */
-HC_API hcResult_t hcAllToAll(const void* sendbuff, void* recvbuff, size_t count, hcDataType_t datatype,
-                             hcComm_t comm, hcStream_t stream);
+HC_API hcResult_t hcAllToAll(const void* sendbuff, void* recvbuff, size_t count, hcDataType_t datatype, hcComm_t comm,
+                             hcStream_t stream);
 
 /* Node memory (modelled on ncclMemAlloc): host memory the ranks of a node can map. A collective
  * whose buffers live here moves each byte within the node once, with plain loads and stores

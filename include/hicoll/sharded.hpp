@@ -51,12 +51,12 @@ enum class MemoryKind { Host, Device };
 
 struct Options {
   // The seed's knobs (same names and meanings).
-  int sharded_data_parallel_degree = 1;             // partition group size; divides the world
-  size_t sdp_reduce_bucket_size = 500000000;        // elements per gradient ReduceScatter call
-  size_t sdp_param_persistence_threshold = 1000000; // params with fewer elements: replicated
-  size_t sdp_max_live_parameters = 1000000000;      // gathered elements alive at once
-  bool sdp_hierarchical_allgather = true;           // false: partition AllGather uses the ring
-  double sdp_gradient_clipping = 1.0;               // global L2 norm; 0 disables
+  int sharded_data_parallel_degree = 1;              // partition group size; divides the world
+  size_t sdp_reduce_bucket_size = 500000000;         // elements per gradient ReduceScatter call
+  size_t sdp_param_persistence_threshold = 1000000;  // params with fewer elements: replicated
+  size_t sdp_max_live_parameters = 1000000000;       // gathered elements alive at once
+  bool sdp_hierarchical_allgather = true;            // false: partition AllGather uses the ring
+  double sdp_gradient_clipping = 1.0;                // global L2 norm; 0 disables
   // Forward/backward parameter gathers as int8 with one scale per sdp_quant_block elements
   // (hcAllGatherQuantized, ZeRO++'s qwZ); the master shard and the optimizer stay fp32.
   bool sdp_quantized_allgather = false;
@@ -148,30 +148,30 @@ struct UnitPlan {
   std::vector<ParamPlacement> params;  // in spec order
   size_t persistent_begin = 0;         // this unit's range in the persistent buffer
   size_t persistent_numel = 0;
-  ShardInfo shard;                     // of the unit's sharded flat buffer
+  ShardInfo shard;  // of the unit's sharded flat buffer
 };
 
 // Plans all units; persistent parameters are packed unit after unit into one buffer.
-std::vector<UnitPlan> planUnits(const std::vector<UnitSpec>& units, size_t persistence_threshold,
-                                int degree, int rank, size_t align);
+std::vector<UnitPlan> planUnits(const std::vector<UnitSpec>& units, size_t persistence_threshold, int degree, int rank,
+                                size_t align);
 
 // ---- The layer ------------------------------------------------------------------------
 
 struct StepResult {
-  double grad_norm = 0;    // before clipping; inf/nan when the step was skipped
-  double clip_coef = 1;    // factor applied to the gradients
-  bool skipped = false;    // non-finite gradients (fp16 overflow): no update
-  double loss_scale = 1;   // scale to use for the next step's backward
+  double grad_norm = 0;   // before clipping; inf/nan when the step was skipped
+  double clip_coef = 1;   // factor applied to the gradients
+  bool skipped = false;   // non-finite gradients (fp16 overflow): no update
+  double loss_scale = 1;  // scale to use for the next step's backward
 };
 
 struct Stats {
   // Bytes of training state held by this rank: parameters (fp32 master + compute copy),
   // gradient accumulators and optimizer state. Sharded state shrinks with the degree.
   size_t param_bytes = 0, grad_bytes = 0, optim_bytes = 0;
-  size_t state_bytes_peak = 0;     // peak of param+grad+optim
-  size_t transient_bytes_peak = 0; // peak of gathered params, full grads, staging
-  size_t total_bytes_peak = 0;     // peak of everything the layer allocated
-  size_t live_params_peak = 0;     // most gathered elements alive at once
+  size_t state_bytes_peak = 0;      // peak of param+grad+optim
+  size_t transient_bytes_peak = 0;  // peak of gathered params, full grads, staging
+  size_t total_bytes_peak = 0;      // peak of everything the layer allocated
+  size_t live_params_peak = 0;      // most gathered elements alive at once
   uint64_t prefetches = 0, prefetches_paused = 0;
   uint64_t allgathers = 0, reducescatters = 0, allreduces = 0;
   double comm_busy_s = 0;  // time the comm thread spent inside collectives
@@ -183,13 +183,12 @@ class ShardedParams {
  public:
   // Collective over `world` (which stays the caller's): splits the data-parallel, partition
   // and replication communicators. Throws Error on invalid options or a failed split.
-  static std::unique_ptr<ShardedParams> create(hcComm_t world, std::vector<UnitSpec> units,
-                                               const Options& opt);
+  static std::unique_ptr<ShardedParams> create(hcComm_t world, std::vector<UnitSpec> units, const Options& opt);
   ~ShardedParams();
   ShardedParams(const ShardedParams&) = delete;
   ShardedParams& operator=(const ShardedParams&) = delete;
 
-  int rank() const;             // in the world
+  int rank() const;  // in the world
   int worldSize() const;
   int degree() const;           // partition group size
   int partitionRank() const;    // rank within the partition group

@@ -62,7 +62,7 @@ struct Args {
   std::string mpirun_args;
   bool nodes_given = false, np_given = false;
 
-  std::string algo;  // "" (library default), "hier" or "ring"
+  std::string algo;          // "" (library default), "hier" or "ring"
   bool node_memory = false;  // --mem node: the buffers come from hcMemAlloc
   size_t quant_block = 0;    // --quant B: also measure the quantized call (block B)
   std::vector<Baseline> baselines;
@@ -80,13 +80,12 @@ size_t parseBytes(const std::string& s);
 
 // Element counts of one row, as nccl-tests' getCollByteCount.
 struct Geometry {
-  size_t size_bytes = 0;  // the "size" column: the full buffer
-  size_t count = 0;       // the "count" column: elements per rank (the call's count argument)
+  size_t size_bytes = 0;                  // the "size" column: the full buffer
+  size_t count = 0;                       // the "count" column: elements per rank (the call's count argument)
   size_t send_count = 0, recv_count = 0;  // elements in the send / receive buffer
 };
 Geometry geometry(Coll c, size_t bytes, size_t type_size, int nranks);
 // algbw and busbw in GB/s for one call of `seconds`.
-void bandwidth(Coll c, const Geometry& g, size_t type_size, int nranks, double seconds,
-               double* algbw, double* busbw);
+void bandwidth(Coll c, const Geometry& g, size_t type_size, int nranks, double seconds, double* algbw, double* busbw);
 
 }  // namespace agbench

@@ -40,9 +40,8 @@ namespace {
 
 const TypeDesc* findType(const std::string& name) {
   static const std::map<std::string, std::string> alias = {
-      {"char", "int8"},      {"int", "int32"},     {"fp16", "half"},   {"float16", "half"},
-      {"float32", "float"}, {"fp32", "float"},    {"float64", "double"}, {"fp64", "double"},
-      {"bf16", "bfloat16"}, {"uchar", "uint8"},
+      {"char", "int8"},  {"int", "int32"},      {"fp16", "half"},   {"float16", "half"},  {"float32", "float"},
+      {"fp32", "float"}, {"float64", "double"}, {"fp64", "double"}, {"bf16", "bfloat16"}, {"uchar", "uint8"},
   };
   std::string n = name;
   if (auto it = alias.find(n); it != alias.end()) n = it->second;
@@ -78,16 +77,13 @@ bool parseArgs(int argc, char** argv, Args* a, int* exit_code) {
 
   std::string b = "32M", e = "32M", i = "1M", d = "float", o = "sum", layout = "contiguous";
   std::vector<std::string> baselines;
-  app.add_option("-b,--minbytes", b, "minimum size: the full buffer, K/M/G suffixes")
-      ->capture_default_str();
+  app.add_option("-b,--minbytes", b, "minimum size: the full buffer, K/M/G suffixes")->capture_default_str();
   app.add_option("-e,--maxbytes", e, "maximum size")->capture_default_str();
   app.add_option("-i,--stepbytes", i, "size increment when -f is 1")->capture_default_str();
   app.add_option("-f,--stepfactor", a->step_factor, "size multiplication factor")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  app.add_option("-n,--iters", a->iters, "timed iterations")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+  app.add_option("-n,--iters", a->iters, "timed iterations")->capture_default_str()->check(CLI::PositiveNumber);
   std::string ib;
   app.add_option("--iters-bytes", ib,
                  "time at least this many bytes (size x iterations) per timing, more iterations "
@@ -99,14 +95,11 @@ bool parseArgs(int argc, char** argv, Args* a, int* exit_code) {
   app.add_option("-c,--check", a->check, "check iterations (fresh data, after timing)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  app.add_option("-d,--datatype", d,
-                 "int8 uint8 int32 uint32 int64 uint64 half float double bfloat16, or all")
+  app.add_option("-d,--datatype", d, "int8 uint8 int32 uint32 int64 uint64 half float double bfloat16, or all")
       ->capture_default_str();
-  app.add_option("-o,--op", o, "sum prod min max avg mulsum, or all (reductions only)")
-      ->capture_default_str();
+  app.add_option("-o,--op", o, "sum prod min max avg mulsum, or all (reductions only)")->capture_default_str();
   app.add_option("-r,--root", a->root, "root rank (broadcast)")->capture_default_str();
-  app.add_option("-a,--average", a->average,
-                 "time reported: 0 rank 0, 1 average over ranks, 2 min, 3 max")
+  app.add_option("-a,--average", a->average, "time reported: 0 rank 0, 1 average over ranks, 2 min, 3 max")
       ->capture_default_str()
       ->check(CLI::Range(0, 3));
   app.add_option("-z,--blocking", a->blocking, "barrier after every collective (0/1)")
@@ -138,13 +131,11 @@ bool parseArgs(int argc, char** argv, Args* a, int* exit_code) {
                  "launch only this node's ranks (one agbench per node, e.g. per network "
                  "namespace); needs --master-addr and --master-port")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--master-addr", a->master_addr, "rendezvous address (rank 0's node)")
-      ->capture_default_str();
+  app.add_option("--master-addr", a->master_addr, "rendezvous address (rank 0's node)")->capture_default_str();
   app.add_option("--master-port", a->master_port, "rendezvous port (0: a free one)")
       ->capture_default_str()
       ->check(CLI::Range(0, 65535));
-  app.add_option("--algo", a->algo, "hicoll path: sets HICOLL_ALGO")
-      ->check(CLI::IsMember({"hier", "ring"}));
+  app.add_option("--algo", a->algo, "hicoll path: sets HICOLL_ALGO")->check(CLI::IsMember({"hier", "ring"}));
   std::string mem = "heap";
   app.add_option("--mem", mem,
                  "where the measured buffers live: heap (private memory) or node (hcMemAlloc: "
@@ -158,11 +149,11 @@ bool parseArgs(int argc, char** argv, Args* a, int* exit_code) {
       ->check(CLI::Range(size_t{1}, size_t{1} << 24));
   app.add_option("--baseline", baselines,
                  "side by side: mpi (Open MPI on the same ranks), ring (hicoll flat ring), hier "
-                 "(hicoll's fixed rules, HICOLL_ALGO=hier, against the model's auto), memcpy (single-core memcpy bandwidth); repeat or comma-separate")
+                 "(hicoll's fixed rules, HICOLL_ALGO=hier, against the model's auto), memcpy (single-core memcpy "
+                 "bandwidth); repeat or comma-separate")
       ->delimiter(',')
       ->check(CLI::IsMember({"mpi", "ring", "hier", "memcpy"}));
-  app.add_option("--mpirun", a->mpirun, "mpirun used to self-launch the MPI baseline")
-      ->capture_default_str();
+  app.add_option("--mpirun", a->mpirun, "mpirun used to self-launch the MPI baseline")->capture_default_str();
   app.add_option("--mpirun-args", a->mpirun_args,
                  "extra mpirun arguments for the self-launched MPI baseline (e.g. '--mca "
                  "coll_han_priority 100')");
@@ -174,7 +165,8 @@ bool parseArgs(int argc, char** argv, Args* a, int* exit_code) {
     if (app.get_subcommands().empty() && !calibrate_flag)
       throw CLI::RequiredError("a subcommand (allgather, reducescatter, allreduce, broadcast, alltoall or calibrate)");
     if (calibrate_flag && !app.get_subcommands().empty() && !app.got_subcommand("calibrate"))
-      throw CLI::ValidationError("--calibrate", "calibrates; it does not go with " + app.get_subcommands()[0]->get_name());
+      throw CLI::ValidationError("--calibrate",
+                                 "calibrates; it does not go with " + app.get_subcommands()[0]->get_name());
     for (const char* c : colls) {
       if (!app.got_subcommand(c)) continue;
       std::string name = c;
@@ -188,8 +180,7 @@ bool parseArgs(int argc, char** argv, Args* a, int* exit_code) {
     if (!ib.empty()) a->iters_bytes = parseBytes(ib);
     a->max_bytes = parseBytes(e);
     a->step_bytes = parseBytes(i);
-    if (a->min_bytes > a->max_bytes)
-      throw CLI::ValidationError("-b/-e", "minbytes " + b + " > maxbytes " + e);
+    if (a->min_bytes > a->max_bytes) throw CLI::ValidationError("-b/-e", "minbytes " + b + " > maxbytes " + e);
     if (a->step_factor <= 1 && a->step_bytes == 0)
       throw CLI::ValidationError("-i", "step 0 with factor 1 would never end");
     a->types.clear();
@@ -208,8 +199,7 @@ bool parseArgs(int argc, char** argv, Args* a, int* exit_code) {
     } else {
       a->ops.push_back(findOp(o));
     }
-    a->layout = layout == "interleaved" ? hicoll::launch::Layout::Interleaved
-                                        : hicoll::launch::Layout::Contiguous;
+    a->layout = layout == "interleaved" ? hicoll::launch::Layout::Interleaved : hicoll::launch::Layout::Contiguous;
     a->nodes_given = nodes->count() > 0;
     a->np_given = np->count() > 0;
     if (a->nodes > a->np && a->nodes_given && np->count() > 0)

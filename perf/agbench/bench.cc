@@ -159,8 +159,7 @@ class Runner {
   }
 
   // One checked call on fresh data; the local count of wrong elements.
-  long long checkOnce(Variant& v, const Geometry& g, const TypeDesc& t, int op, bool ip,
-                      uint64_t seed) {
+  long long checkOnce(Variant& v, const Geometry& g, const TypeDesc& t, int op, bool ip, uint64_t seed) {
     Pattern p(a_.coll, t, op, W_, patternRoot(), g.count, seed);
     const size_t ts = t.size;
     char* send = send_->data();
@@ -212,9 +211,8 @@ class Runner {
       }
     }
     if (wrong > 0)
-      std::fprintf(stderr, "agbench: rank %d: %s %s %s %s count %zu: %lld wrong elements\n",
-                   me_, v.name().c_str(), collName(a_.coll), t.name, ip ? "in-place" : "out-of-place",
-                   g.count, wrong);
+      std::fprintf(stderr, "agbench: rank %d: %s %s %s %s count %zu: %lld wrong elements\n", me_, v.name().c_str(),
+                   collName(a_.coll), t.name, ip ? "in-place" : "out-of-place", g.count, wrong);
     return wrong;
   }
 
@@ -321,8 +319,7 @@ class Runner {
       for (size_t i = 0; i < cases.size(); ++i) {
         size_t c = (i + 2 * static_cast<size_t>(rep)) % cases.size();
         const Case& x = cases[c];
-        local[c] = x.memcpy ? timeMemcpy(g.size_bytes)
-                            : timeOnce(*w_.variants[x.k], g, t, op, x.ip);
+        local[c] = x.memcpy ? timeMemcpy(g.size_bytes) : timeOnce(*w_.variants[x.k], g, t, op, x.ip);
         if (rep == 0 && !x.memcpy)
           if (hcComm_t hc = w_.variants[x.k]->comm()) {
             Measure& m = x.ip ? row.v[x.k].ip : row.v[x.k].oop;
@@ -334,10 +331,8 @@ class Runner {
           }
       }
       for (size_t c = 0; c < cases.size(); ++c)
-        if (cases[c].memcpy)
-          cpy = local[c];
-        else
-          times.push_back(local[c]);
+        if (cases[c].memcpy) cpy = local[c];
+        else times.push_back(local[c]);
       combineAcrossRanks(times);  // memcpy is rank 0's alone
       size_t idx = 0;
       for (const Case& x : cases) {
@@ -365,8 +360,8 @@ class Runner {
         long long n = 0;
         if (m.ran)
           for (int c = 0; c < a_.check; ++c) {
-            uint64_t seed = base_seed ^ (static_cast<uint64_t>(k + 1) << 16) ^
-                            (static_cast<uint64_t>(ip) << 15) ^ static_cast<uint64_t>(c + 1);
+            uint64_t seed = base_seed ^ (static_cast<uint64_t>(k + 1) << 16) ^ (static_cast<uint64_t>(ip) << 15) ^
+                            static_cast<uint64_t>(c + 1);
             n += checkOnce(*w_.variants[k], g, t, op, ip, seed);
           }
         wrong.push_back(n);
@@ -391,9 +386,7 @@ class Runner {
     if (v.empty()) return;
     const int n = static_cast<int>(v.size());
     switch (a_.average) {
-      case 0:
-        w_.sync->broadcast(v.data(), v.size() * sizeof(double), 0);
-        break;
+      case 0: w_.sync->broadcast(v.data(), v.size() * sizeof(double), 0); break;
       case 1:
         w_.sync->allreduce(v.data(), n, Sync::Red::Sum);
         for (double& x : v) x /= W_;

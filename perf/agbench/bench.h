@@ -10,11 +10,11 @@
 namespace agbench {
 
 struct Measure {
-  bool ran = false;              // the variant supports this case
-  std::vector<double> times_us;  // one per repetition, combined across ranks (-a)
+  bool ran = false;                          // the variant supports this case
+  std::vector<double> times_us;              // one per repetition, combined across ranks (-a)
   double time_us = 0, algbw = 0, busbw = 0;  // from the median time
-  long long wrong = -1;          // -1: not checked (-c 0)
-  double predicted_us = 0;       // the cost model's time for the call (hcStats), 0: none
+  long long wrong = -1;                      // -1: not checked (-c 0)
+  double predicted_us = 0;                   // the cost model's time for the call (hcStats), 0: none
   uint64_t chunk_bytes = 0, net_window = 0;  // the chunking it ran with (hcStats), 0: none
 };
 
@@ -37,9 +37,9 @@ struct Row {
   size_t size = 0, count = 0;
   std::string type, redop;
   int root = -1;
-  double memcpy_gbps = -1;               // median of memcpy_times_us (rank 0)
+  double memcpy_gbps = -1;              // median of memcpy_times_us (rank 0)
   std::vector<double> memcpy_times_us;  // one per repetition
-  std::vector<VariantResult> v;  // v[0] is the measured hicoll path
+  std::vector<VariantResult> v;         // v[0] is the measured hicoll path
 };
 
 struct RankInfo {

@@ -41,7 +41,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double secondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double secondsSince(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -60,7 +62,8 @@ double allGatherTime(hcComm_t c, size_t bytes, int n, int reps, hcComm_t align =
   for (int r = 0; r < reps; ++r) {
     hcCheck(hcBarrier(align ? align : c), c, "hcBarrier");
     auto t0 = Clock::now();
-    for (int i = 0; i < n; ++i) hcCheck(hcAllGather(in.data(), out.data(), bytes, hcUint8, c, nullptr), c, "hcAllGather");
+    for (int i = 0; i < n; ++i)
+      hcCheck(hcAllGather(in.data(), out.data(), bytes, hcUint8, c, nullptr), c, "hcAllGather");
     t.push_back(secondsSince(t0) / n);
   }
   return median(t);
@@ -140,8 +143,7 @@ double quantBps(hcComm_t self, double call_s) {
   for (size_t i = 0; i < n; ++i) in[i] = static_cast<float>(i % 1000) - 500.f;
   hcQuant q = HC_QUANT_INITIALIZER;
   auto once = [&] {
-    hcCheck(hcAllGatherQuantized(in.data(), out.data(), n, hcFloat32, &q, self, nullptr), self,
-            "hcAllGatherQuantized");
+    hcCheck(hcAllGatherQuantized(in.data(), out.data(), n, hcFloat32, &q, self, nullptr), self, "hcAllGatherQuantized");
   };
   once();
   std::vector<double> t;
@@ -153,7 +155,8 @@ double quantBps(hcComm_t self, double call_s) {
   hcStats st{};
   st.size = sizeof st;
   hcCheck(hcCommGetStats(self, &st), self, "hcCommGetStats");
-  if (st.quantized_calls[hcCollAllGather] == 0) throw std::runtime_error("calibrate: the quantized call did not quantize");
+  if (st.quantized_calls[hcCollAllGather] == 0)
+    throw std::runtime_error("calibrate: the quantized call did not quantize");
   return 2.0 * static_cast<double>(n * sizeof(float)) / std::max(1e-9, median(t) - call_s);
 }
 
@@ -161,8 +164,7 @@ double quantBps(hcComm_t self, double call_s) {
 // messages per call at once, on a core each, so the time grows by 2 net_msg_s per message.
 double messageSeconds(hcComm_t fine, hcComm_t coarse, size_t b, size_t fine_chunk, size_t coarse_chunk) {
   std::vector<double> d;
-  for (int r = 0; r < 3; ++r)
-    d.push_back(allGatherTime(fine, b, 5, 3) - allGatherTime(coarse, b, 5, 3));
+  for (int r = 0; r < 3; ++r) d.push_back(allGatherTime(fine, b, 5, 3) - allGatherTime(coarse, b, 5, 3));
   const double extra = static_cast<double>(b / fine_chunk - b / coarse_chunk);
   return std::max(0.0, median(d) / (2 * extra));
 }
@@ -180,10 +182,8 @@ void whileOthersSleep(Sync& sync, bool active, F&& timed) {
     took = secondsSince(t0);
   }
   sync.allreduce(&took, 1, Sync::Red::Max);
-  if (active)
-    timed();
-  else
-    std::this_thread::sleep_for(std::chrono::duration<double>(2 * took + 0.005));
+  if (active) timed();
+  else std::this_thread::sleep_for(std::chrono::duration<double>(2 * took + 0.005));
   sync.barrier();
 }
 
@@ -275,8 +275,7 @@ int runCalibrate(const Args& a, World& w, hcComm_t comm) {
   j["version"] = 1;
   j["note"] = "agbench calibrate on " + std::to_string(N) + " node(s) x " + std::to_string(L) + " rank(s), provider " +
               provider + (L > 1 ? "" : "; shm_alpha_s: default (one rank per node)") +
-              (N > 1 ? "" : "; net_*: defaults (one node)") +
-              (L > 1 ? "" : "; net_msg_s: default (one rank per node)");
+              (N > 1 ? "" : "; net_*: defaults (one node)") + (L > 1 ? "" : "; net_msg_s: default (one rank per node)");
   j["call_s"] = call;
   j["shm_alpha_s"] = L > 1 ? std::max(0.0, (mine[1] - call) / 2) : 3e-6;
   j["copy_Bps"] = mine[2];

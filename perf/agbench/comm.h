@@ -36,8 +36,8 @@ class Variant {
   virtual bool supports(Coll c, const TypeDesc& t, int op, bool in_place) const = 0;
   // One blocking call. Buffers are laid out as nccl-tests does: in place, the input sits at
   // its in-place position inside recv.
-  virtual void run(Coll c, const Geometry& g, const TypeDesc& t, int op, int root, bool in_place,
-                   char* send, char* recv) = 0;
+  virtual void run(Coll c, const Geometry& g, const TypeDesc& t, int op, int root, bool in_place, char* send,
+                   char* recv) = 0;
   // MPI_IN_PLACE Reduce_scatter_block leaves the result at the start of recv, not at the
   // rank's block as hicoll (and NCCL) do.
   virtual bool rsInPlaceAtStart() const { return false; }

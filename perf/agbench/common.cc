@@ -17,7 +17,9 @@ const char* collName(Coll c) {
   return "?";
 }
 
-bool collReduces(Coll c) { return c == Coll::ReduceScatter || c == Coll::AllReduce; }
+bool collReduces(Coll c) {
+  return c == Coll::ReduceScatter || c == Coll::AllReduce;
+}
 
 hcColl_t statsIndex(Coll c) {
   switch (c) {
@@ -134,8 +136,7 @@ Geometry geometry(Coll c, size_t bytes, size_t ts, int n) {
   return g;
 }
 
-void bandwidth(Coll c, const Geometry& g, size_t ts, int n, double sec, double* algbw,
-               double* busbw) {
+void bandwidth(Coll c, const Geometry& g, size_t ts, int n, double sec, double* algbw, double* busbw) {
   if (sec <= 0) {
     *algbw = *busbw = 0;
     return;

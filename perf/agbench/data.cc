@@ -84,10 +84,8 @@ auto dispatch(hcDataType_t dt, F&& f) {
 
 }  // namespace
 
-Pattern::Pattern(Coll coll, const TypeDesc& type, int op, int nranks, int root, size_t block,
-                 uint64_t seed)
-    : coll_(coll), type_(type), op_(op), nranks_(nranks), root_(root), block_(block),
-      seed_(mix(seed)) {
+Pattern::Pattern(Coll coll, const TypeDesc& type, int op, int nranks, int root, size_t block, uint64_t seed)
+    : coll_(coll), type_(type), op_(op), nranks_(nranks), root_(root), block_(block), seed_(mix(seed)) {
   const int64_t w = nranks;
   const int64_t exact = type.exact;
   const int64_t cap = 65535;
@@ -109,8 +107,7 @@ Pattern::Pattern(Coll coll, const TypeDesc& type, int op, int nranks, int root, 
 
 int64_t Pattern::value(int q, size_t j) const {
   uint64_t h = mix(seed_ ^ mix((static_cast<uint64_t>(q) << 40) ^ j));
-  if (collReduces(coll_) && op_ == hcProd)
-    return q < prod_ranks_ ? 1 + static_cast<int64_t>(h & 1) : 1;
+  if (collReduces(coll_) && op_ == hcProd) return q < prod_ranks_ ? 1 + static_cast<int64_t>(h & 1) : 1;
   int64_t v = static_cast<int64_t>(h % static_cast<uint64_t>(range_ + 1));
   if (collReduces(coll_) && op_ == hcAvg) v *= nranks_;
   return v;
@@ -182,7 +179,9 @@ double loadFloat(hcDataType_t dt, const void* got, size_t k) {
   if (dt == hcBfloat16) return std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
   return static_cast<double>(std::bit_cast<_Float16>(b));
 }
-double halfUlp(hcDataType_t dt) { return dt == hcBfloat16 ? 0x1p-8 : dt == hcFloat16 ? 0x1p-11 : 0x1p-24; }
+double halfUlp(hcDataType_t dt) {
+  return dt == hcBfloat16 ? 0x1p-8 : dt == hcFloat16 ? 0x1p-11 : 0x1p-24;
+}
 }  // namespace
 
 size_t countOutsideQuantBound(const Pattern& p, const void* got, size_t per_rank, int nranks, size_t block) {

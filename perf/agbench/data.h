@@ -15,8 +15,7 @@ namespace agbench {
 // buffer, and root is the receiving rank (expected() is what it receives).
 class Pattern {
  public:
-  Pattern(Coll coll, const TypeDesc& type, int op, int nranks, int root, size_t block,
-          uint64_t seed);
+  Pattern(Coll coll, const TypeDesc& type, int op, int nranks, int root, size_t block, uint64_t seed);
 
   int64_t value(int q, size_t j) const;
   // The correct output element at global index j.

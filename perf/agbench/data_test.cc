@@ -9,14 +9,14 @@
 using namespace agbench;
 
 static int failures = 0;
-#define EXPECT(cond, ...)                                  \
-  do {                                                     \
-    if (!(cond)) {                                         \
-      ++failures;                                          \
+#define EXPECT(cond, ...)                                       \
+  do {                                                          \
+    if (!(cond)) {                                              \
+      ++failures;                                               \
       std::fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-      std::fprintf(stderr, __VA_ARGS__);                   \
-      std::fprintf(stderr, "\n");                          \
-    }                                                      \
+      std::fprintf(stderr, __VA_ARGS__);                        \
+      std::fprintf(stderr, "\n");                               \
+    }                                                           \
   } while (0)
 
 // Reduces the inputs of all ranks in double precision (exact for these integers) the way a
@@ -41,10 +41,10 @@ static void exactness(Coll coll, const TypeDesc& t, int op, int W) {
     if (collReduces(coll) && op == kOpMulSum) a *= 2;
     if (coll == Coll::AllGather) a = static_cast<double>(p.value(static_cast<int>(j / block), j));
     if (coll == Coll::Broadcast) a = static_cast<double>(p.value(W - 1, j));
-    EXPECT(a <= static_cast<double>(t.exact), "%s %s W=%d: result %g above exact %lld", t.name,
-           opName(op), W, a, static_cast<long long>(t.exact));
-    EXPECT(a == static_cast<double>(p.expected(j)), "%s %s W=%d j=%zu: %g vs expected %lld", t.name,
-           opName(op), W, j, a, static_cast<long long>(p.expected(j)));
+    EXPECT(a <= static_cast<double>(t.exact), "%s %s W=%d: result %g above exact %lld", t.name, opName(op), W, a,
+           static_cast<long long>(t.exact));
+    EXPECT(a == static_cast<double>(p.expected(j)), "%s %s W=%d j=%zu: %g vs expected %lld", t.name, opName(op), W, j,
+           a, static_cast<long long>(p.expected(j)));
   }
   // A rank's own input passes its check; one changed element is one wrong element.
   std::vector<unsigned char> out(n * t.size);

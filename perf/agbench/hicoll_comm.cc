@@ -58,13 +58,14 @@ class HicollVariant final : public Variant {
   bool supports(Coll c, const TypeDesc& t, int op, bool in_place) const override {
     if (c == Coll::AllToAll) return !in_place && !quant_block_;  // hcAllToAll is not in place
     const bool fp = t.dt == hcFloat32 || t.dt == hcBfloat16 || t.dt == hcFloat16;
-    return !quant_block_ || (fp && (c == Coll::AllGather || (c == Coll::ReduceScatter && (op == hcSum || op == hcAvg))));
+    return !quant_block_ ||
+           (fp && (c == Coll::AllGather || (c == Coll::ReduceScatter && (op == hcSum || op == hcAvg))));
   }
   hcComm_t comm() const override { return comm_; }
   size_t quantBlock() const override { return quant_block_; }
 
-  void run(Coll c, const Geometry& g, const TypeDesc& t, int op, int root, bool in_place,
-           char* send, char* recv) override {
+  void run(Coll c, const Geometry& g, const TypeDesc& t, int op, int root, bool in_place, char* send,
+           char* recv) override {
     const size_t ts = t.size;
     hcResult_t r = hcSuccess;
     switch (c) {
@@ -92,12 +93,9 @@ class HicollVariant final : public Variant {
         break;
       }
       case Coll::AllReduce:
-        r = hcAllReduce(in_place ? recv : send, recv, g.count, t.dt, redop(op, t), comm_,
-                        nullptr);
+        r = hcAllReduce(in_place ? recv : send, recv, g.count, t.dt, redop(op, t), comm_, nullptr);
         break;
-      case Coll::Broadcast:
-        r = hcBroadcast(in_place ? recv : send, recv, g.count, t.dt, root, comm_, nullptr);
-        break;
+      case Coll::Broadcast: r = hcBroadcast(in_place ? recv : send, recv, g.count, t.dt, root, comm_, nullptr); break;
       case Coll::AllToAll: r = hcAllToAll(send, recv, g.count, t.dt, comm_, nullptr); break;
     }
     hcCheck(r, comm_, collName(c));
@@ -111,18 +109,44 @@ class HicollVariant final : public Variant {
     if (it != premul_.end()) return it->second;
     alignas(8) unsigned char scalar[8] = {};
     switch (t.dt) {
-      case hcInt8: case hcUint8: scalar[0] = 2; break;
-      case hcInt32: case hcUint32: { int32_t v = 2; std::memcpy(scalar, &v, 4); break; }
-      case hcInt64: case hcUint64: { int64_t v = 2; std::memcpy(scalar, &v, 8); break; }
-      case hcFloat16: { uint16_t v = 0x4000; std::memcpy(scalar, &v, 2); break; }
-      case hcBfloat16: { uint16_t v = 0x4000; std::memcpy(scalar, &v, 2); break; }
-      case hcFloat32: { float v = 2; std::memcpy(scalar, &v, 4); break; }
-      case hcFloat64: { double v = 2; std::memcpy(scalar, &v, 8); break; }
+      case hcInt8:
+      case hcUint8: scalar[0] = 2; break;
+      case hcInt32:
+      case hcUint32: {
+        int32_t v = 2;
+        std::memcpy(scalar, &v, 4);
+        break;
+      }
+      case hcInt64:
+      case hcUint64: {
+        int64_t v = 2;
+        std::memcpy(scalar, &v, 8);
+        break;
+      }
+      case hcFloat16: {
+        uint16_t v = 0x4000;
+        std::memcpy(scalar, &v, 2);
+        break;
+      }
+      case hcBfloat16: {
+        uint16_t v = 0x4000;
+        std::memcpy(scalar, &v, 2);
+        break;
+      }
+      case hcFloat32: {
+        float v = 2;
+        std::memcpy(scalar, &v, 4);
+        break;
+      }
+      case hcFloat64: {
+        double v = 2;
+        std::memcpy(scalar, &v, 8);
+        break;
+      }
       default: break;
     }
     hcRedOp_t created{};
-    hcCheck(hcRedOpCreatePreMulSum(&created, scalar, t.dt, comm_), comm_,
-            "hcRedOpCreatePreMulSum");
+    hcCheck(hcRedOpCreatePreMulSum(&created, scalar, t.dt, comm_), comm_, "hcRedOpCreatePreMulSum");
     premul_[t.dt] = created;
     return created;
   }
@@ -136,7 +160,9 @@ class HicollVariant final : public Variant {
 
 }  // namespace
 
-std::unique_ptr<Sync> makeHicollSync(hcComm_t comm) { return std::make_unique<HicollSync>(comm); }
+std::unique_ptr<Sync> makeHicollSync(hcComm_t comm) {
+  return std::make_unique<HicollSync>(comm);
+}
 
 std::unique_ptr<Variant> makeHicollVariant(hcComm_t comm, std::string name, size_t quant_block) {
   return std::make_unique<HicollVariant>(comm, std::move(name), quant_block);

@@ -82,8 +82,8 @@ int rankMain(const Args& a, Mode mode, int* argc, char*** argv) {
       mpiInit(argc, argv);
       const int rank = mpiRank(), size = mpiSize();
       if (a.np_given && a.np != size)
-        throw std::runtime_error("--np " + std::to_string(a.np) + " but mpirun started " +
-                                 std::to_string(size) + " ranks");
+        throw std::runtime_error("--np " + std::to_string(a.np) + " but mpirun started " + std::to_string(size) +
+                                 " ranks");
       if (a.nodes_given) {
         L::Options o = launchOptions(a);
         o.np = size;
@@ -140,8 +140,8 @@ int rankMain(const Args& a, Mode mode, int* argc, char*** argv) {
 #ifdef AGBENCH_HAVE_MPI
       owned.push_back(makeMpiVariant());
       if (std::getenv("AGBENCH_REEXEC") && a.nodes > 1)
-        w.mpi_note = "all ranks on one host: MPI sees 1 node (shared memory), hicoll sees " +
-                     std::to_string(a.nodes) + " emulated nodes";
+        w.mpi_note = "all ranks on one host: MPI sees 1 node (shared memory), hicoll sees " + std::to_string(a.nodes) +
+                     " emulated nodes";
 #endif
     }
     for (auto& v : owned) w.variants.push_back(v.get());
@@ -191,8 +191,8 @@ int reexecUnderMpirun(const Args& a) {
     std::fprintf(stderr, "agbench: cannot find my own executable\n");
     return 2;
   }
-  std::vector<std::string> cmd = {a.mpirun, "--allow-run-as-root", "--oversubscribe",
-                                  "--bind-to", "none", "-np", std::to_string(a.np)};
+  std::vector<std::string> cmd = {a.mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+                                  "-np",    std::to_string(a.np)};
   for (const std::string& w : splitWords(a.mpirun_args)) cmd.push_back(w);
   cmd.push_back(exe);
   for (size_t k = 1; k < a.argv.size(); ++k) cmd.push_back(a.argv[k]);
@@ -228,8 +228,9 @@ int main(int argc, char** argv) {
     if (underMpirun()) mode = Mode::Mpi;
 #endif
     if (a.has(Baseline::Mpi) && mode != Mode::Mpi) {
-      std::fprintf(stderr, "agbench: --baseline mpi needs mpirun (or no launcher: agbench then "
-                           "starts mpirun itself)%s\n",
+      std::fprintf(stderr,
+                   "agbench: --baseline mpi needs mpirun (or no launcher: agbench then "
+                   "starts mpirun itself)%s\n",
 #ifdef AGBENCH_HAVE_MPI
                    ""
 #else

@@ -22,7 +22,9 @@ void mpiCheck(int rc, const char* call) {
   throw std::runtime_error(std::string(call) + " failed: " + msg);
 }
 
-MPI_Op mpiOp(Sync::Red r) { return r == Sync::Red::Sum ? MPI_SUM : r == Sync::Red::Min ? MPI_MIN : MPI_MAX; }
+MPI_Op mpiOp(Sync::Red r) {
+  return r == Sync::Red::Sum ? MPI_SUM : r == Sync::Red::Min ? MPI_MIN : MPI_MAX;
+}
 
 class MpiSync final : public Sync {
  public:
@@ -42,17 +44,15 @@ class MpiSync final : public Sync {
     }
   }
   void allreduce(double* v, int n, Red r) override {
-    mpiCheck(MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, mpiOp(r), MPI_COMM_WORLD),
-             "MPI_Allreduce");
+    mpiCheck(MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, mpiOp(r), MPI_COMM_WORLD), "MPI_Allreduce");
   }
   void allreduce(int64_t* v, int n, Red r) override {
-    mpiCheck(MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_INT64_T, mpiOp(r), MPI_COMM_WORLD),
-             "MPI_Allreduce");
+    mpiCheck(MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_INT64_T, mpiOp(r), MPI_COMM_WORLD), "MPI_Allreduce");
   }
   void allgather(const void* mine, void* all, size_t bytes) override {
-    mpiCheck(MPI_Allgather(mine, static_cast<int>(bytes), MPI_BYTE, all, static_cast<int>(bytes),
-                           MPI_BYTE, MPI_COMM_WORLD),
-             "MPI_Allgather");
+    mpiCheck(
+        MPI_Allgather(mine, static_cast<int>(bytes), MPI_BYTE, all, static_cast<int>(bytes), MPI_BYTE, MPI_COMM_WORLD),
+        "MPI_Allgather");
   }
   void broadcast(void* buf, size_t bytes, int root) override {
     mpiCheck(MPI_Bcast(buf, static_cast<int>(bytes), MPI_BYTE, root, MPI_COMM_WORLD), "MPI_Bcast");
@@ -100,35 +100,27 @@ class MpiVariant final : public Variant {
     return true;
   }
 
-  void run(Coll c, const Geometry& g, const TypeDesc& t, int op, int root, bool in_place,
-           char* send, char* recv) override {
+  void run(Coll c, const Geometry& g, const TypeDesc& t, int op, int root, bool in_place, char* send,
+           char* recv) override {
     MPI_Datatype ty = mpiType(t.dt, collReduces(c));
     if (g.count > static_cast<size_t>(INT_MAX)) throw std::runtime_error("MPI: count > INT_MAX");
     const int n = static_cast<int>(g.count);
     switch (c) {
       case Coll::AllGather:
         if (in_place)
-          mpiCheck(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, n, ty, MPI_COMM_WORLD),
-                   "MPI_Allgather");
-        else
-          mpiCheck(MPI_Allgather(send, n, ty, recv, n, ty, MPI_COMM_WORLD), "MPI_Allgather");
+          mpiCheck(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, n, ty, MPI_COMM_WORLD), "MPI_Allgather");
+        else mpiCheck(MPI_Allgather(send, n, ty, recv, n, ty, MPI_COMM_WORLD), "MPI_Allgather");
         break;
       case Coll::ReduceScatter:
-        mpiCheck(MPI_Reduce_scatter_block(in_place ? MPI_IN_PLACE : send, recv, n, ty,
-                                          mpiRedOp(op), MPI_COMM_WORLD),
+        mpiCheck(MPI_Reduce_scatter_block(in_place ? MPI_IN_PLACE : send, recv, n, ty, mpiRedOp(op), MPI_COMM_WORLD),
                  "MPI_Reduce_scatter_block");
         break;
       case Coll::AllReduce:
-        mpiCheck(MPI_Allreduce(in_place ? MPI_IN_PLACE : send, recv, n, ty, mpiRedOp(op),
-                               MPI_COMM_WORLD),
+        mpiCheck(MPI_Allreduce(in_place ? MPI_IN_PLACE : send, recv, n, ty, mpiRedOp(op), MPI_COMM_WORLD),
                  "MPI_Allreduce");
         break;
-      case Coll::Broadcast:
-        mpiCheck(MPI_Bcast(recv, n, ty, root, MPI_COMM_WORLD), "MPI_Bcast");
-        break;
-      case Coll::AllToAll:
-        mpiCheck(MPI_Alltoall(send, n, ty, recv, n, ty, MPI_COMM_WORLD), "MPI_Alltoall");
-        break;
+      case Coll::Broadcast: mpiCheck(MPI_Bcast(recv, n, ty, root, MPI_COMM_WORLD), "MPI_Bcast"); break;
+      case Coll::AllToAll: mpiCheck(MPI_Alltoall(send, n, ty, recv, n, ty, MPI_COMM_WORLD), "MPI_Alltoall"); break;
     }
   }
 };
@@ -142,8 +134,12 @@ void mpiInit(int* argc, char*** argv) {
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
 }
 
-void mpiFinalize() { MPI_Finalize(); }
-void mpiAbort(int code) { MPI_Abort(MPI_COMM_WORLD, code); }
+void mpiFinalize() {
+  MPI_Finalize();
+}
+void mpiAbort(int code) {
+  MPI_Abort(MPI_COMM_WORLD, code);
+}
 
 int mpiRank() {
   int r = 0;
@@ -157,7 +153,11 @@ int mpiSize() {
   return s;
 }
 
-std::unique_ptr<Sync> makeMpiSync() { return std::make_unique<MpiSync>(); }
-std::unique_ptr<Variant> makeMpiVariant() { return std::make_unique<MpiVariant>(); }
+std::unique_ptr<Sync> makeMpiSync() {
+  return std::make_unique<MpiSync>();
+}
+std::unique_ptr<Variant> makeMpiVariant() {
+  return std::make_unique<MpiVariant>();
+}
 
 }  // namespace agbench

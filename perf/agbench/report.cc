@@ -26,16 +26,15 @@ std::string center(const std::string& s, int width) {
 
 std::string timeStr(double us) {  // nccl-tests' three precisions
   char b[32];
-  if (us >= 10000.0)
-    std::snprintf(b, sizeof b, "%7.0f", us);
-  else if (us >= 100.0)
-    std::snprintf(b, sizeof b, "%7.1f", us);
-  else
-    std::snprintf(b, sizeof b, "%7.2f", us);
+  if (us >= 10000.0) std::snprintf(b, sizeof b, "%7.0f", us);
+  else if (us >= 100.0) std::snprintf(b, sizeof b, "%7.1f", us);
+  else std::snprintf(b, sizeof b, "%7.2f", us);
   return b;
 }
 
-std::string wrongStr(long long w) { return w < 0 ? "  N/A" : std::to_string(w); }
+std::string wrongStr(long long w) {
+  return w < 0 ? "  N/A" : std::to_string(w);
+}
 
 std::string mainName(const Args& a) {
   return "hicoll" + (a.algo.empty() ? std::string() : "/" + a.algo);
@@ -55,8 +54,8 @@ void printPreamble(const Args& a, const World& w, const std::vector<RankInfo>& r
   int nodes = 0;
   for (const RankInfo& r : ranks) nodes = std::max(nodes, r.node + 1);
   std::printf("# agbench (hicoll %d.%d.%d): %s, %d ranks on %d node(s), host buffers (%s), %s, algo %s\n",
-              version / 10000, version / 100 % 100, version % 100, collName(a.coll), w.nranks,
-              nodes, a.node_memory ? "node memory, hcMemAlloc" : "heap", w.mode.c_str(),
+              version / 10000, version / 100 % 100, version % 100, collName(a.coll), w.nranks, nodes,
+              a.node_memory ? "node memory, hcMemAlloc" : "heap", w.mode.c_str(),
               a.algo.empty() ? "default (HICOLL_ALGO)" : a.algo.c_str());
   std::printf(
       "# nThread 1 nGpus 0 minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d "
@@ -64,23 +63,23 @@ void printPreamble(const Args& a, const World& w, const std::vector<RankInfo>& r
       a.min_bytes, a.max_bytes, a.step_factor > 1 ? static_cast<size_t>(a.step_factor) : a.step_bytes,
       a.step_factor > 1 ? "factor" : "bytes", a.warmup, a.iters, a.check);
   if (a.blocking) std::printf("# Blocking Enabled: wait for completion and barrier after each collective \n");
-  if (a.reps > 1)
-    std::printf("# Repetitions: %d per size, variants interleaved; the median is reported\n", a.reps);
+  if (a.reps > 1) std::printf("# Repetitions: %d per size, variants interleaved; the median is reported\n", a.reps);
   for (size_t k = 1; k < w.variants.size(); ++k) {
     const std::string n = w.variants[k]->name();
     if (n == "mpi")
-      std::printf("# Baseline mpi: Open MPI on the same ranks and buffers%s%s\n",
-                  w.mpi_note.empty() ? "" : "; ", w.mpi_note.c_str());
+      std::printf("# Baseline mpi: Open MPI on the same ranks and buffers%s%s\n", w.mpi_note.empty() ? "" : "; ",
+                  w.mpi_note.c_str());
     else if (n == "ring" || n == "hier")
       std::printf("# Baseline %s: a second hicoll communicator with HICOLL_ALGO=%s\n", n.c_str(), n.c_str());
   }
   if (a.has(Baseline::Memcpy))
-    std::printf("# Baseline memcpy: single-core memcpy of the full buffer (the size column) by rank 0, "
-                "timed in turn with the collectives while the other ranks sleep in a barrier\n");
+    std::printf(
+        "# Baseline memcpy: single-core memcpy of the full buffer (the size column) by rank 0, "
+        "timed in turn with the collectives while the other ranks sleep in a barrier\n");
   std::printf("#\n# Using devices\n");
   for (const RankInfo& r : ranks)
-    std::printf("#  Rank %2d Group  0 Pid %6d on %10s device host node %s (%d) local %d\n", r.rank,
-                r.pid, r.host, r.label, r.node, r.local_rank);
+    std::printf("#  Rank %2d Group  0 Pid %6d on %10s device host node %s (%d) local %d\n", r.rank, r.pid, r.host,
+                r.label, r.node, r.local_rank);
   std::printf("#\n");
 }
 
@@ -88,16 +87,14 @@ void printHeader(const Args& a, const World& w) {
   std::string l1, l2, l3;
   char b[512];
   std::snprintf(b, sizeof b,
-                "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          ",
-                "", "", "", "", "");
+                "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          ", "", "",
+                "", "", "");
   l1 = b;
-  std::snprintf(b, sizeof b, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s",
-                "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",
-                "algbw", "busbw", "#wrong");
+  std::snprintf(b, sizeof b, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s", "size", "count",
+                "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
   l2 = b;
-  std::snprintf(b, sizeof b, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s",
-                "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
-                "(GB/s)", "");
+  std::snprintf(b, sizeof b, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s", "(B)", "(elements)",
+                "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
   l3 = b;
   for (size_t k = 1; k < w.variants.size(); ++k) {
     std::string n = w.variants[k]->name();
@@ -120,13 +117,13 @@ void printHeader(const Args& a, const World& w) {
 void printRow(const Args& a, const World& w, const Row& row) {
   std::string line;
   char b[256];
-  std::snprintf(b, sizeof b, "%12zu  %12zu  %8s  %6s  %6d", row.size, row.count, row.type.c_str(),
-                row.redop.c_str(), row.root);
+  std::snprintf(b, sizeof b, "%12zu  %12zu  %8s  %6s  %6d", row.size, row.count, row.type.c_str(), row.redop.c_str(),
+                row.root);
   line = b;
   const VariantResult& m = row.v[0];
   for (const Measure* x : {&m.oop, &m.ip}) {
-    std::snprintf(b, sizeof b, "  %7s  %6.2f  %6.2f  %5s", timeStr(x->time_us).c_str(), x->algbw,
-                  x->busbw, wrongStr(x->wrong).c_str());
+    std::snprintf(b, sizeof b, "  %7s  %6.2f  %6.2f  %5s", timeStr(x->time_us).c_str(), x->algbw, x->busbw,
+                  wrongStr(x->wrong).c_str());
     line += b;
   }
   for (size_t k = 1; k < row.v.size(); ++k) {
@@ -146,8 +143,8 @@ void printRow(const Args& a, const World& w, const Row& row) {
   for (size_t k = 1; k < row.v.size(); ++k)
     for (const Measure* x : {&row.v[k].oop, &row.v[k].ip})
       if (x->wrong > 0)
-        std::printf("# WRONG: baseline %s returned %lld wrong elements (%s)\n",
-                    row.v[k].name.c_str(), x->wrong, x == &row.v[k].oop ? "out-of-place" : "in-place");
+        std::printf("# WRONG: baseline %s returned %lld wrong elements (%s)\n", row.v[k].name.c_str(), x->wrong,
+                    x == &row.v[k].oop ? "out-of-place" : "in-place");
   (void)w;
 }
 
@@ -162,12 +159,12 @@ void printRowStats(const Row& row) {
       worst = std::max(worst, x);
       per_node += " " + fmt("%.0f", x);
     }
-    std::printf("#   stats %s: calls hier %llu ring %llu fallback %llu | inter-node bytes/call by node:%s "
-                "(max %.3f x size) | intra-node bytes/call per rank max %.0f%s%s\n",
-                v.name.c_str(), s.calls[hcPathHierarchical], s.calls[hcPathRing],
-                s.calls[hcPathFallback], per_node.c_str(), row.size ? worst / row.size : 0.0,
-                s.intra_per_rank, s.fallback_reason.empty() ? "" : " | fallback: ",
-                s.fallback_reason.c_str());
+    std::printf(
+        "#   stats %s: calls hier %llu ring %llu fallback %llu | inter-node bytes/call by node:%s "
+        "(max %.3f x size) | intra-node bytes/call per rank max %.0f%s%s\n",
+        v.name.c_str(), s.calls[hcPathHierarchical], s.calls[hcPathRing], s.calls[hcPathFallback], per_node.c_str(),
+        row.size ? worst / row.size : 0.0, s.intra_per_rank,
+        s.fallback_reason.empty() ? "" : " | fallback: ", s.fallback_reason.c_str());
     (void)calls;
     // The cost model beside the measurement (predicted / measured: 1 is a perfect model).
     std::string model;
@@ -183,8 +180,8 @@ void printRowStats(const Row& row) {
   }
 }
 
-double printFooter(const Args& a, const World& w, const std::vector<Row>& rows,
-                   long long wrong_total, long long baseline_wrong) {
+double printFooter(const Args& a, const World& w, const std::vector<Row>& rows, long long wrong_total,
+                   long long baseline_wrong) {
   // nccl-tests averages the bus bandwidth over every timed case, out-of-place and in-place.
   auto avg = [&rows](size_t k) {
     double sum = 0;
@@ -213,24 +210,22 @@ double printFooter(const Args& a, const World& w, const std::vector<Row>& rows,
 void printFinalStats(const std::vector<hcStats>& all) {
   static const char* colls[] = {"allgather", "reducescatter", "allreduce", "broadcast", "barrier"};
   std::printf("# hcCommGetStats of the measured communicator, cumulative (warm-up, timing, check):\n");
-  std::printf("# %4s %4s %5s  %-13s %10s %10s %10s %14s %14s %14s  %s\n", "rank", "node", "local", "coll",
-              "hier", "ring", "fallback", "bytes_intra", "of node_mem", "bytes_inter", "last fallback reason");
+  std::printf("# %4s %4s %5s  %-13s %10s %10s %10s %14s %14s %14s  %s\n", "rank", "node", "local", "coll", "hier",
+              "ring", "fallback", "bytes_intra", "of node_mem", "bytes_inter", "last fallback reason");
   for (const hcStats& s : all)
     for (int c = 0; c < hcNumColls; ++c) {
       const hcCollStats& x = s.coll[c];
       if (!x.calls[0] && !x.calls[1] && !x.calls[2]) continue;
-      std::printf("# %4d %4d %5d  %-13s %10llu %10llu %10llu %14llu %14llu %14llu  %s\n", s.rank, s.node,
-                  s.local_rank, colls[c], (unsigned long long)x.calls[0],
-                  (unsigned long long)x.calls[1], (unsigned long long)x.calls[2],
-                  (unsigned long long)x.bytes_intra, (unsigned long long)s.bytes_node_memory[c],
-                  (unsigned long long)x.bytes_inter,
+      std::printf("# %4d %4d %5d  %-13s %10llu %10llu %10llu %14llu %14llu %14llu  %s\n", s.rank, s.node, s.local_rank,
+                  colls[c], (unsigned long long)x.calls[0], (unsigned long long)x.calls[1],
+                  (unsigned long long)x.calls[2], (unsigned long long)x.bytes_intra,
+                  (unsigned long long)s.bytes_node_memory[c], (unsigned long long)x.bytes_inter,
                   x.last_fallback_reason[0] ? x.last_fallback_reason : "-");
     }
 }
 
-void writeJson(const Args& a, const World& w, const std::vector<RankInfo>& ranks,
-               const std::vector<Row>& rows, long long wrong_total, long long baseline_wrong,
-               const std::vector<hcStats>& final_stats) {
+void writeJson(const Args& a, const World& w, const std::vector<RankInfo>& ranks, const std::vector<Row>& rows,
+               long long wrong_total, long long baseline_wrong, const std::vector<hcStats>& final_stats) {
   using nlohmann::json;
   json j;
   j["tool"] = "agbench";
@@ -252,25 +247,35 @@ void writeJson(const Args& a, const World& w, const std::vector<RankInfo>& ranks
   j["algo"] = a.algo.empty() ? "default" : a.algo;
   j["main"] = mainName(a);
   j["mpi_note"] = w.mpi_note;
-  j["args"] = {{"minbytes", a.min_bytes}, {"maxbytes", a.max_bytes},   {"stepbytes", a.step_bytes},
-               {"stepfactor", a.step_factor}, {"iters", a.iters},      {"warmup", a.warmup},
-               {"check", a.check},            {"reps", a.reps},        {"average", a.average},
-               {"blocking", a.blocking},      {"root", a.root}};
+  j["args"] = {{"minbytes", a.min_bytes},
+               {"maxbytes", a.max_bytes},
+               {"stepbytes", a.step_bytes},
+               {"stepfactor", a.step_factor},
+               {"iters", a.iters},
+               {"warmup", a.warmup},
+               {"check", a.check},
+               {"reps", a.reps},
+               {"average", a.average},
+               {"blocking", a.blocking},
+               {"root", a.root}};
   json env = json::object();
   for (char** e = environ; *e; ++e) {
     std::string kv = *e;
     size_t eq = kv.find('=');
     std::string k = kv.substr(0, eq);
     if (k == "HICOLL_COMM_SECRET") continue;  // a result file is no place for it
-    if (k.rfind("HICOLL_", 0) == 0 || k.rfind("SMDDP_", 0) == 0 || k.rfind("FI_", 0) == 0)
-      env[k] = kv.substr(eq + 1);
+    if (k.rfind("HICOLL_", 0) == 0 || k.rfind("SMDDP_", 0) == 0 || k.rfind("FI_", 0) == 0) env[k] = kv.substr(eq + 1);
   }
   j["env"] = env;
   int nodes = 0;
   for (const RankInfo& r : ranks) {
     nodes = std::max(nodes, r.node + 1);
-    j["ranks"].push_back({{"rank", r.rank}, {"pid", r.pid}, {"host", r.host}, {"label", r.label},
-                          {"node", r.node}, {"local_rank", r.local_rank}});
+    j["ranks"].push_back({{"rank", r.rank},
+                          {"pid", r.pid},
+                          {"host", r.host},
+                          {"label", r.label},
+                          {"node", r.node},
+                          {"local_rank", r.local_rank}});
   }
   j["nodes"] = nodes;
   auto measure = [](const Measure& m) {
@@ -290,8 +295,7 @@ void writeJson(const Args& a, const World& w, const std::vector<RankInfo>& ranks
     return x;
   };
   for (const Row& r : rows) {
-    json row = {{"size", r.size}, {"count", r.count}, {"type", r.type}, {"redop", r.redop},
-                {"root", r.root}};
+    json row = {{"size", r.size}, {"count", r.count}, {"type", r.type}, {"redop", r.redop}, {"root", r.root}};
     if (r.memcpy_gbps >= 0) {
       row["memcpy_gbps"] = r.memcpy_gbps;
       row["memcpy_times_us"] = r.memcpy_times_us;

@@ -50,7 +50,9 @@ Mem measure() {
   return m;
 }
 
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 int check(hcResult_t r, const char* what, int rank) {
   if (r == hcSuccess) return 0;
@@ -96,13 +98,13 @@ int rankMain(int splits, size_t bytes) {
     }
   const Mem used = measure();
   const double per = splits ? 1.0 / splits : 0;
-  std::printf("rank %d: %d splits in %.3f s (%.4f s each); VmRSS %ld -> %ld KiB (%.1f KiB per child), "
-              "RssAnon %ld -> %ld, RssShmem %ld -> %ld, fds %ld -> %ld; machine Shmem %ld -> %ld KiB; "
-              "first %zu-byte AllGather on a child %.2f ms, second %.2f ms; VmRSS after it %ld KiB\n",
-              rank, splits, create_s, create_s * per, before.rss_kib, after.rss_kib,
-              (after.rss_kib - before.rss_kib) * per, before.anon_kib, after.anon_kib, before.shmem_kib,
-              after.shmem_kib, before.fds, after.fds, before.sys_shmem_kib, after.sys_shmem_kib, bytes, first * 1e3,
-              second * 1e3, used.rss_kib);
+  std::printf(
+      "rank %d: %d splits in %.3f s (%.4f s each); VmRSS %ld -> %ld KiB (%.1f KiB per child), "
+      "RssAnon %ld -> %ld, RssShmem %ld -> %ld, fds %ld -> %ld; machine Shmem %ld -> %ld KiB; "
+      "first %zu-byte AllGather on a child %.2f ms, second %.2f ms; VmRSS after it %ld KiB\n",
+      rank, splits, create_s, create_s * per, before.rss_kib, after.rss_kib, (after.rss_kib - before.rss_kib) * per,
+      before.anon_kib, after.anon_kib, before.shmem_kib, after.shmem_kib, before.fds, after.fds, before.sys_shmem_kib,
+      after.sys_shmem_kib, bytes, first * 1e3, second * 1e3, used.rss_kib);
   std::fflush(stdout);
   int f = 0;
   for (hcComm_t k : kids) f += check(hcCommDestroy(k), "hcCommDestroy", rank);

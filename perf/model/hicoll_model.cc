@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "plan/cost_model.h"
 #include "base/machine_figures.h"
+#include "plan/cost_model.h"
 
 using namespace hicoll;
 
@@ -35,9 +35,10 @@ size_t bytesOf(const std::string& s) {
 }
 
 hcColl_t collOf(const std::string& c) {
-  return c == "allgather" ? hcCollAllGather : c == "reducescatter" ? hcCollReduceScatter
-         : c == "alltoall"  ? hcCollAllToAll
-                            : hcCollAllReduce;
+  return c == "allgather"       ? hcCollAllGather
+         : c == "reducescatter" ? hcCollReduceScatter
+         : c == "alltoall"      ? hcCollAllToAll
+                                : hcCollAllReduce;
 }
 
 // NCCL's bus bandwidth: AllGather and ReduceScatter move (W-1)/W of the size per rank.
@@ -87,9 +88,8 @@ int predictCmd(const MachineFigures& m, Shape s, const std::string& coll, const 
   // What HICOLL_ALGO=auto runs under the defaults: each path's chunk from --chunk up to the cap.
   if (s.nodes > 1)
     for (Algo a : {Algo::Hier, Algo::Ring}) {
-      const Chunking k = modelChunking(m, s, chunk_cap, true, [&](const Shape& at) {
-        return predict(m, at, c, a, bytes, in_place);
-      });
+      const Chunking k =
+          modelChunking(m, s, chunk_cap, true, [&](const Shape& at) { return predict(m, at, c, a, bytes, in_place); });
       std::printf("%-5s auto chunking: %zu x %zu in flight, %.1f us (chunk up to %zu)\n", algoName(a), k.chunk,
                   k.window, k.predicted.total() * 1e6, chunk_cap);
     }
@@ -100,17 +100,17 @@ int predictCmd(const MachineFigures& m, Shape s, const std::string& coll, const 
 int scaleCmd(double nic_gbps) {
   MachineFigures m;
   m.source = "scale assumptions";
-  m.call_s = 10e-6;        // a kernel launch and its proxy handshake
-  m.shm_alpha_s = 5e-6;    // a CUDA IPC event round within the node
-  m.copy_Bps = 360e9;      // NVLink: NCCL's measured AllGather busbw on 8 x H100
-  m.reduce_Bps = 2e12;     // HBM-bound sums
-  m.net_alpha_s = 15e-6;   // EFA one-way message latency
+  m.call_s = 10e-6;       // a kernel launch and its proxy handshake
+  m.shm_alpha_s = 5e-6;   // a CUDA IPC event round within the node
+  m.copy_Bps = 360e9;     // NVLink: NCCL's measured AllGather busbw on 8 x H100
+  m.reduce_Bps = 2e12;    // HBM-bound sums
+  m.net_alpha_s = 15e-6;  // EFA one-way message latency
   m.net_Bps = nic_gbps / 8 * 1e9;
-  m.net_cpu_s_per_B = 0;   // RDMA: no copies on the host
-  m.net_msg_s = 2e-6;      // a proxy's work per message
+  m.net_cpu_s_per_B = 0;  // RDMA: no copies on the host
+  m.net_msg_s = 2e-6;     // a proxy's work per message
   std::printf("# per node %.0f Gbit/s, 8 GPUs per node, bf16, chunk 4 MiB, window 8\n", nic_gbps);
-  std::printf("%-14s %6s %10s | %12s %8s | %12s %8s | %12s %8s | %s\n", "collective", "nodes", "size(MB)",
-              "hier(ms)", "busbw", "ring(ms)", "busbw", "logstep(ms)", "busbw", "hier bound");
+  std::printf("%-14s %6s %10s | %12s %8s | %12s %8s | %12s %8s | %s\n", "collective", "nodes", "size(MB)", "hier(ms)",
+              "busbw", "ring(ms)", "busbw", "logstep(ms)", "busbw", "hier bound");
   for (hcColl_t c : {hcCollAllGather, hcCollReduceScatter})
     for (double mb : {50.0, 250.0, 1000.0})
       for (int n : {8, 16, 32, 64, 128, 192}) {
@@ -185,7 +185,8 @@ int main(int argc, char** argv) {
   pred->add_option("--chunk", chunk, "pipeline chunk bytes")->capture_default_str();
   pred->add_option("--window", s.window, "chunks in flight per peer")->capture_default_str();
   size_t chunk_cap = 1u << 20;
-  pred->add_option("--chunk-cap", chunk_cap, "largest chunk auto may choose (HICOLL_CHUNK_SIZE)")->capture_default_str();
+  pred->add_option("--chunk-cap", chunk_cap, "largest chunk auto may choose (HICOLL_CHUNK_SIZE)")
+      ->capture_default_str();
   bool in_place = false;
   pred->add_flag("--in-place", in_place, "the call in place");
   size_t quant = 0, elem = 4;

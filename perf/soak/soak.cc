@@ -175,8 +175,9 @@ int rankMain(const Args& a) {
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   auto line = [&](const char* when, long done, uint64_t wrong_all, const Proc& p) {
     if (rank == 0)
-      std::printf("soak %-5s collectives %6ld  wrong elements %llu  rank 0: RSS %ld KiB  fds %ld  threads %ld  (%.1f s)\n",
-                  when, done, static_cast<unsigned long long>(wrong_all), p.rss_kib, p.fds, p.threads, elapsed());
+      std::printf(
+          "soak %-5s collectives %6ld  wrong elements %llu  rank 0: RSS %ld KiB  fds %ld  threads %ld  (%.1f s)\n",
+          when, done, static_cast<unsigned long long>(wrong_all), p.rss_kib, p.fds, p.threads, elapsed());
     std::fflush(stdout);
   };
   // The first call maps the segments and connects: the baseline is taken after it.
@@ -219,7 +220,8 @@ int main(int argc, char** argv) {
   CLI::App app{"soak: random collectives checked against a reference, bounded in count and time"};
   app.add_option("--np", a.np, "ranks to self-launch")->check(CLI::PositiveNumber);
   app.add_option("--nodes", a.nodes, "simulated nodes")->check(CLI::PositiveNumber);
-  app.add_option("--layout", a.layout, "contiguous or interleaved")->check(CLI::IsMember({"contiguous", "interleaved"}));
+  app.add_option("--layout", a.layout, "contiguous or interleaved")
+      ->check(CLI::IsMember({"contiguous", "interleaved"}));
   app.add_option("--count", a.count, "collectives to run")->check(CLI::PositiveNumber);
   app.add_option("--seconds", a.seconds, "stop after this long (checked every --report calls)");
   std::string max_bytes = "8M";

@@ -13,7 +13,9 @@ constexpr size_t kHeader = sizeof(CallDesc);
 constexpr size_t kStandaloneBytes = kHeader + AgreeState::Msg::kReason;
 }  // namespace
 
-bool Agreement::canPiggyback(size_t first_message_bytes) { return first_message_bytes <= AgreeState::Msg::kBody; }
+bool Agreement::canPiggyback(size_t first_message_bytes) {
+  return first_message_bytes <= AgreeState::Msg::kBody;
+}
 
 AgreeState::AgreeState(std::vector<int> agreement_peers, Transport& net)
     : peers(std::move(agreement_peers)), in(peers.size()), out(peers.size()), got(peers.size()) {
@@ -65,7 +67,8 @@ int Agreement::indexOf(int peer) const {
 int Agreement::stageSend(int peer, const void*& buf, size_t& len, uint64_t& tag) {
   const int i = piggyback_ ? indexOf(peer) : -1;
   if (i < 0 || sent_[i]) return -1;
-  HC_CHECK(canPiggyback(len), hcInternalError, "agreement: a first message of {} bytes cannot carry the descriptor", len);
+  HC_CHECK(canPiggyback(len), hcInternalError, "agreement: a first message of {} bytes cannot carry the descriptor",
+           len);
   sent_[i] = 1;
   AgreeState::Msg& out = st_->out[i];
   out.desc = mine_;
@@ -79,7 +82,8 @@ int Agreement::stageSend(int peer, const void*& buf, size_t& len, uint64_t& tag)
 int Agreement::stageRecv(int peer, void*& buf, size_t& len, uint64_t& tag, size_t*& received) {
   const int i = piggyback_ ? indexOf(peer) : -1;
   if (i < 0 || received_[i]) return -1;
-  HC_CHECK(canPiggyback(len), hcInternalError, "agreement: a first message of {} bytes cannot carry the descriptor", len);
+  HC_CHECK(canPiggyback(len), hcInternalError, "agreement: a first message of {} bytes cannot carry the descriptor",
+           len);
   received_[i] = 1;
   st_->in[i].desc = CallDesc{};
   buf = &st_->in[i];

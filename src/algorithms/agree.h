@@ -45,8 +45,8 @@ class Agreement {
   // Standalone: posts the exchange (nothing waits here). Piggybacked: Run's first message to
   // and from each agreement peer carries it (stageSend / stageRecv / landed).
   // state null: nothing to agree across nodes (one node, or a network without the tag bits).
-  Agreement(const Identity& id, Transport* net, AgreeState* state, const CallDesc& mine,
-            const std::string& reason = "", bool piggyback = false);
+  Agreement(const Identity& id, Transport* net, AgreeState* state, const CallDesc& mine, const std::string& reason = "",
+            bool piggyback = false);
   Agreement(const Agreement&) = delete;
   Agreement& operator=(const Agreement&) = delete;
 
@@ -88,8 +88,8 @@ class Agreement {
   AgreeState* st_;
   CallDesc mine_;
   bool piggyback_ = false;
-  std::vector<ReqId> recvs_;  // standalone, by agreement peer, 0 once arrived
-  std::vector<ReqId> sends_;  // standalone, not yet completed
+  std::vector<ReqId> recvs_;              // standalone, by agreement peer, 0 once arrived
+  std::vector<ReqId> sends_;              // standalone, not yet completed
   std::vector<uint8_t> sent_, received_;  // piggyback, by agreement peer
   // The received lengths live in AgreeState::got, as the messages in `in`: a receive a failed
   // call leaves posted completes after this object is gone.
@@ -99,6 +99,8 @@ class Agreement {
 
 // Tag of a call's agreement messages: bit 60 set, below the transports' own reserved tags
 // (all ones, all ones - 1) and above the collectives' tags (60 bits).
-inline uint64_t agreementTag(uint64_t call) { return (1ull << 60) | (call & ((1ull << 60) - 1)); }
+inline uint64_t agreementTag(uint64_t call) {
+  return (1ull << 60) | (call & ((1ull << 60) - 1));
+}
 
 }  // namespace hicoll

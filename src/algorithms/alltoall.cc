@@ -42,7 +42,9 @@ struct Item {  // one chunk of a block to or from a peer
   size_t src = 0;   // reads in place: where the chunk lies in the sender's posted buffer
 };
 
-size_t align64(size_t n) { return (n + 63) & ~size_t{63}; }
+size_t align64(size_t n) {
+  return (n + 63) & ~size_t{63};
+}
 
 }  // namespace
 
@@ -86,7 +88,8 @@ void allToAll(Run& r) {
   const size_t base = (r.seq & 1) * (r.buf.scratch_bytes / 2), end = base + r.buf.scratch_bytes / 2;
   HC_CHECK(static_cast<size_t>(L) * sizeof(PairHeader) <= end - base, hcUnsupported,
            "AllToAll: {} ranks on this node need {} bytes of table in half the scratch buffer "
-           "(SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES={})", L, static_cast<size_t>(L) * sizeof(PairHeader), r.buf.scratch_bytes);
+           "(SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES={})",
+           L, static_cast<size_t>(L) * sizeof(PairHeader), r.buf.scratch_bytes);
   auto* table = reinterpret_cast<PairHeader*>(scratch + base);
   size_t used = base + align64(static_cast<size_t>(L) * sizeof(PairHeader));
   for (int l = 0; l < L; ++l) {
@@ -121,7 +124,8 @@ void allToAll(Run& r) {
   auto tableOf = [&](int l) { return reinterpret_cast<const PairHeader*>(r.shm.scratch(l) + base); };
 
   // The first message to each remote peer: its header, and the block when it fits.
-  const size_t carry = W > 1 ? std::min<size_t>(kCarryMax, (size_t{1} << 20) / static_cast<size_t>(W - 1)) & ~size_t{63} : 0;
+  const size_t carry =
+      W > 1 ? std::min<size_t>(kCarryMax, (size_t{1} << 20) / static_cast<size_t>(W - 1)) & ~size_t{63} : 0;
   const size_t slot = sizeof(PairHeader) + carry;
   std::vector<int> remote;
   for (int s = 1; s < W; ++s)
@@ -186,15 +190,17 @@ void allToAll(Run& r) {
   const size_t recv_ahead = 1024;
   size_t ns = 0, nr = 0, nd = 0;
   r.waitUntil("in the AllToAll", [&] {
-    if (!(!firsts.empty() || ns < sends_todo.size() || nr < recvs_todo.size() || nd < reads_todo.size() || !sends.empty() || !recvs.empty())) return Progress::Done;
+    if (!(!firsts.empty() || ns < sends_todo.size() || nr < recvs_todo.size() || nd < reads_todo.size() ||
+          !sends.empty() || !recvs.empty()))
+      return Progress::Done;
     bool moved = r.poll(firsts, [&](size_t i) {
       const int p = remote[i];
       PairHeader h;
       std::memcpy(&h, first_in + i * slot, sizeof h);
       check(p, h);
       if (h.sends <= carry) {
-        HC_CHECK(got[i] == sizeof h + h.sends, hcInternalError, "AllToAll: the first message of {} has {} bytes, not {}",
-                 id.who(p), got[i], sizeof h + h.sends);
+        HC_CHECK(got[i] == sizeof h + h.sends, hcInternalError,
+                 "AllToAll: the first message of {} has {} bytes, not {}", id.who(p), got[i], sizeof h + h.sends);
         if (h.sends) std::memcpy(out + roff[p], first_in + i * slot + sizeof h, h.sends);
       } else {
         plan(p, h.sends);
@@ -215,10 +221,8 @@ void allToAll(Run& r) {
     if (nd < reads_todo.size()) {  // one chunk per pass: the network keeps moving meanwhile
       const Item& i = reads_todo[nd++];
       const int l = t.local_of[i.peer];
-      if (inNodeMemory(l, i.src, i.len))
-        r.readPosted(l, i.src, out + roff[i.peer] + i.off, i.len);
-      else
-        r.shm.read(l, r.postedAddr(l) + i.src, out + roff[i.peer] + i.off, i.len);
+      if (inNodeMemory(l, i.src, i.len)) r.readPosted(l, i.src, out + roff[i.peer] + i.off, i.len);
+      else r.shm.read(l, r.postedAddr(l) + i.src, out + roff[i.peer] + i.off, i.len);
       r.countBytes(i.peer, i.len);
       moved = true;
     }

@@ -93,7 +93,8 @@ void hierAllGather(Run& r, const void* send, void* recv, size_t count) {
       r.publish(0, staged);
       moved = true;
     }
-    while (N > 1 && sent_chunks < staged && sent_chunks < received_prefix + window) postChunk(sent_chunks++), moved = true;
+    while (N > 1 && sent_chunks < staged && sent_chunks < received_prefix + window)
+      postChunk(sent_chunks++), moved = true;
     moved |= r.poll(sends) > 0;
     moved |= r.poll(recvs, [&](size_t k) { --chunk_left[k]; }) > 0;
     size_t prefix = received_prefix;

@@ -159,7 +159,6 @@ void hierReduceScatter(Run& r, const void* send, void* recv, size_t count) {
     reduceN(r.reduceSpec(all_inputs, final_step), dst, srcs.data(), L, len / r.esize);
   };
 
-
   // Receive every other node's partial of my block, chunk by chunk, into sort slot m.
   char* my_sort = r.shm.sort(me);
   Run::Pending recvs;  // keyed by chunk

@@ -99,7 +99,8 @@ void runHostCollective(hcComm& c, const CollArgs& a) {
   if (a.quant.block && !a.quant.packed) return runQuantized(c, a);
   const CollPlan p = planCall(c.id, c.plan, a, hostCapabilities(c));
   if (p.fallback())
-    HC_INFO("fallback: {} takes the flat {}: {}", describe(a), a.coll == hcCollAllToAll ? "exchange" : "ring", p.reason);
+    HC_INFO("fallback: {} takes the flat {}: {}", describe(a), a.coll == hcCollAllToAll ? "exchange" : "ring",
+            p.reason);
   HC_TRACE("{}: path {} ({})", describe(a), p.path == hcPathHierarchical ? "hierarchical" : "ring", ruleName(p.rule));
   if (p.modelled && c.plan.cfg.algoAuto()) logModelChoice(c, a, p);
   c.stats.countCall(a.coll, p.path, p.reason, p.modelled ? p.predicted.total() : 0, p.chunk_bytes, p.net_window);

@@ -212,8 +212,7 @@ void sumBlock(const void* own, const void* const* images, size_t nimages, size_t
   alignas(64) float acc[kChunk], deq[kChunk];
   for (size_t j = 0; j < n; j += kChunk) {
     const size_t m = std::min(kChunk, n - j), at = off + j;
-    if constexpr (std::is_same_v<F, F32>)
-      std::memcpy(acc, static_cast<const float*>(own) + at, m * sizeof(float));
+    if constexpr (std::is_same_v<F, F32>) std::memcpy(acc, static_cast<const float*>(own) + at, m * sizeof(float));
     else
       for (size_t i = 0; i < m; ++i) acc[i] = F::value(static_cast<const uint16_t*>(own)[at + i]);
     for (size_t k = 0; k < nimages; ++k) {
@@ -225,8 +224,7 @@ void sumBlock(const void* own, const void* const* images, size_t nimages, size_t
     }
     if (div > 0)
       for (size_t i = 0; i < m; ++i) acc[i] /= div;
-    if constexpr (std::is_same_v<F, F32>)
-      std::memcpy(static_cast<float*>(out) + at, acc, m * sizeof(float));
+    if constexpr (std::is_same_v<F, F32>) std::memcpy(static_cast<float*>(out) + at, acc, m * sizeof(float));
     else
       for (size_t i = 0; i < m; ++i) static_cast<uint16_t*>(out)[at + i] = F::fromFloat(acc[i]);
   }
@@ -240,7 +238,9 @@ void sumImagesT(const void* own, const void* const* images, size_t nimages, size
     sumBlock<F>(own, images, nimages, count, block, off, std::min(block, count - off), div, out);
 }
 
-void checkBlock(size_t block) { (void)numBlocks(0, block); }  // throws on a block out of range
+void checkBlock(size_t block) {
+  (void)numBlocks(0, block);
+}  // throws on a block out of range
 
 }  // namespace
 

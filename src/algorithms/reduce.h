@@ -13,10 +13,10 @@ namespace hicoll {
 struct ReduceSpec {
   hcDataType_t dtype = hcFloat32;
   OpKind kind = OpKind::Sum;
-  double scalar = 1.0;     // PreMulSum
+  double scalar = 1.0;       // PreMulSum
   uint64_t premul_mask = 0;  // PreMulSum: sources (bit k = srcs[k]) that are inputs, scaled first
-  int avg_divisor = 0;     // Avg: divide the result by this (only at the last step)
-  bool stream_dst = false;  // write dst with non-temporal stores (large outputs read later)
+  int avg_divisor = 0;       // Avg: divide the result by this (only at the last step)
+  bool stream_dst = false;   // write dst with non-temporal stores (large outputs read later)
 };
 
 // dst[i] = srcs[0][i] op srcs[1][i] op ... ; dst may be one of the sources.

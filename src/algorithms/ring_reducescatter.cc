@@ -37,7 +37,9 @@ void ringReduceScatter(Run& r, const void* send, void* recv, size_t count) {
   C = std::max({r.esize, C / r.esize * r.esize, (b >> 20) / r.esize * r.esize + r.esize});  // tags: <= 2^20 chunks
   const size_t K = (b + C - 1) / C, A = std::min(K, kGroup), M = K * steps;
   auto len = [&](size_t k) { return std::min(C, b - k * C); };
-  auto block = [&](size_t i, size_t k) { return in + (i + static_cast<size_t>(W)) % static_cast<size_t>(W) * b + k * C; };
+  auto block = [&](size_t i, size_t k) {
+    return in + (i + static_cast<size_t>(W)) % static_cast<size_t>(W) * b + k * C;
+  };
   char* ws = r.buf.workspace(3 * A * C);
   auto rx = [&](size_t slot) { return ws + slot * 3 * C; };
   auto acc = [&](size_t slot, size_t s) { return ws + (slot * 3 + 1 + s % 2) * C; };

@@ -8,10 +8,9 @@
 namespace hicoll {
 
 Run::Run(hcComm& c, const CollArgs& args, const CollPlan* p, Agreement* ag)
-    : id(c.id), links(c.links), buf(c.buf), stats(c.stats), cfg(c.plan.cfg), timeout_ms(c.health.timeout_ms), a(args), plan(p),
-      desc(CallDesc::of(args)), agreement(ag), deadline(timeout_ms), esize(hcTypeSize(args.dtype)),
-      shm(*c.links.shm),
-      board(*c.links.shm, c.id, deadline, timeout_ms, [&l = c.links] { l.checkPeers(); }) {}
+    : id(c.id), links(c.links), buf(c.buf), stats(c.stats), cfg(c.plan.cfg), timeout_ms(c.health.timeout_ms), a(args),
+      plan(p), desc(CallDesc::of(args)), agreement(ag), deadline(timeout_ms), esize(hcTypeSize(args.dtype)),
+      shm(*c.links.shm), board(*c.links.shm, c.id, deadline, timeout_ms, [&l = c.links] { l.checkPeers(); }) {}
 
 ReduceSpec Run::reduceSpec(uint64_t premul_mask, bool final_step) const {
   ReduceSpec s;
@@ -107,15 +106,14 @@ void Run::checkDeadline(const char* what) {
   }
   std::string messages;
   for (size_t p = 0; p < outstanding_.size(); ++p)
-    if (outstanding_[p] > 0)
-      messages += fmt::format("{}{}", messages.empty() ? "" : ", ", id.who(static_cast<int>(p)));
+    if (outstanding_[p] > 0) messages += fmt::format("{}{}", messages.empty() ? "" : ", ", id.who(static_cast<int>(p)));
   if (!messages.empty())
     late.push_back(fmt::format("messages with {} have not completed (stopped or slow?)", messages));
   if (agreement)
     for (int p : agreement->missing())
       late.push_back(fmt::format("{} has not sent its descriptor of this call", id.who(p)));
-  const std::string msg = fmt::format("timed out after {} ms {}{}{}", timeout_ms, what, late.empty() ? "" : ": ",
-                                      fmt::join(late, "; "));
+  const std::string msg =
+      fmt::format("timed out after {} ms {}{}{}", timeout_ms, what, late.empty() ? "" : ": ", fmt::join(late, "; "));
   // Without a stopped rank in sight, the ranks named may be waiting for one elsewhere: a
   // symptom, which the failure notice of a rank that sees it explains (runHostCollective).
   throw Error(hcTimeout, msg, seen_stopped ? 0u : Error::kSymptom);

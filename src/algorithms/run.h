@@ -27,8 +27,8 @@ struct Run {
   const long timeout_ms;
   const CollArgs& a;
   const CollPlan* plan;
-  const CallDesc desc;     // of a: what the node board carries
-  Agreement* agreement;    // the call's remote agreement, checked while waiting (may be null)
+  const CallDesc desc;   // of a: what the node board carries
+  Agreement* agreement;  // the call's remote agreement, checked while waiting (may be null)
   Deadline deadline;
   size_t esize;
   ShmTransport& shm;
@@ -98,7 +98,8 @@ struct Run {
   // timeout names who has not arrived).
   template <class Pass>
   void waitUntil(const char* what, Pass&& pass) {
-    hicoll::waitUntil(std::forward<Pass>(pass), deadline, [this] { idle(); }, [&] { checkDeadline(what); });
+    hicoll::waitUntil(
+        std::forward<Pass>(pass), deadline, [this] { idle(); }, [&] { checkDeadline(what); });
   }
   void checkDeadline(const char* what);
 
@@ -113,10 +114,12 @@ struct Run {
 
 template <class F>
 size_t Run::poll(Pending& p, F&& done) {
-  return completeEach(p, [this](Req& r) { return test(r); }, [&](Req& r) {
-    track(r.peer, -1);
-    done(r.key);
-  });
+  return completeEach(
+      p, [this](Req& r) { return test(r); },
+      [&](Req& r) {
+        track(r.peer, -1);
+        done(r.key);
+      });
 }
 
 // Algorithms (host buffers, blocking). count = elements per rank block.

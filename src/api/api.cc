@@ -42,10 +42,11 @@ static_assert(offsetof(hcStats5, coll) == offsetof(hcStats, coll), "same header"
 // are recognised as long as their shell is kept, see retire()).
 bool bad(const hcComm* c, const char* fn) {
   if (c && c->api.magic == hicoll::ApiState::kLive) return false;
-  t_last_error = c == nullptr ? fmt::format("{}: comm is NULL", fn)
-                 : c->api.magic == hicoll::ApiState::kDead
-                     ? fmt::format("{}: the communicator was destroyed (hcCommDestroy or hcCommAbort) before this call", fn)
-                     : fmt::format("{}: not a communicator (a corrupted or foreign handle)", fn);
+  t_last_error =
+      c == nullptr ? fmt::format("{}: comm is NULL", fn)
+      : c->api.magic == hicoll::ApiState::kDead
+          ? fmt::format("{}: the communicator was destroyed (hcCommDestroy or hcCommAbort) before this call", fn)
+          : fmt::format("{}: not a communicator (a corrupted or foreign handle)", fn);
   return true;
 }
 
@@ -314,10 +315,9 @@ void validate(hcComm& c, const CollArgs& a, const char* fn) {
                fn);
       break;
     case hcCollReduceScatter:
-      HC_CHECK(a.recv == static_cast<const char*>(a.send) + R * b || !overlaps(a.send, W * b, a.recv, b),
-               hcInvalidArgument,
-               "{}: send and receive buffers overlap but not in place (recvbuff must be sendbuff + rank * recvcount)",
-               fn);
+      HC_CHECK(
+          a.recv == static_cast<const char*>(a.send) + R * b || !overlaps(a.send, W * b, a.recv, b), hcInvalidArgument,
+          "{}: send and receive buffers overlap but not in place (recvbuff must be sendbuff + rank * recvcount)", fn);
       break;
     case hcCollAllReduce:
     case hcCollBroadcast:
@@ -369,8 +369,8 @@ hcResult_t quantized(hcComm_t comm, const char* fn, CollArgs a, const hcQuant* q
     why = fmt::format("{}: quant is NULL or its size field is not set (HC_QUANT_INITIALIZER)", fn);
   else if (quant->format != hcQuantInt8Absmax)
     why = fmt::format("{}: unknown quantization format {}", fn, static_cast<int>(quant->format));
-  a.quant = QuantArgs{.block = why.empty() && quant->block ? quant->block : quant::kDefaultBlock,
-                      .dtype = a.dtype, .count = a.count};
+  a.quant = QuantArgs{
+      .block = why.empty() && quant->block ? quant->block : quant::kDefaultBlock, .dtype = a.dtype, .count = a.count};
   if (why.empty()) return collective(comm, fn, a, op);
   return entered(comm, fn, [&] {
     if (op) a.op = resolveOp(*comm, *op);
@@ -407,9 +407,10 @@ void checkSplitConfigs(hcComm& parent, Bootstrap* bs, const std::string& rejecte
              all_rejected ? "" : "the other ranks of the new group fail the split too; ");
   for (const Verdict& v : all) {
     if (!v.rejected) continue;
-    HC_THROW(hcInvalidArgument, "hcCommSplit: {} rejected its configuration for the new communicator: {} (the split "
-             "fails on every rank of the new group; this communicator is unaffected)", parent.id.who(v.parent_rank),
-             std::string(v.why, strnlen(v.why, sizeof v.why)));
+    HC_THROW(hcInvalidArgument,
+             "hcCommSplit: {} rejected its configuration for the new communicator: {} (the split "
+             "fails on every rank of the new group; this communicator is unaffected)",
+             parent.id.who(v.parent_rank), std::string(v.why, strnlen(v.why, sizeof v.why)));
   }
 }
 
@@ -441,7 +442,9 @@ const char* hcGetErrorString(hcResult_t r) {
   }
 }
 
-const char* hcGetLastError(hcComm_t) { return t_last_error.c_str(); }
+const char* hcGetLastError(hcComm_t) {
+  return t_last_error.c_str();
+}
 
 hcResult_t hcGetVersion(int* version) {
   if (!version) return hcInvalidArgument;
@@ -471,13 +474,12 @@ hcResult_t hcGetUniqueId(hcUniqueId* id) {
 
 hcResult_t hcCommInitRankConfig(hcComm_t* comm, int nranks, hcUniqueId id, int rank, const hcConfig_t* config) {
   return initWith(comm, "hcCommInitRank", [&] {
-    HC_CHECK(nranks > 0 && rank >= 0 && rank < nranks, hcInvalidArgument,
-             "hcCommInitRank: rank {} is outside [0, {})", rank, nranks);
+    HC_CHECK(nranks > 0 && rank >= 0 && rank < nranks, hcInvalidArgument, "hcCommInitRank: rank {} is outside [0, {})",
+             rank, nranks);
     Config cfg = Config::fromEnv().withOverrides(config);
     const long timeout = cfg.num(Knob::TimeoutMs);
     Rendezvous rv = joinUniqueId(id, rank, nranks, timeout);
-    return createComm(std::make_unique<Bootstrap>(rv.store, "hc", rank, nranks, timeout), rv.keepalive, cfg,
-                      config);
+    return createComm(std::make_unique<Bootstrap>(rv.store, "hc", rank, nranks, timeout), rv.keepalive, cfg, config);
   });
 }
 
@@ -501,7 +503,9 @@ hcResult_t hcCommInitFromEnvConfig(hcComm_t* comm, const hcConfig_t* config) {
   });
 }
 
-hcResult_t hcCommInitFromEnv(hcComm_t* comm) { return hcCommInitFromEnvConfig(comm, nullptr); }
+hcResult_t hcCommInitFromEnv(hcComm_t* comm) {
+  return hcCommInitFromEnvConfig(comm, nullptr);
+}
 
 hcResult_t hcCommInitRankStoreConfig(hcComm_t* comm, int nranks, int rank, const hcStoreOps* store, const char* prefix,
                                      const hcConfig_t* config) {
@@ -514,9 +518,9 @@ hcResult_t hcCommInitRankStoreConfig(hcComm_t* comm, int nranks, int rank, const
              "hcCommInitRankStore: rank {} is outside [0, {})", rank, nranks);
     Config cfg = Config::fromEnv().withOverrides(config);
     const long timeout = cfg.num(Knob::TimeoutMs);
-    return createComm(std::make_unique<Bootstrap>(makeCallbackStore(*store), prefix ? prefix : "hc", rank, nranks,
-                                                  timeout),
-                      nullptr, cfg, config);
+    return createComm(
+        std::make_unique<Bootstrap>(makeCallbackStore(*store), prefix ? prefix : "hc", rank, nranks, timeout), nullptr,
+        cfg, config);
   });
 }
 
@@ -582,8 +586,8 @@ hcResult_t hcCommShrink(hcComm_t comm, const int* exclude, int nexclude, hcComm_
     std::vector<int> ex(exclude, exclude + nexclude);
     std::sort(ex.begin(), ex.end());
     for (size_t i = 0; i < ex.size(); ++i) {
-      HC_CHECK(ex[i] >= 0 && ex[i] < comm->id.nranks, hcInvalidArgument, "hcCommShrink: excluded rank {} is outside [0, {})",
-               ex[i], comm->id.nranks);
+      HC_CHECK(ex[i] >= 0 && ex[i] < comm->id.nranks, hcInvalidArgument,
+               "hcCommShrink: excluded rank {} is outside [0, {})", ex[i], comm->id.nranks);
       HC_CHECK(i == 0 || ex[i] != ex[i - 1], hcInvalidArgument, "hcCommShrink: rank {} is excluded twice", ex[i]);
     }
     HC_CHECK(!std::binary_search(ex.begin(), ex.end(), comm->id.rank), hcInvalidArgument,
@@ -591,7 +595,8 @@ hcResult_t hcCommShrink(hcComm_t comm, const int* exclude, int nexclude, hcComm_
     if (flags & HC_SHRINK_ABORT) revoke(*comm, "it shrank the communicator (HC_SHRINK_ABORT)");
     std::unique_ptr<Bootstrap> bs = comm->links.bootstrap->shrink(ex, comm->links.shrinks++);
     *newcomm = createComm(std::move(bs), comm->api.keepalive, comm->plan.cfg, nullptr, comm).release();
-    HC_INFO("hcCommShrink: {} ranks left of {} (excluded {})", comm->id.nranks - nexclude, comm->id.nranks, fmt::join(ex, ","));
+    HC_INFO("hcCommShrink: {} ranks left of {} (excluded {})", comm->id.nranks - nexclude, comm->id.nranks,
+            fmt::join(ex, ","));
   });
 }
 
@@ -684,16 +689,19 @@ hcResult_t hcCommGetStats(const hcComm_t comm, hcStats* stats) {
 hcResult_t hcRedOpCreatePreMulSum(hcRedOp_t* op, const void* scalar, hcDataType_t dtype, hcComm_t comm) {
   if (bad(comm, "hcRedOpCreatePreMulSum") || !op || !scalar) return hcInvalidArgument;
   // The ops table is the calls' (resolveOp): not changed under one (refused, not revoked).
-  return entered(comm, "hcRedOpCreatePreMulSum", [&] {
-    double v = 0;
-    HC_CHECK(num::decodeScalar(scalar, dtype, &v), hcInvalidArgument, "hcRedOpCreatePreMulSum: invalid datatype {}",
-             static_cast<int>(dtype));
-    size_t i = 0;
-    while (i < comm->api.premul_ops.size() && comm->api.premul_ops[i].kind == OpKind::PreMulSum) ++i;
-    if (i == comm->api.premul_ops.size()) comm->api.premul_ops.emplace_back();
-    *op = static_cast<hcRedOp_t>(hcNumOps + i);
-    comm->api.premul_ops[i] = RedOp{OpKind::PreMulSum, v, *op};
-  }, /*communicates=*/false);
+  return entered(
+      comm, "hcRedOpCreatePreMulSum",
+      [&] {
+        double v = 0;
+        HC_CHECK(num::decodeScalar(scalar, dtype, &v), hcInvalidArgument, "hcRedOpCreatePreMulSum: invalid datatype {}",
+                 static_cast<int>(dtype));
+        size_t i = 0;
+        while (i < comm->api.premul_ops.size() && comm->api.premul_ops[i].kind == OpKind::PreMulSum) ++i;
+        if (i == comm->api.premul_ops.size()) comm->api.premul_ops.emplace_back();
+        *op = static_cast<hcRedOp_t>(hcNumOps + i);
+        comm->api.premul_ops[i] = RedOp{OpKind::PreMulSum, v, *op};
+      },
+      /*communicates=*/false);
 }
 
 hcResult_t hcRedOpDestroy(hcRedOp_t op, hcComm_t comm) {
@@ -701,49 +709,71 @@ hcResult_t hcRedOpDestroy(hcRedOp_t op, hcComm_t comm) {
   CallGate gate(*comm, "hcRedOpDestroy");
   if (!gate.owned()) return refuse(*comm, "hcRedOpDestroy", gate.busy(), /*revoke_comm=*/false);
   long i = static_cast<long>(op) - hcNumOps;
-  if (i < 0 || i >= static_cast<long>(comm->api.premul_ops.size()) || comm->api.premul_ops[i].kind != OpKind::PreMulSum) {
-    t_last_error = fmt::format("hcRedOpDestroy: {} is not a pre-multiplied sum of this communicator", static_cast<int>(op));
+  if (i < 0 || i >= static_cast<long>(comm->api.premul_ops.size()) ||
+      comm->api.premul_ops[i].kind != OpKind::PreMulSum) {
+    t_last_error =
+        fmt::format("hcRedOpDestroy: {} is not a pre-multiplied sum of this communicator", static_cast<int>(op));
     return hcInvalidArgument;
   }
   comm->api.premul_ops[i] = RedOp{};  // Sum kind marks the slot free
   return hcSuccess;
 }
 
-hcResult_t hcAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, hcDataType_t datatype,
-                       hcComm_t comm, hcStream_t stream) {
+hcResult_t hcAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, hcDataType_t datatype, hcComm_t comm,
+                       hcStream_t stream) {
   return collective(comm, "hcAllGather",
-                    {.coll = hcCollAllGather, .send = sendbuff, .recv = recvbuff, .count = sendcount,
-                     .dtype = datatype, .stream = stream});
+                    {.coll = hcCollAllGather,
+                     .send = sendbuff,
+                     .recv = recvbuff,
+                     .count = sendcount,
+                     .dtype = datatype,
+                     .stream = stream});
 }
 
 hcResult_t hcAllGatherQuantized(const void* sendbuff, void* recvbuff, size_t sendcount, hcDataType_t datatype,
                                 const hcQuant* quant, hcComm_t comm, hcStream_t stream) {
   return quantized(comm, "hcAllGatherQuantized",
-                   {.coll = hcCollAllGather, .send = sendbuff, .recv = recvbuff, .count = sendcount,
-                    .dtype = datatype, .stream = stream},
+                   {.coll = hcCollAllGather,
+                    .send = sendbuff,
+                    .recv = recvbuff,
+                    .count = sendcount,
+                    .dtype = datatype,
+                    .stream = stream},
                    quant);
 }
 
 hcResult_t hcReduceScatterQuantized(const void* sendbuff, void* recvbuff, size_t recvcount, hcDataType_t datatype,
                                     hcRedOp_t op, const hcQuant* quant, hcComm_t comm, hcStream_t stream) {
   return quantized(comm, "hcReduceScatterQuantized",
-                   {.coll = hcCollReduceScatter, .send = sendbuff, .recv = recvbuff, .count = recvcount,
-                    .dtype = datatype, .stream = stream},
+                   {.coll = hcCollReduceScatter,
+                    .send = sendbuff,
+                    .recv = recvbuff,
+                    .count = recvcount,
+                    .dtype = datatype,
+                    .stream = stream},
                    quant, &op);
 }
 
-hcResult_t hcReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, hcDataType_t datatype,
-                           hcRedOp_t op, hcComm_t comm, hcStream_t stream) {
+hcResult_t hcReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, hcDataType_t datatype, hcRedOp_t op,
+                           hcComm_t comm, hcStream_t stream) {
   return collective(comm, "hcReduceScatter",
-                    {.coll = hcCollReduceScatter, .send = sendbuff, .recv = recvbuff, .count = recvcount,
-                     .dtype = datatype, .stream = stream},
+                    {.coll = hcCollReduceScatter,
+                     .send = sendbuff,
+                     .recv = recvbuff,
+                     .count = recvcount,
+                     .dtype = datatype,
+                     .stream = stream},
                     &op);
 }
 
 hcResult_t hcAllReduce(const void* sendbuff, void* recvbuff, size_t count, hcDataType_t datatype, hcRedOp_t op,
                        hcComm_t comm, hcStream_t stream) {
   return collective(comm, "hcAllReduce",
-                    {.coll = hcCollAllReduce, .send = sendbuff, .recv = recvbuff, .count = count, .dtype = datatype,
+                    {.coll = hcCollAllReduce,
+                     .send = sendbuff,
+                     .recv = recvbuff,
+                     .count = count,
+                     .dtype = datatype,
                      .stream = stream},
                     &op);
 }
@@ -751,8 +781,13 @@ hcResult_t hcAllReduce(const void* sendbuff, void* recvbuff, size_t count, hcDat
 hcResult_t hcBroadcast(const void* sendbuff, void* recvbuff, size_t count, hcDataType_t datatype, int root,
                        hcComm_t comm, hcStream_t stream) {
   return collective(comm, "hcBroadcast",
-                    {.coll = hcCollBroadcast, .send = sendbuff, .recv = recvbuff, .count = count, .dtype = datatype,
-                     .root = root, .stream = stream});
+                    {.coll = hcCollBroadcast,
+                     .send = sendbuff,
+                     .recv = recvbuff,
+                     .count = count,
+                     .dtype = datatype,
+                     .root = root,
+                     .stream = stream});
 }
 
 hcResult_t hcBarrier(hcComm_t comm) {
@@ -767,8 +802,15 @@ hcResult_t hcAllToAllv(const void* sendbuff, const size_t* sendcounts, const siz
   if (sendcounts)
     for (int p = 0; p < comm->id.nranks; ++p) sent += sendcounts[p];  // for messages only
   return collective(comm, "hcAllToAllv",
-                    {.coll = hcCollAllToAll, .send = sendbuff, .recv = recvbuff, .count = sent, .dtype = datatype,
-                     .stream = stream, .send_counts = sendcounts, .send_displs = sdispls, .recv_counts = recvcounts,
+                    {.coll = hcCollAllToAll,
+                     .send = sendbuff,
+                     .recv = recvbuff,
+                     .count = sent,
+                     .dtype = datatype,
+                     .stream = stream,
+                     .send_counts = sendcounts,
+                     .send_displs = sdispls,
+                     .recv_counts = recvcounts,
                      .recv_displs = rdispls});
 }
 
@@ -777,9 +819,14 @@ hcResult_t hcAllToAll(const void* sendbuff, void* recvbuff, size_t count, hcData
   if (bad(comm, "hcAllToAll")) return hcInvalidArgument;
   const std::vector<size_t> counts(static_cast<size_t>(comm->id.nranks), count);
   return collective(comm, "hcAllToAll",
-                    {.coll = hcCollAllToAll, .send = sendbuff, .recv = recvbuff,
-                     .count = count * counts.size(), .dtype = datatype, .stream = stream,
-                     .send_counts = counts.data(), .recv_counts = counts.data()});
+                    {.coll = hcCollAllToAll,
+                     .send = sendbuff,
+                     .recv = recvbuff,
+                     .count = count * counts.size(),
+                     .dtype = datatype,
+                     .stream = stream,
+                     .send_counts = counts.data(),
+                     .recv_counts = counts.data()});
 }
 
 }  // extern "C"

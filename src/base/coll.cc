@@ -69,7 +69,9 @@ double doubleOf(uint64_t b) {
   std::memcpy(&v, &b, sizeof v);
   return v;
 }
-bool reduces(hcColl_t c) { return c == hcCollReduceScatter || c == hcCollAllReduce; }
+bool reduces(hcColl_t c) {
+  return c == hcCollReduceScatter || c == hcCollAllReduce;
+}
 }  // namespace
 
 CallDesc CallDesc::of(const CollArgs& a, uint64_t flags) {

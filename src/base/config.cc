@@ -75,7 +75,9 @@ int64_t parseSize(const std::string& name, const std::string& value) {
   std::string v = trim(value);
   size_t digits = 0;
   while (digits < v.size() && std::isdigit(static_cast<unsigned char>(v[digits]))) ++digits;
-  if (digits == 0) HC_THROW(hcInvalidArgument, "{}='{}' is not a size in bytes (a non-negative integer, optionally with K, M or G)", name, value);
+  if (digits == 0)
+    HC_THROW(hcInvalidArgument, "{}='{}' is not a size in bytes (a non-negative integer, optionally with K, M or G)",
+             name, value);
   std::string suffix = lower(v.substr(digits));
   int shift = 0;
   if (suffix.empty() || suffix == "b") shift = 0;
@@ -120,7 +122,10 @@ void Config::set(const KnobInfo& k, const char* value) {
       std::string l = lower(trim(v));
       bool ok = false;
       for (const std::string& w : splitWords(k.allowed, '|'))
-        if (lower(w) == l) { raw_[i] = w; ok = true; }
+        if (lower(w) == l) {
+          raw_[i] = w;
+          ok = true;
+        }
       if (!ok) HC_THROW(hcInvalidArgument, "{}='{}' is not one of {}", k.name, value, k.allowed);
       break;
     }
@@ -193,8 +198,8 @@ Config Config::withOverrides(const hcConfig_t* config) const {
   constexpr unsigned kFirstConfigVersion = 200;
   HC_CHECK(config->version >= kFirstConfigVersion && config->version <= HICOLL_VERSION_CODE, hcInvalidArgument,
            "hcConfig_t.version is {} ({:#x}): this library ({}) reads versions {} to {}; initialize it with "
-           "HC_CONFIG_INITIALIZER", config->version, config->version, HICOLL_VERSION_CODE, kFirstConfigVersion,
-           HICOLL_VERSION_CODE);
+           "HC_CONFIG_INITIALIZER",
+           config->version, config->version, HICOLL_VERSION_CODE, kFirstConfigVersion, HICOLL_VERSION_CODE);
   const char* base = reinterpret_cast<const char*>(config);
   for (const Field& f : kFields) {
     if (f.offset + (f.text ? sizeof(const char*) : sizeof(long long)) > config->size) continue;  // an older caller
@@ -240,8 +245,7 @@ Config Config::fromEnv() {
 
 std::vector<uint64_t> Config::consistencyHashes() const {
   std::vector<uint64_t> h;
-  for (const KnobInfo& k : knobTable())
-    h.push_back(k.scope == KnobScope::Agree ? fnv1a(raw_[idx(k.id)]) : 0);
+  for (const KnobInfo& k : knobTable()) h.push_back(k.scope == KnobScope::Agree ? fnv1a(raw_[idx(k.id)]) : 0);
   return h;
 }
 

@@ -15,103 +15,98 @@
 #define HICOLL_KNOB_INT_MAX INT64_C(2147483647)
 #define HICOLL_KNOB_GIB (INT64_C(1) << 30)
 
-#define HICOLL_KNOBS(X)                                                                          \
-  X(Debug, "HICOLL_DEBUG", Enum, "WARN", "NONE|WARN|INFO|TRACE", 0, 0, Local,                    \
-    "Log level. INFO announces every fallback with its reason; TRACE logs every collective.")   \
-  X(TimeoutMs, "HICOLL_TIMEOUT_MS", Int, "120000", "", 1, HICOLL_KNOB_INT_MAX, Local,           \
-    "Upper bound in milliseconds on every wait (bootstrap, peers, network). A dead or silent "   \
-    "peer becomes hcTimeout or hcRemoteError after at most this long.")                          \
-  X(TopoNode, "HICOLL_TOPO_NODE", String, "", "", 0, 0, Local,                                   \
-    "Node label of this rank. Ranks with the same label form one node. Default: the host "     \
-    "name. Lets tests simulate several nodes on one machine.")                                  \
-  X(Algo, "HICOLL_ALGO", Enum, "auto", "auto|hier|ring", 0, 0, Agree,                            \
-    "Algorithm for host buffers: hier (hierarchical whenever the configuration supports it, "   \
-    "fixed rules), ring (flat ring), or auto: the path, the AllReduce latency-path split and "   \
-    "the network chunk and window with the lowest time the cost model predicts "                 \
-    "(HICOLL_MODEL_FILE).")                                                                      \
-  X(ModelFile, "HICOLL_MODEL_FILE", String, "", "", 0, 0, Agree,                                 \
-    "Machine figures of the cost model (JSON, written by agbench --calibrate). Empty: defaults " \
-    "for HICOLL_OFI_PROVIDER. Every rank must read the same contents.")                         \
-  X(ForceFallback, "HICOLL_FORCE_FALLBACK", List, "",                                            \
-    "allgather|reducescatter|allreduce|broadcast|alltoall|all", 0, 0, Agree,                     \
-    "Collectives forced onto the fallback path (NCCL for device buffers, flat ring for host "   \
-    "buffers), comma separated. The seed's ddp_dist_backend=nccl. AllToAll has one (flat) "     \
-    "path: the library counts it as a fallback, the torch plugin hands it to gloo / NCCL.")     \
-  X(ScratchBytes, "SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES", Size8K, "16777216", "", 8192,           \
-    (INT64_C(1) << 40), Agree,                                                                   \
-    "Scratch buffer per rank (registered). The hierarchical AllGather (and AllReduce) fall "   \
-    "back when it is smaller than the per-rank block; ReduceScatter stages chunks through it.")  \
-  X(SortBytes, "SMDDP_AG_SORT_BUFFER_SIZE_BYTES", Size8K, "134217728", "", 8192,                 \
-    (INT64_C(1) << 40), Agree,                                                                   \
-    "Sort buffer per rank (registered, readable by the ranks of the node). The hierarchical "   \
-    "AllGather, ReduceScatter and AllReduce fall back when it is smaller than nodes x per-rank " \
-    "block.")                                                                                    \
-  X(ChunkBytes, "HICOLL_CHUNK_SIZE", Size, "1048576", "", 4096, HICOLL_KNOB_GIB, Agree,          \
-    "Pipeline chunk: the inter-node exchange of chunk k+1 overlaps the intra-node sort of "     \
-    "chunk k.")                                                                                  \
-  X(NetChunkBytes, "HICOLL_NET_CHUNK_SIZE", Size, "262144", "", 4096, HICOLL_KNOB_GIB, Agree,    \
-    "Inter-node message of the chunked algorithms: on more than one node their chunk is the "  \
-    "smaller of this and HICOLL_CHUNK_SIZE (how the default was chosen: perf/results/2026-11-30.md). Left " \
-    "unset under HICOLL_ALGO=auto, the cost model may raise it, up to HICOLL_CHUNK_SIZE, where " \
-    "it predicts fewer messages faster.")                                                        \
-  X(NetWindow, "HICOLL_NET_WINDOW", Int, "4", "", 1, 1024, Local,                                \
-    "Hierarchical AllGather and ReduceScatter: chunks sent to a rail peer beyond those fully "  \
-    "received from the rail peers. A few in flight, not all, keep the links' queues short "     \
-    "(perf/results/2026-11-30.md).")                                                                         \
-  X(DeviceChunkBytes, "HICOLL_DEVICE_CHUNK_SIZE", Size, "67108864", "", 4096,                    \
-    4 * HICOLL_KNOB_GIB, Agree,                                                                  \
-    "Pipeline chunk of the device-buffer path. Large: each chunk costs a cross-process stream "  \
-    "handshake (tests/gpu/results). Inter-node chunks are further capped by the scratch and "    \
-    "sort buffers.")                                                                             \
-  X(AllReduceSmallBytes, "HICOLL_ALLREDUCE_SMALL_BYTES", Size, "65536", "", 0, HICOLL_KNOB_GIB,  \
-    Agree,                                                                                       \
-    "AllReduce buffers up to this size use the latency-optimal path (one AllGather, local "    \
-    "reduction).")                                                                               \
-  X(ShmCma, "HICOLL_SHM_CMA", Enum, "auto", "auto|0|1", 0, 0, Agree,                             \
-    "Intra-node single copy with process_vm_readv from the peer's buffer. auto: use it when "   \
-    "the kernel allows it without widening ptrace access; 0: stage through shared memory (two " \
-    "copies).")                                                                                  \
-  X(ShmEagerBytes, "HICOLL_SHM_EAGER_BYTES", Size, "4096", "", 0, (INT64_C(16) << 20), Agree,    \
-    "AllGather blocks up to this size are copied into the sender's shared segment and read "   \
-    "from there with memcpy, instead of one process_vm_readv system call per peer.")            \
-  X(MemCacheBytes, "HICOLL_MEM_CACHE_BYTES", Size, "1073741824", "", 0, (INT64_C(1) << 40),       \
-    Local,                                                                                       \
-    "hcMemAlloc (and the torch plugin's allocate_tensor): freed node memory kept for reuse up "  \
-    "to this many bytes per process, so a training step's buffers are not created and mapped "   \
-    "anew every time (read at the first allocation); also the most of its local peers' node "   \
-    "memory a rank keeps mapped between calls (their released allocations are unmapped).")     \
-  X(QuantMinNodes, "HICOLL_QUANT_MIN_NODES", Int, "2", "", 0, HICOLL_KNOB_INT_MAX, Agree,          \
-    "hcAllGatherQuantized and hcReduceScatterQuantized quantize on communicators of at least "  \
-    "this many nodes and run the exact collective on fewer (within a node memory, not a link, "  \
-    "bounds the call, and quantizing costs more than it saves: see perf/results/2026-12-01.md). 1: "        \
-    "quantize everywhere. 0: the cost model decides per call (quantize where it predicts the "   \
-    "quantized call faster than the exact one; uniform nodes, else as 2).")                      \
-  X(OfiProvider, "HICOLL_OFI_PROVIDER", String, "tcp;ofi_rxm", "", 0, 0, Agree,                  \
-    "libfabric provider for inter-node traffic (FI_PROVIDER, when set, takes precedence). "     \
-    "EFA in production; tcp;ofi_rxm or net on ordinary Linux.")                                  \
-  X(OfiIface, "HICOLL_OFI_IFACE", String, "", "", 0, 0, Local,                                   \
-    "Network interface for libfabric endpoints. Default: lo when all ranks share one host, "    \
-    "else the provider's choice.")                                                               \
-  X(OfiRxmEager, "HICOLL_OFI_RXM_EAGER", Enum, "1", "0|1", 0, 0, Agree,                          \
-    "With ofi_rxm: 1 sets FI_OFI_RXM_EAGER_LIMIT (unless set) to the largest net chunk "       \
-    "(HICOLL_NET_CHUNK_SIZE, or HICOLL_CHUNK_SIZE where the model may raise it), so each "       \
-    "chunk is one eager message (rxm over tcp places it in the receive buffer) instead of "        \
-    "rendezvous, which left links idle (perf/results/2026-11-30.md). Applies when this process initializes " \
-    "libfabric; the limit must be the same on every rank (creation fails naming it otherwise).") \
-  X(SocketIfname, "HICOLL_SOCKET_IFNAME", String, "", "", 0, 0, Local,                           \
-    "Interface the hcGetUniqueId rendezvous listener binds to. Default: loopback.")             \
-  X(CommId, "HICOLL_COMM_ID", String, "", "", 0, 0, Local,                                       \
-    "host:port of the rendezvous for hcCommInitFromEnv when MASTER_ADDR/MASTER_PORT are not "  \
-    "set (rank 0 listens there).")                                                               \
-  X(CommSecret, "HICOLL_COMM_SECRET", String, "", "", 0, 0, Local,                               \
-    "Shared secret of a hcCommInitFromEnv job (every rank the same; at least 16 characters of "  \
-    "randomness, e.g. `openssl rand -hex 16`). Without it the secret is derived from the "       \
-    "launcher's job id (TORCHELASTIC_RUN_ID, SLURM_JOB_ID, Open MPI's jobid), which a local "    \
-    "process may guess: hicoll then warns, and binds the rendezvous to loopback when every "     \
-    "rank is on one host.")                                                                      \
-  X(RendezvousFd, "HICOLL_RENDEZVOUS_FD", Int, "-1", "", -1, HICOLL_KNOB_INT_MAX, Local,         \
-    "For rank 0 of hcCommInitFromEnv: a listening socket inherited from the launcher, used "    \
-    "instead of binding HICOLL_COMM_ID's port (no other process can take the port between the " \
-    "launcher choosing it and rank 0 listening). The self-launcher sets it.")                  \
-  X(NcclLib, "HICOLL_NCCL_LIB", String, "libnccl.so.2", "", 0, 0, Local,                         \
+#define HICOLL_KNOBS(X)                                                                                              \
+  X(Debug, "HICOLL_DEBUG", Enum, "WARN", "NONE|WARN|INFO|TRACE", 0, 0, Local,                                        \
+    "Log level. INFO announces every fallback with its reason; TRACE logs every collective.")                        \
+  X(TimeoutMs, "HICOLL_TIMEOUT_MS", Int, "120000", "", 1, HICOLL_KNOB_INT_MAX, Local,                                \
+    "Upper bound in milliseconds on every wait (bootstrap, peers, network). A dead or silent "                       \
+    "peer becomes hcTimeout or hcRemoteError after at most this long.")                                              \
+  X(TopoNode, "HICOLL_TOPO_NODE", String, "", "", 0, 0, Local,                                                       \
+    "Node label of this rank. Ranks with the same label form one node. Default: the host "                           \
+    "name. Lets tests simulate several nodes on one machine.")                                                       \
+  X(Algo, "HICOLL_ALGO", Enum, "auto", "auto|hier|ring", 0, 0, Agree,                                                \
+    "Algorithm for host buffers: hier (hierarchical whenever the configuration supports it, "                        \
+    "fixed rules), ring (flat ring), or auto: the path, the AllReduce latency-path split and "                       \
+    "the network chunk and window with the lowest time the cost model predicts "                                     \
+    "(HICOLL_MODEL_FILE).")                                                                                          \
+  X(ModelFile, "HICOLL_MODEL_FILE", String, "", "", 0, 0, Agree,                                                     \
+    "Machine figures of the cost model (JSON, written by agbench --calibrate). Empty: defaults "                     \
+    "for HICOLL_OFI_PROVIDER. Every rank must read the same contents.")                                              \
+  X(ForceFallback, "HICOLL_FORCE_FALLBACK", List, "", "allgather|reducescatter|allreduce|broadcast|alltoall|all", 0, \
+    0, Agree,                                                                                                        \
+    "Collectives forced onto the fallback path (NCCL for device buffers, flat ring for host "                        \
+    "buffers), comma separated. The seed's ddp_dist_backend=nccl. AllToAll has one (flat) "                          \
+    "path: the library counts it as a fallback, the torch plugin hands it to gloo / NCCL.")                          \
+  X(ScratchBytes, "SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES", Size8K, "16777216", "", 8192, (INT64_C(1) << 40), Agree,     \
+    "Scratch buffer per rank (registered). The hierarchical AllGather (and AllReduce) fall "                         \
+    "back when it is smaller than the per-rank block; ReduceScatter stages chunks through it.")                      \
+  X(SortBytes, "SMDDP_AG_SORT_BUFFER_SIZE_BYTES", Size8K, "134217728", "", 8192, (INT64_C(1) << 40), Agree,          \
+    "Sort buffer per rank (registered, readable by the ranks of the node). The hierarchical "                        \
+    "AllGather, ReduceScatter and AllReduce fall back when it is smaller than nodes x per-rank "                     \
+    "block.")                                                                                                        \
+  X(ChunkBytes, "HICOLL_CHUNK_SIZE", Size, "1048576", "", 4096, HICOLL_KNOB_GIB, Agree,                              \
+    "Pipeline chunk: the inter-node exchange of chunk k+1 overlaps the intra-node sort of "                          \
+    "chunk k.")                                                                                                      \
+  X(NetChunkBytes, "HICOLL_NET_CHUNK_SIZE", Size, "262144", "", 4096, HICOLL_KNOB_GIB, Agree,                        \
+    "Inter-node message of the chunked algorithms: on more than one node their chunk is the "                        \
+    "smaller of this and HICOLL_CHUNK_SIZE (how the default was chosen: perf/results/2026-11-30.md). Left "          \
+    "unset under HICOLL_ALGO=auto, the cost model may raise it, up to HICOLL_CHUNK_SIZE, where "                     \
+    "it predicts fewer messages faster.")                                                                            \
+  X(NetWindow, "HICOLL_NET_WINDOW", Int, "4", "", 1, 1024, Local,                                                    \
+    "Hierarchical AllGather and ReduceScatter: chunks sent to a rail peer beyond those fully "                       \
+    "received from the rail peers. A few in flight, not all, keep the links' queues short "                          \
+    "(perf/results/2026-11-30.md).")                                                                                 \
+  X(DeviceChunkBytes, "HICOLL_DEVICE_CHUNK_SIZE", Size, "67108864", "", 4096, 4 * HICOLL_KNOB_GIB, Agree,            \
+    "Pipeline chunk of the device-buffer path. Large: each chunk costs a cross-process stream "                      \
+    "handshake (tests/gpu/results). Inter-node chunks are further capped by the scratch and "                        \
+    "sort buffers.")                                                                                                 \
+  X(AllReduceSmallBytes, "HICOLL_ALLREDUCE_SMALL_BYTES", Size, "65536", "", 0, HICOLL_KNOB_GIB, Agree,               \
+    "AllReduce buffers up to this size use the latency-optimal path (one AllGather, local "                          \
+    "reduction).")                                                                                                   \
+  X(ShmCma, "HICOLL_SHM_CMA", Enum, "auto", "auto|0|1", 0, 0, Agree,                                                 \
+    "Intra-node single copy with process_vm_readv from the peer's buffer. auto: use it when "                        \
+    "the kernel allows it without widening ptrace access; 0: stage through shared memory (two "                      \
+    "copies).")                                                                                                      \
+  X(ShmEagerBytes, "HICOLL_SHM_EAGER_BYTES", Size, "4096", "", 0, (INT64_C(16) << 20), Agree,                        \
+    "AllGather blocks up to this size are copied into the sender's shared segment and read "                         \
+    "from there with memcpy, instead of one process_vm_readv system call per peer.")                                 \
+  X(MemCacheBytes, "HICOLL_MEM_CACHE_BYTES", Size, "1073741824", "", 0, (INT64_C(1) << 40), Local,                   \
+    "hcMemAlloc (and the torch plugin's allocate_tensor): freed node memory kept for reuse up "                      \
+    "to this many bytes per process, so a training step's buffers are not created and mapped "                       \
+    "anew every time (read at the first allocation); also the most of its local peers' node "                        \
+    "memory a rank keeps mapped between calls (their released allocations are unmapped).")                           \
+  X(QuantMinNodes, "HICOLL_QUANT_MIN_NODES", Int, "2", "", 0, HICOLL_KNOB_INT_MAX, Agree,                            \
+    "hcAllGatherQuantized and hcReduceScatterQuantized quantize on communicators of at least "                       \
+    "this many nodes and run the exact collective on fewer (within a node memory, not a link, "                      \
+    "bounds the call, and quantizing costs more than it saves: see perf/results/2026-12-01.md). 1: "                 \
+    "quantize everywhere. 0: the cost model decides per call (quantize where it predicts the "                       \
+    "quantized call faster than the exact one; uniform nodes, else as 2).")                                          \
+  X(OfiProvider, "HICOLL_OFI_PROVIDER", String, "tcp;ofi_rxm", "", 0, 0, Agree,                                      \
+    "libfabric provider for inter-node traffic (FI_PROVIDER, when set, takes precedence). "                          \
+    "EFA in production; tcp;ofi_rxm or net on ordinary Linux.")                                                      \
+  X(OfiIface, "HICOLL_OFI_IFACE", String, "", "", 0, 0, Local,                                                       \
+    "Network interface for libfabric endpoints. Default: lo when all ranks share one host, "                         \
+    "else the provider's choice.")                                                                                   \
+  X(OfiRxmEager, "HICOLL_OFI_RXM_EAGER", Enum, "1", "0|1", 0, 0, Agree,                                              \
+    "With ofi_rxm: 1 sets FI_OFI_RXM_EAGER_LIMIT (unless set) to the largest net chunk "                             \
+    "(HICOLL_NET_CHUNK_SIZE, or HICOLL_CHUNK_SIZE where the model may raise it), so each "                           \
+    "chunk is one eager message (rxm over tcp places it in the receive buffer) instead of "                          \
+    "rendezvous, which left links idle (perf/results/2026-11-30.md). Applies when this process initializes "         \
+    "libfabric; the limit must be the same on every rank (creation fails naming it otherwise).")                     \
+  X(SocketIfname, "HICOLL_SOCKET_IFNAME", String, "", "", 0, 0, Local,                                               \
+    "Interface the hcGetUniqueId rendezvous listener binds to. Default: loopback.")                                  \
+  X(CommId, "HICOLL_COMM_ID", String, "", "", 0, 0, Local,                                                           \
+    "host:port of the rendezvous for hcCommInitFromEnv when MASTER_ADDR/MASTER_PORT are not "                        \
+    "set (rank 0 listens there).")                                                                                   \
+  X(CommSecret, "HICOLL_COMM_SECRET", String, "", "", 0, 0, Local,                                                   \
+    "Shared secret of a hcCommInitFromEnv job (every rank the same; at least 16 characters of "                      \
+    "randomness, e.g. `openssl rand -hex 16`). Without it the secret is derived from the "                           \
+    "launcher's job id (TORCHELASTIC_RUN_ID, SLURM_JOB_ID, Open MPI's jobid), which a local "                        \
+    "process may guess: hicoll then warns, and binds the rendezvous to loopback when every "                         \
+    "rank is on one host.")                                                                                          \
+  X(RendezvousFd, "HICOLL_RENDEZVOUS_FD", Int, "-1", "", -1, HICOLL_KNOB_INT_MAX, Local,                             \
+    "For rank 0 of hcCommInitFromEnv: a listening socket inherited from the launcher, used "                         \
+    "instead of binding HICOLL_COMM_ID's port (no other process can take the port between the "                      \
+    "launcher choosing it and rank 0 listening). The self-launcher sets it.")                                        \
+  X(NcclLib, "HICOLL_NCCL_LIB", String, "libnccl.so.2", "", 0, 0, Local,                                             \
     "Library loaded with dlopen for the NCCL fallback of device buffers.")

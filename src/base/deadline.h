@@ -34,7 +34,9 @@ class Deadline {
 // call goes on: that peer completed the call, so it owes it nothing, and giving up would let an
 // unrelated later error fail a call that succeeds elsewhere. Empty: every report is due now.
 using CallClock = std::function<uint64_t()>;
-inline bool reportIsDue(const CallClock& now, uint64_t failed_call) { return !now || failed_call <= now(); }
+inline bool reportIsDue(const CallClock& now, uint64_t failed_call) {
+  return !now || failed_call <= now();
+}
 
 // Spin briefly, then yield, then sleep: ranks may outnumber cores (8 ranks on 2 cores).
 // Used by waitUntil only: every wait goes through it.
@@ -79,7 +81,8 @@ bool waitUntil(Pass&& pass, const Deadline& deadline, Idle&& idle, Timeout&& tim
 // A wait with nothing to check but its deadline: false when it passed first.
 template <class Pass>
 bool waitUntil(Pass&& pass, const Deadline& deadline) {
-  return waitUntil(std::forward<Pass>(pass), deadline, [] {}, [] {});
+  return waitUntil(
+      std::forward<Pass>(pass), deadline, [] {}, [] {});
 }
 
 }  // namespace hicoll

@@ -33,12 +33,12 @@ class Error : public std::runtime_error {
 }  // namespace hicoll
 
 #define HC_THROW(code, ...) throw ::hicoll::Error((code), ::fmt::format(__VA_ARGS__))
-#define HC_CHECK(cond, code, ...) \
-  do {                            \
+#define HC_CHECK(cond, code, ...)               \
+  do {                                          \
     if (!(cond)) HC_THROW((code), __VA_ARGS__); \
   } while (0)
 // For POSIX calls that return -1 and set errno.
-#define HC_SYSCHECK(call, what)                                                   \
-  do {                                                                            \
+#define HC_SYSCHECK(call, what)                                                    \
+  do {                                                                             \
     if ((call) < 0) ::hicoll::throwSystemError((what), errno, __FILE__, __LINE__); \
   } while (0)

@@ -9,7 +9,7 @@
 namespace hicoll {
 
 struct Identity {
-  std::string name;   // hcConfig_t.name, for log lines
+  std::string name;    // hcConfig_t.name, for log lines
   int log_level = -1;  // HICOLL_DEBUG of its configuration, for its log lines
   int rank = 0;
   int nranks = 0;

@@ -47,9 +47,9 @@ LogLevel logLevel() {
 void logLine(LogLevel level, const std::string& msg) {
   static std::mutex mu;
   const std::string name = t_name && *t_name ? fmt::format(" '{}'", t_name) : "";
-  std::string line = t_rank >= 0
-                         ? fmt::format("hicoll [rank {}{} pid {}] {} {}\n", t_rank, name, getpid(), levelName(level), msg)
-                         : fmt::format("hicoll [pid {}] {} {}\n", getpid(), levelName(level), msg);
+  std::string line =
+      t_rank >= 0 ? fmt::format("hicoll [rank {}{} pid {}] {} {}\n", t_rank, name, getpid(), levelName(level), msg)
+                  : fmt::format("hicoll [pid {}] {} {}\n", getpid(), levelName(level), msg);
   std::lock_guard<std::mutex> lock(mu);
   fputs(line.c_str(), stderr);
 }

@@ -28,8 +28,8 @@ class ScopedLogRank {
 
 }  // namespace hicoll
 
-#define HC_LOG(level, ...)                                                            \
-  do {                                                                                \
+#define HC_LOG(level, ...)                                                                       \
+  do {                                                                                           \
     if (::hicoll::logLevel() >= (level)) ::hicoll::logLine((level), ::fmt::format(__VA_ARGS__)); \
   } while (0)
 #define HC_WARN(...) HC_LOG(::hicoll::LogLevel::kWarn, __VA_ARGS__)

@@ -33,7 +33,9 @@ constexpr Field kFields[] = {
 constexpr size_t kMaxFileBytes = size_t{1} << 20;
 
 // Bandwidths divide: they must be positive.
-bool isRate(const Field& f) { return std::string(f.name).find("_Bps") != std::string::npos; }
+bool isRate(const Field& f) {
+  return std::string(f.name).find("_Bps") != std::string::npos;
+}
 
 }  // namespace
 
@@ -65,10 +67,14 @@ MachineFigures parseFigures(const std::string& text, const std::string& what) {
   const char* field = "version";
   try {
     auto v = j.find("version");
-    HC_CHECK(v != j.end(), hcInvalidArgument, "{}: no field 'version' (a file without one is version 0; this "
-             "library reads version 1)", what);
-    HC_CHECK(v->is_number_integer(), hcInvalidArgument, "{}: field 'version' is {}, not an integer (this library "
-             "reads version 1)", what, v->dump());
+    HC_CHECK(v != j.end(), hcInvalidArgument,
+             "{}: no field 'version' (a file without one is version 0; this "
+             "library reads version 1)",
+             what);
+    HC_CHECK(v->is_number_integer(), hcInvalidArgument,
+             "{}: field 'version' is {}, not an integer (this library "
+             "reads version 1)",
+             what, v->dump());
     const long long version = v->get<long long>();
     HC_CHECK(version == 1, hcInvalidArgument, "{}: version {} (this library reads version 1)", what, version);
     auto note = j.find("note");
@@ -117,8 +123,10 @@ MachineFigures loadFigures(const std::string& path, std::string* text) {
                      : S_ISBLK(st.st_mode)  ? "a block device"
                      : S_ISSOCK(st.st_mode) ? "a socket"
                                             : "a special file";
-  HC_CHECK(S_ISREG(st.st_mode), hcInvalidArgument, "{}: {}, not a regular file (the model file is the JSON that "
-           "agbench calibrate writes)", what, kind);
+  HC_CHECK(S_ISREG(st.st_mode), hcInvalidArgument,
+           "{}: {}, not a regular file (the model file is the JSON that "
+           "agbench calibrate writes)",
+           what, kind);
   HC_CHECK(st.st_size <= static_cast<off_t>(kMaxFileBytes), hcInvalidArgument,
            "{}: {} bytes, more than a model file's {} (the JSON that agbench calibrate writes is under 1 KiB)", what,
            st.st_size, kMaxFileBytes);

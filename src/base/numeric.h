@@ -67,9 +67,9 @@ HC_HD uint16_t floatToHalf(float f) {
   const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
   const uint32_t abs = u & 0x7fffffffu;
   if (abs >= 0x7f800000u) return sign | (abs > 0x7f800000u ? 0x7e00u : 0x7c00u);  // nan / inf
-  if (abs >= 0x477ff000u) return sign | 0x7c00u;  // rounds to >= 65520: overflow to inf
-  if (abs < 0x38800000u) {                        // below the smallest normal half: subnormal
-    if (abs < 0x33000000u) return sign;           // below half the smallest subnormal
+  if (abs >= 0x477ff000u) return sign | 0x7c00u;                                  // rounds to >= 65520: overflow to inf
+  if (abs < 0x38800000u) {               // below the smallest normal half: subnormal
+    if (abs < 0x33000000u) return sign;  // below half the smallest subnormal
     const uint32_t man = (abs & 0x7fffffu) | 0x800000u;
     const int shift = 126 - static_cast<int>(abs >> 23);  // 14 .. 24
     uint32_t r = man >> shift;
@@ -83,7 +83,9 @@ HC_HD uint16_t floatToHalf(float f) {
   return sign | static_cast<uint16_t>(r);
 }
 
-HC_HD float bf16ToFloat(uint16_t b) { return bitsToFloat(static_cast<uint32_t>(b) << 16); }
+HC_HD float bf16ToFloat(uint16_t b) {
+  return bitsToFloat(static_cast<uint32_t>(b) << 16);
+}
 
 HC_HD uint16_t floatToBf16(float f) {
   const uint32_t u = floatToBits(f);
@@ -200,15 +202,51 @@ HC_HD float scalarAs<BFloat16>(double s) {
 // Writes v as one element of t (host memory) — the scalar handed to ncclRedOpCreatePreMulSum.
 inline void encodeScalar(double v, hcDataType_t t, void* out) {
   switch (t) {
-    case hcInt8: { int8_t x = static_cast<int8_t>(v); std::memcpy(out, &x, 1); break; }
-    case hcUint8: { uint8_t x = static_cast<uint8_t>(v); std::memcpy(out, &x, 1); break; }
-    case hcInt32: { int32_t x = static_cast<int32_t>(v); std::memcpy(out, &x, 4); break; }
-    case hcUint32: { uint32_t x = static_cast<uint32_t>(v); std::memcpy(out, &x, 4); break; }
-    case hcInt64: { int64_t x = static_cast<int64_t>(v); std::memcpy(out, &x, 8); break; }
-    case hcUint64: { uint64_t x = static_cast<uint64_t>(v); std::memcpy(out, &x, 8); break; }
-    case hcFloat16: { uint16_t x = floatToHalf(static_cast<float>(v)); std::memcpy(out, &x, 2); break; }
-    case hcBfloat16: { uint16_t x = floatToBf16(static_cast<float>(v)); std::memcpy(out, &x, 2); break; }
-    case hcFloat32: { float x = static_cast<float>(v); std::memcpy(out, &x, 4); break; }
+    case hcInt8: {
+      int8_t x = static_cast<int8_t>(v);
+      std::memcpy(out, &x, 1);
+      break;
+    }
+    case hcUint8: {
+      uint8_t x = static_cast<uint8_t>(v);
+      std::memcpy(out, &x, 1);
+      break;
+    }
+    case hcInt32: {
+      int32_t x = static_cast<int32_t>(v);
+      std::memcpy(out, &x, 4);
+      break;
+    }
+    case hcUint32: {
+      uint32_t x = static_cast<uint32_t>(v);
+      std::memcpy(out, &x, 4);
+      break;
+    }
+    case hcInt64: {
+      int64_t x = static_cast<int64_t>(v);
+      std::memcpy(out, &x, 8);
+      break;
+    }
+    case hcUint64: {
+      uint64_t x = static_cast<uint64_t>(v);
+      std::memcpy(out, &x, 8);
+      break;
+    }
+    case hcFloat16: {
+      uint16_t x = floatToHalf(static_cast<float>(v));
+      std::memcpy(out, &x, 2);
+      break;
+    }
+    case hcBfloat16: {
+      uint16_t x = floatToBf16(static_cast<float>(v));
+      std::memcpy(out, &x, 2);
+      break;
+    }
+    case hcFloat32: {
+      float x = static_cast<float>(v);
+      std::memcpy(out, &x, 4);
+      break;
+    }
     case hcFloat64: std::memcpy(out, &v, 8); break;
     default: break;
   }
@@ -217,15 +255,60 @@ inline void encodeScalar(double v, hcDataType_t t, void* out) {
 // Reads one element of t as a double (a pre-multiplied sum's scalar); false for an invalid t.
 inline bool decodeScalar(const void* in, hcDataType_t t, double* v) {
   switch (t) {
-    case hcInt8: { int8_t x; std::memcpy(&x, in, 1); *v = x; return true; }
-    case hcUint8: { uint8_t x; std::memcpy(&x, in, 1); *v = x; return true; }
-    case hcInt32: { int32_t x; std::memcpy(&x, in, 4); *v = x; return true; }
-    case hcUint32: { uint32_t x; std::memcpy(&x, in, 4); *v = x; return true; }
-    case hcInt64: { int64_t x; std::memcpy(&x, in, 8); *v = static_cast<double>(x); return true; }
-    case hcUint64: { uint64_t x; std::memcpy(&x, in, 8); *v = static_cast<double>(x); return true; }
-    case hcFloat16: { uint16_t x; std::memcpy(&x, in, 2); *v = halfToFloat(x); return true; }
-    case hcBfloat16: { uint16_t x; std::memcpy(&x, in, 2); *v = bf16ToFloat(x); return true; }
-    case hcFloat32: { float x; std::memcpy(&x, in, 4); *v = x; return true; }
+    case hcInt8: {
+      int8_t x;
+      std::memcpy(&x, in, 1);
+      *v = x;
+      return true;
+    }
+    case hcUint8: {
+      uint8_t x;
+      std::memcpy(&x, in, 1);
+      *v = x;
+      return true;
+    }
+    case hcInt32: {
+      int32_t x;
+      std::memcpy(&x, in, 4);
+      *v = x;
+      return true;
+    }
+    case hcUint32: {
+      uint32_t x;
+      std::memcpy(&x, in, 4);
+      *v = x;
+      return true;
+    }
+    case hcInt64: {
+      int64_t x;
+      std::memcpy(&x, in, 8);
+      *v = static_cast<double>(x);
+      return true;
+    }
+    case hcUint64: {
+      uint64_t x;
+      std::memcpy(&x, in, 8);
+      *v = static_cast<double>(x);
+      return true;
+    }
+    case hcFloat16: {
+      uint16_t x;
+      std::memcpy(&x, in, 2);
+      *v = halfToFloat(x);
+      return true;
+    }
+    case hcBfloat16: {
+      uint16_t x;
+      std::memcpy(&x, in, 2);
+      *v = bf16ToFloat(x);
+      return true;
+    }
+    case hcFloat32: {
+      float x;
+      std::memcpy(&x, in, 4);
+      *v = x;
+      return true;
+    }
     case hcFloat64: std::memcpy(v, in, 8); return true;
     default: return false;
   }

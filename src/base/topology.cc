@@ -7,8 +7,7 @@
 
 namespace hicoll {
 
-Topology Topology::build(const std::vector<std::string>& node_labels,
-                         const std::vector<std::string>& host_names) {
+Topology Topology::build(const std::vector<std::string>& node_labels, const std::vector<std::string>& host_names) {
   Topology t;
   t.nranks = static_cast<int>(node_labels.size());
   t.node_of.assign(t.nranks, -1);

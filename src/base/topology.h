@@ -11,12 +11,12 @@ namespace hicoll {
 struct Topology {
   int nranks = 0;
   int nnodes = 0;
-  std::vector<int> node_of;          // rank -> node index (nodes numbered by lowest rank)
-  std::vector<int> local_of;         // rank -> index among its node's ranks (by rank)
+  std::vector<int> node_of;                // rank -> node index (nodes numbered by lowest rank)
+  std::vector<int> local_of;               // rank -> index among its node's ranks (by rank)
   std::vector<std::vector<int>> ranks_of;  // node -> ranks, ascending
-  std::vector<std::string> labels;   // node -> label
-  bool uniform = false;              // every node has the same number of ranks
-  bool single_host = false;          // every rank reported the same host name
+  std::vector<std::string> labels;         // node -> label
+  bool uniform = false;                    // every node has the same number of ranks
+  bool single_host = false;                // every rank reported the same host name
 
   int localSize(int node) const { return static_cast<int>(ranks_of[node].size()); }
   // Valid only when uniform: the rank at (node, local).
@@ -28,8 +28,7 @@ struct Topology {
   // the ring neighbours do. Symmetric: each rank receives from every rank it sends to.
   std::vector<int> agreementPeers(int rank) const;
 
-  static Topology build(const std::vector<std::string>& node_labels,
-                        const std::vector<std::string>& host_names);
+  static Topology build(const std::vector<std::string>& node_labels, const std::vector<std::string>& host_names);
 };
 
 }  // namespace hicoll

@@ -17,7 +17,9 @@ Bootstrap::Bootstrap(std::shared_ptr<Store> store, std::string prefix, int rank,
            size);
 }
 
-std::string Bootstrap::nextKey(const char* what) { return fmt::format("{}/{}/{}", prefix_, what, seq_++); }
+std::string Bootstrap::nextKey(const char* what) {
+  return fmt::format("{}/{}/{}", prefix_, what, seq_++);
+}
 
 Bootstrap::~Bootstrap() {
   if (!parent_orphans_) return;
@@ -64,8 +66,8 @@ void Bootstrap::allgather(const void* mine, void* all, size_t len, const std::fu
       }
     } catch (const Error& e) {
       if (e.code() != hcTimeout) throw;
-      HC_THROW(hcTimeout, "bootstrap: rank {} of {} did not arrive within {} ms (this is rank {}): {}", r, size_, timeout_ms_,
-               rank_, e.what());
+      HC_THROW(hcTimeout, "bootstrap: rank {} of {} did not arrive within {} ms (this is rank {}): {}", r, size_,
+               timeout_ms_, rank_, e.what());
     }
     if (len) std::memcpy(out + r * len, v.data(), len);
   }
@@ -95,7 +97,8 @@ void Bootstrap::broadcast(void* data, size_t len, int root) {
 
 std::unique_ptr<Bootstrap> Bootstrap::shrink(const std::vector<int>& excluded, uint64_t id) const {
   if (std::binary_search(excluded.begin(), excluded.end(), rank_)) return nullptr;
-  const int new_rank = rank_ - static_cast<int>(std::lower_bound(excluded.begin(), excluded.end(), rank_) - excluded.begin());
+  const int new_rank =
+      rank_ - static_cast<int>(std::lower_bound(excluded.begin(), excluded.end(), rank_) - excluded.begin());
   std::string name = fmt::format("{}/shrink{}/x", prefix_, id);
   for (int r : excluded) name += fmt::format("{}.", r);
   return std::make_unique<Bootstrap>(store_, name, new_rank, size_ - static_cast<int>(excluded.size()), timeout_ms_);

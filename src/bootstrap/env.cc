@@ -4,11 +4,11 @@
 #include <map>
 #include <mutex>
 
-#include "bootstrap/rendezvous.h"
-#include "bootstrap/tcp_store.h"
 #include "base/config.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "bootstrap/rendezvous.h"
+#include "bootstrap/tcp_store.h"
 
 namespace hicoll {
 namespace {
@@ -28,7 +28,9 @@ static_assert(sizeof(IdData) <= HC_UNIQUE_ID_BYTES, "hcUniqueId is too small");
 std::mutex g_mu;
 std::map<std::string, std::shared_ptr<TcpStoreServer>> g_servers;
 
-std::string secretKey(const uint8_t* s) { return std::string(reinterpret_cast<const char*>(s), 16); }
+std::string secretKey(const uint8_t* s) {
+  return std::string(reinterpret_cast<const char*>(s), 16);
+}
 
 const char* env(const char* name) {
   const char* v = std::getenv(name);
@@ -65,7 +67,8 @@ std::string weakSecretWhy(const std::string& configured) {
   std::string ids;
   for (const char* n : {"TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "OMPI_MCA_ess_base_jobid"})
     if (const char* v = env(n)) ids += fmt::format("{}{}='{}'", ids.empty() ? "" : ", ", n, v);
-  return "no HICOLL_COMM_SECRET, and " + (ids.empty() ? std::string("no launcher job id") : "the launcher's job id (" + ids + ") can be guessed");
+  return "no HICOLL_COMM_SECRET, and " +
+         (ids.empty() ? std::string("no launcher job id") : "the launcher's job id (" + ids + ") can be guessed");
 }
 
 // Whether the launcher says every rank runs on this host.
@@ -154,8 +157,8 @@ LaunchEnv readLaunchEnv(const std::string& comm_id) {
     e.host = comm_id.substr(0, colon);
     if (e.host.size() > 2 && e.host.front() == '[') e.host = e.host.substr(1, e.host.size() - 2);
     const int64_t port = parseInt("HICOLL_COMM_ID", comm_id.substr(colon + 1));
-    HC_CHECK(port > 0 && port < 65536, hcInvalidArgument, "HICOLL_COMM_ID='{}': port {} is outside 1 .. 65535",
-             comm_id, port);
+    HC_CHECK(port > 0 && port < 65536, hcInvalidArgument, "HICOLL_COMM_ID='{}': port {} is outside 1 .. 65535", comm_id,
+             port);
     e.port = static_cast<int>(port);
   } else if (env("MASTER_ADDR") && env("MASTER_PORT")) {
     // MASTER_PORT itself is taken by torchrun's own store: hicoll listens on the next port.
@@ -185,10 +188,11 @@ Rendezvous joinEnv(const LaunchEnv& e, long timeout_ms) {
   Secret secret = deriveSecret(e.secret);
   if (e.rank == 0) {
     if (!weak.empty())
-      HC_WARN("hcCommInitFromEnv: the rendezvous secret can be guessed ({}): a process that reaches port {} can "
-              "join as a rank. Set HICOLL_COMM_SECRET to the same random string on every rank (e.g. `openssl rand "
-              "-hex 16`).{}",
-              weak, e.port, loopback ? " Every rank is on this host: the rendezvous listens on 127.0.0.1 only." : "");
+      HC_WARN(
+          "hcCommInitFromEnv: the rendezvous secret can be guessed ({}): a process that reaches port {} can "
+          "join as a rank. Set HICOLL_COMM_SECRET to the same random string on every rank (e.g. `openssl rand "
+          "-hex 16`).{}",
+          weak, e.port, loopback ? " Every rank is on this host: the rendezvous listens on 127.0.0.1 only." : "");
     TcpStoreLimits limits;
     limits.drain_ms = timeout_ms;
     auto server = e.listen_fd >= 0 ? startTcpStoreServer(Fd(e.listen_fd), secret, limits)

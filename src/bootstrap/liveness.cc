@@ -10,9 +10,9 @@
 #include <algorithm>
 #include <cstring>
 
-#include "bootstrap/bootstrap.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "bootstrap/bootstrap.h"
 
 namespace hicoll {
 namespace {
@@ -72,7 +72,8 @@ Liveness::Liveness(Bootstrap& bs, const std::vector<int>& peers, const std::stri
   auto* in = reinterpret_cast<sockaddr_in*>(&addr.ss);
   in->sin_family = AF_INET;
   in->sin_addr.s_addr = htonl(INADDR_ANY);
-  if (!ip.empty()) HC_CHECK(inet_pton(AF_INET, ip.c_str(), &in->sin_addr) == 1, hcInternalError, "liveness: bad ip {}", ip);
+  if (!ip.empty())
+    HC_CHECK(inet_pton(AF_INET, ip.c_str(), &in->sin_addr) == 1, hcInternalError, "liveness: bad ip {}", ip);
   addr.len = sizeof(sockaddr_in);
   Fd listener = listenOn(addr);
   mine.ip = ip.empty() ? hostIpv4() : in->sin_addr.s_addr;
@@ -110,8 +111,10 @@ Liveness::Liveness(Bootstrap& bs, const std::vector<int>& peers, const std::stri
       for (int p : peers)
         if (p < bs.rank() && std::none_of(peers_.begin(), peers_.end(), [&](const Peer& q) { return q.rank == p; }))
           missing += fmt::format("{}{}", missing.empty() ? "" : ", ", who_(p));
-      HC_THROW(hcTimeout, "liveness: rank {} timed out after {} ms waiting for the connection of {} (stopped, or "
-               "unreachable on the network?)", bs.rank(), timeout_ms, missing);
+      HC_THROW(hcTimeout,
+               "liveness: rank {} timed out after {} ms waiting for the connection of {} (stopped, or "
+               "unreachable on the network?)",
+               bs.rank(), timeout_ms, missing);
     }
     if (rc <= 0) continue;
     Fd fd(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
@@ -184,8 +187,10 @@ void Liveness::poll(bool causes_only) {
     if (n > 0 && buf[0] == kBye)
       HC_THROW(hcRemoteError, "{} destroyed its communicator while this rank still waited for it", who_(p.rank));
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
-      HC_THROW(hcRemoteError, "{} is gone: its liveness connection closed{}{} (the process died, or its host or "
-               "network failed)", who_(p.rank), n < 0 ? ": " : "", n < 0 ? std::strerror(errno) : "");
+      HC_THROW(hcRemoteError,
+               "{} is gone: its liveness connection closed{}{} (the process died, or its host or "
+               "network failed)",
+               who_(p.rank), n < 0 ? ": " : "", n < 0 ? std::strerror(errno) : "");
   }
 }
 

@@ -23,9 +23,9 @@ struct LaunchEnv {
   int rank = -1, nranks = -1;
   std::string host;  // rendezvous host and port (rank 0 listens there)
   int port = 0;
-  std::string source;  // "torchrun", "mpirun", "srun" (for messages)
-  int listen_fd = -1;  // rank 0: an inherited listening socket (HICOLL_RENDEZVOUS_FD)
-  std::string secret;  // HICOLL_COMM_SECRET ("" = derived from the launcher's job id)
+  std::string source;      // "torchrun", "mpirun", "srun" (for messages)
+  int listen_fd = -1;      // rank 0: an inherited listening socket (HICOLL_RENDEZVOUS_FD)
+  std::string secret;      // HICOLL_COMM_SECRET ("" = derived from the launcher's job id)
   bool all_local = false;  // the launcher says every rank runs on this host
 };
 // Reads torchrun / mpirun / srun variables; throws hcInvalidArgument naming what is missing.

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstring>
-#include <condition_variable>
 #include <map>
 #include <mutex>
 
@@ -82,7 +82,11 @@ class CallbackStore : public Store {
 
 }  // namespace
 
-std::shared_ptr<Store> makeInMemoryStore() { return std::make_shared<InMemoryStore>(); }
-std::shared_ptr<Store> makeCallbackStore(const hcStoreOps& ops) { return std::make_shared<CallbackStore>(ops); }
+std::shared_ptr<Store> makeInMemoryStore() {
+  return std::make_shared<InMemoryStore>();
+}
+std::shared_ptr<Store> makeCallbackStore(const hcStoreOps& ops) {
+  return std::make_shared<CallbackStore>(ops);
+}
 
 }  // namespace hicoll

@@ -19,7 +19,7 @@
 namespace hicoll {
 namespace {
 
-constexpr uint64_t kMagic = 0x68636f6c6c763031ULL;  // "hcollv01"
+constexpr uint64_t kMagic = 0x68636f6c6c763031ULL;                    // "hcollv01"
 constexpr uint32_t kOpSet = 1, kOpGet = 2, kOpDel = 3, kOpCheck = 4;  // check: get at once, or kAbsent
 constexpr uint64_t kAbsent = UINT64_MAX;
 constexpr uint32_t kMaxKey = 1024;
@@ -74,7 +74,8 @@ class Server : public TcpStoreServer {
   void loop() {
     while (true) {
       std::vector<pollfd> fds{{listen_.get(), POLLIN, 0}, {wake_r_.get(), POLLIN, 0}};
-      for (auto& c : conns_) fds.push_back({c->fd.get(), static_cast<short>(POLLIN | (c->out.empty() ? 0 : POLLOUT)), 0});
+      for (auto& c : conns_)
+        fds.push_back({c->fd.get(), static_cast<short>(POLLIN | (c->out.empty() ? 0 : POLLOUT)), 0});
       int rc = ::poll(fds.data(), fds.size(), draining_ ? 20 : 1000);
       if (rc < 0 && errno != EINTR) return;
       if (fds[1].revents & POLLIN) {

@@ -25,11 +25,11 @@ class TcpStoreServer {
 };
 
 struct TcpStoreLimits {
-  long drain_ms = 60000;  // how long destruction waits for connected ranks to leave
-  size_t max_value = 1 << 20;             // bytes of one value
-  size_t per_rank_total = 4u << 20;       // bytes of the keys and values one rank holds
-  size_t max_unauthenticated = 64;        // the oldest is dropped beyond this
-  long hello_ms = 5000;                   // an unauthenticated connection's lifetime
+  long drain_ms = 60000;             // how long destruction waits for connected ranks to leave
+  size_t max_value = 1 << 20;        // bytes of one value
+  size_t per_rank_total = 4u << 20;  // bytes of the keys and values one rank holds
+  size_t max_unauthenticated = 64;   // the oldest is dropped beyond this
+  long hello_ms = 5000;              // an unauthenticated connection's lifetime
 };
 
 // Listens on addr (port 0 = any) and serves in a background thread until destroyed.

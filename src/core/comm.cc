@@ -14,8 +14,8 @@
 
 #include "base/error.h"
 #include "base/log.h"
-#include "bootstrap/liveness.h"
 #include "base/machine_figures.h"
+#include "bootstrap/liveness.h"
 #include "transport/ofi/ofi_transport.h"
 #include "transport/shm/node_memory.h"
 #include "transport/shm/shm_transport.h"
@@ -235,7 +235,8 @@ std::unique_ptr<hcComm> createComm(std::unique_ptr<Bootstrap> bs, std::shared_pt
   oo.provider = pc.cfg.str(Knob::OfiProvider);
   const size_t net_chunk = static_cast<size_t>(pc.cfg.num(Knob::NetChunkBytes));
   const bool model_chunk = pc.cfg.algoAuto() && pc.cfg.isDefault(Knob::NetChunkBytes);
-  const size_t chunk_cap = model_chunk ? std::max(net_chunk, static_cast<size_t>(pc.cfg.num(Knob::ChunkBytes))) : net_chunk;
+  const size_t chunk_cap =
+      model_chunk ? std::max(net_chunk, static_cast<size_t>(pc.cfg.num(Knob::ChunkBytes))) : net_chunk;
   if (pc.cfg.str(Knob::OfiRxmEager) == "1") oo.rxm_eager_bytes = chunk_cap;
   mine.rxm_eager = ofiEagerLimit(oo);
   mine.probe = shmProbe();
@@ -279,7 +280,7 @@ std::unique_ptr<hcComm> createComm(std::unique_ptr<Bootstrap> bs, std::shared_pt
     oo.timeout_ms = pc.timeoutMs();
     oo.call_now = call_now;
     oo.who = [who](int r) { return who->who(r); };  // peers by rank and node, not fabric address
-    oo.while_blocked = [lk] {  // no ofi calls here: the transport holds its lock
+    oo.while_blocked = [lk] {                       // no ofi calls here: the transport holds its lock
       lk->shm->checkPeers();
       if (lk->liveness) lk->liveness->check();
     };
@@ -289,14 +290,13 @@ std::unique_ptr<hcComm> createComm(std::unique_ptr<Bootstrap> bs, std::shared_pt
     if (model_chunk) pc.net_chunk_cap = mine.rxm_eager ? std::min<size_t>(chunk_cap, mine.rxm_eager) : chunk_cap;
     // Liveness now (a connection or two): it is what tells a dead rank on another node fast,
     // also while the network opens at the first call.
-    links.liveness = std::make_unique<Liveness>(*links.bootstrap, livenessPeers(id.topo, id.rank),
-                                                interfaceIpv4(oo.iface), pc.timeoutMs(),
-                                                [who](int r) { return who->who(r); }, call_now);
+    links.liveness = std::make_unique<Liveness>(
+        *links.bootstrap, livenessPeers(id.topo, id.rank), interfaceIpv4(oo.iface), pc.timeoutMs(),
+        [who](int r) { return who->who(r); }, call_now);
   }
   c->stats.start();
-  HC_INFO("communicator of {} ranks on {} node(s){}; this rank is node {} ({}) local {}", id.nranks,
-          id.topo.nnodes, id.topo.uniform ? "" : " (uneven)", id.node(), id.topo.labels[id.node()],
-          id.localRank());
+  HC_INFO("communicator of {} ranks on {} node(s){}; this rank is node {} ({}) local {}", id.nranks, id.topo.nnodes,
+          id.topo.uniform ? "" : " (uneven)", id.node(), id.topo.labels[id.node()], id.localRank());
   return c;
 }
 
@@ -329,8 +329,10 @@ void hcComm::ensureNetwork(bool destroying) {
   links.bootstrap->allgather(&mine, all.data(), sizeof mine, links.net_opt.while_blocked);
   for (int r = 0; r < id.nranks; ++r) {
     const Intent& i = all[static_cast<size_t>(r)];
-    HC_CHECK(i.magic == kMagic, hcRemoteError, "{} is in another bootstrap exchange (hcCommSplit or hcCommShrink?) "
-             "while this rank starts its first call on the communicator", id.who(r));
+    HC_CHECK(i.magic == kMagic, hcRemoteError,
+             "{} is in another bootstrap exchange (hcCommSplit or hcCommShrink?) "
+             "while this rank starts its first call on the communicator",
+             id.who(r));
     if (i.destroying == mine.destroying) continue;
     if (destroying) {
       HC_WARN("hcCommDestroy: {} called a collective (its call {}) while rank {} destroys the communicator", id.who(r),

@@ -35,7 +35,7 @@ struct ApiState {
   // Held by a revoke and by the release of destroy/abort: a revoke from another thread (a
   // refused entry, hcCommRevoke, hcCommAbort) never runs on transports being freed, nor two at once.
   std::mutex lifecycle_mu;
-  std::vector<RedOp> premul_ops;  // handle - hcNumOps -> op; Sum kind when freed
+  std::vector<RedOp> premul_ops;    // handle - hcNumOps -> op; Sum kind when freed
   std::shared_ptr<void> keepalive;  // e.g. the rendezvous server: outlives the bootstrap
 };
 }  // namespace hicoll

@@ -21,7 +21,7 @@ struct DeviceParts {
   const PlanContext& plan;  // the configuration and the planner's inputs: device calls plan alike
   Bootstrap& bootstrap;     // its setup exchanges and the NCCL fallback's
   Stats& stats;
-  const Health& health;     // failed at destruction: hcCommAbort, do not wait for peers
+  const Health& health;  // failed at destruction: hcCommAbort, do not wait for peers
 };
 
 class DeviceEngine {

@@ -10,7 +10,9 @@
 namespace hicoll {
 
 Links::Links(const Identity& id) : id_(id) {}
-Links::~Links() { close(); }
+Links::~Links() {
+  close();
+}
 
 void Links::close() {
   liveness.reset();

@@ -30,10 +30,10 @@ struct Links {
   // connections. Liveness is made at creation: it names a dead rank fast, also while the
   // endpoint opens. Both are null on one node; ofi is set under ApiState::lifecycle_mu (a
   // revoke from another thread reads it).
-  std::unique_ptr<Transport> ofi;       // ranks of other nodes
-  std::unique_ptr<Liveness> liveness;   // watches ranks of other nodes
-  OfiOptions net_opt;                   // what ensureNetwork opens ofi with
-  uint64_t seq = 0;                     // board phases run (a call runs one or more)
+  std::unique_ptr<Transport> ofi;      // ranks of other nodes
+  std::unique_ptr<Liveness> liveness;  // watches ranks of other nodes
+  OfiOptions net_opt;                  // what ensureNetwork opens ofi with
+  uint64_t seq = 0;                    // board phases run (a call runs one or more)
   // Calls that communicated or were rejected (CollArgs::call): their messages carry it, and a
   // revoke from another thread reads it (the failure it reports names the call).
   std::atomic<uint64_t> calls{0};

@@ -10,8 +10,8 @@ namespace hicoll::dev {
 
 [[noreturn]] inline void throwCuda(cudaError_t e, const char* call, const char* file, int line) {
   (void)cudaGetLastError();  // clear a non-sticky error so later calls are not blamed
-  throw Error(hcSystemError, fmt::format("{} failed: {} ({}) at {}:{}", call, cudaGetErrorString(e), cudaGetErrorName(e),
-                                         file, line));
+  throw Error(hcSystemError,
+              fmt::format("{} failed: {} ({}) at {}:{}", call, cudaGetErrorString(e), cudaGetErrorName(e), file, line));
 }
 
 [[noreturn]] inline void throwCu(int r, const char* call, const char* file, int line) {
@@ -44,13 +44,13 @@ class DeviceGuard {
 
 }  // namespace hicoll::dev
 
-#define HC_CUDA(call)                                                                  \
-  do {                                                                                 \
-    cudaError_t hc_e_ = (call);                                                        \
+#define HC_CUDA(call)                                                                     \
+  do {                                                                                    \
+    cudaError_t hc_e_ = (call);                                                           \
     if (hc_e_ != cudaSuccess) ::hicoll::dev::throwCuda(hc_e_, #call, __FILE__, __LINE__); \
   } while (0)
-#define HC_CU(call)                                                            \
-  do {                                                                         \
-    int hc_r_ = static_cast<int>(call);                                        \
-    if (hc_r_ != 0) ::hicoll::dev::throwCu(hc_r_, #call, __FILE__, __LINE__);  \
+#define HC_CU(call)                                                           \
+  do {                                                                        \
+    int hc_r_ = static_cast<int>(call);                                       \
+    if (hc_r_ != 0) ::hicoll::dev::throwCu(hc_r_, #call, __FILE__, __LINE__); \
   } while (0)

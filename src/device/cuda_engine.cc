@@ -12,16 +12,16 @@
 #include <cstring>
 #include <utility>
 
-#include "core/device.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "core/device.h"
 #include "device/cuda_check.h"
+#include "device/cuda_ipc.h"
 #include "device/cuda_stream.h"
 #include "device/decision.h"
 #include "device/fi_hmem.h"
 #include "device/hier_engine.h"
 #include "fallback/nccl/nccl_fallback.h"
-#include "device/cuda_ipc.h"
 #include "transport/ofi/ofi_transport.h"
 #include "transport/shm/segment.h"
 
@@ -71,7 +71,9 @@ std::string firstFailure(const std::vector<SetupRecord>& all) {
   return "";
 }
 
-size_t roundUp(size_t v, size_t to) { return (v + to - 1) / to * to; }
+size_t roundUp(size_t v, size_t to) {
+  return (v + to - 1) / to * to;
+}
 
 class CudaDeviceEngine final : public DeviceEngine {
  public:
@@ -123,8 +125,7 @@ CudaDeviceEngine::CudaDeviceEngine(const DeviceParts& parts) : p_(parts) {
   if (status_.hier_ok)
     HC_INFO("device path ready on GPU {}: {} node(s) x {} local rank(s), CUDA IPC within the node, chunks of {} bytes",
             device_, p_.id.topo.nnodes, p_.id.topo.localSize(p_.id.node()), p_.plan.cfg.num(Knob::DeviceChunkBytes));
-  else
-    HC_INFO("device path: no hierarchical path ({}); device collectives fall back to NCCL", status_.why_not);
+  else HC_INFO("device path: no hierarchical path ({}); device collectives fall back to NCCL", status_.why_not);
 }
 
 CudaDeviceEngine::~CudaDeviceEngine() {
@@ -162,7 +163,8 @@ void CudaDeviceEngine::setupNode(const std::vector<SetupRecord>& all, SetupRecor
   const size_t seg_bytes = roundUp(dev::FlagLayout::bytes(L), 4096);
   if (l != 0) {
     const ShmHandle& h = all[t.rankAt(n, 0)].segment;
-    HC_CHECK(h.size == seg_bytes, hcInternalError, "device counter segment of {} bytes, expected {}", h.size, seg_bytes);
+    HC_CHECK(h.size == seg_bytes, hcInternalError, "device counter segment of {} bytes, expected {}", h.size,
+             seg_bytes);
     seg_ = ShmSegment::open(h, "device counter segment");
   }
   HC_CUDA(cudaHostRegister(seg_.base(), seg_.size(), cudaHostRegisterMapped | cudaHostRegisterPortable));
@@ -307,7 +309,9 @@ void CudaDeviceEngine::checkBuffer(const void* p, const char* which, const CollA
            describe(a), which, p, at.device, device_);
 }
 
-nccl::Fallback& CudaDeviceEngine::fallback() { return *nccl_; }
+nccl::Fallback& CudaDeviceEngine::fallback() {
+  return *nccl_;
+}
 
 void CudaDeviceEngine::enqueue(const CollArgs& a) {
   ScopedLogRank log_rank(p_.id.rank);

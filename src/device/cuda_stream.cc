@@ -34,7 +34,6 @@ std::string resolve(const char* name, Fn* out) {
   return "";
 }
 
-
 }  // namespace
 
 std::string StreamMemOps::load() {
@@ -90,8 +89,7 @@ void CudaStream::copy(void* dst, const void* src, size_t bytes) {
 }
 
 void CudaStream::copy2d(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height) {
-  if (width && height)
-    HC_CUDA(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, cudaMemcpyDefault, stream_));
+  if (width && height) HC_CUDA(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, cudaMemcpyDefault, stream_));
 }
 
 void CudaStream::writeFlag(const FlagRef& f, uint32_t value) {
@@ -102,10 +100,18 @@ void CudaStream::waitFlag(const FlagRef& f, uint32_t value) {
   HC_CU(ops_.wait(stream_, f.dev, value, CU_STREAM_WAIT_VALUE_GEQ));
 }
 
-void CudaStream::reduce(const ReduceJob& job) { HC_CUDA(launchReduce(job, stream_, max_blocks_)); }
-void CudaStream::quantize(const QuantJob& job) { HC_CUDA(launchQuantize(job, stream_)); }
-void CudaStream::dequantize(const QuantJob& job) { HC_CUDA(launchDequantize(job, stream_)); }
-void CudaStream::sumQuantized(const QuantSumJob& job) { HC_CUDA(launchSumQuantized(job, stream_)); }
+void CudaStream::reduce(const ReduceJob& job) {
+  HC_CUDA(launchReduce(job, stream_, max_blocks_));
+}
+void CudaStream::quantize(const QuantJob& job) {
+  HC_CUDA(launchQuantize(job, stream_));
+}
+void CudaStream::dequantize(const QuantJob& job) {
+  HC_CUDA(launchDequantize(job, stream_));
+}
+void CudaStream::sumQuantized(const QuantSumJob& job) {
+  HC_CUDA(launchSumQuantized(job, stream_));
+}
 
 void* CudaStream::allocTemp(size_t bytes) {
   void* p = nullptr;
@@ -134,7 +140,8 @@ std::string probeStreamMemOps(const StreamMemOps& ops, volatile uint32_t* host, 
   std::string why;
   int r = ops.write(s, dev, v, CU_STREAM_WRITE_VALUE_DEFAULT);
   if (r == 0) r = ops.wait(s, dev, v, CU_STREAM_WAIT_VALUE_GEQ);
-  if (r != 0) why = fmt::format("cuStreamWriteValue32/cuStreamWaitValue32 on pinned host memory returned CUresult {}", r);
+  if (r != 0)
+    why = fmt::format("cuStreamWriteValue32/cuStreamWaitValue32 on pinned host memory returned CUresult {}", r);
   const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   cudaError_t e = cudaErrorNotReady;
   while ((e = cudaStreamQuery(s)) == cudaErrorNotReady && std::chrono::steady_clock::now() < end)

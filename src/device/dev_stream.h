@@ -19,9 +19,15 @@ struct FlagRef {
 };
 
 // Counters compare cyclically, like cuStreamWaitValue32's GEQ: (int32_t)(*flag - v) >= 0.
-inline bool reached(uint32_t flag, uint32_t v) { return static_cast<int32_t>(flag - v) >= 0; }
-inline uint32_t loadFlag(const FlagRef& f) { return __atomic_load_n(f.host, __ATOMIC_ACQUIRE); }
-inline void storeFlag(const FlagRef& f, uint32_t v) { __atomic_store_n(f.host, v, __ATOMIC_RELEASE); }
+inline bool reached(uint32_t flag, uint32_t v) {
+  return static_cast<int32_t>(flag - v) >= 0;
+}
+inline uint32_t loadFlag(const FlagRef& f) {
+  return __atomic_load_n(f.host, __ATOMIC_ACQUIRE);
+}
+inline void storeFlag(const FlagRef& f, uint32_t v) {
+  __atomic_store_n(f.host, v, __ATOMIC_RELEASE);
+}
 
 constexpr int kMaxReduceInputs = 64;
 

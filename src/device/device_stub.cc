@@ -3,7 +3,11 @@
 
 namespace hicoll {
 
-std::unique_ptr<DeviceEngine> makeDeviceEngine(const DeviceParts&) { return nullptr; }
-bool isDevicePointer(const void*) { return false; }
+std::unique_ptr<DeviceEngine> makeDeviceEngine(const DeviceParts&) {
+  return nullptr;
+}
+bool isDevicePointer(const void*) {
+  return false;
+}
 
 }  // namespace hicoll

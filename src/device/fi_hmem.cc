@@ -50,13 +50,15 @@ HmemProbe probeFiHmem(const std::string& provider_knob, int cuda_device, void* d
   FidPtr<fid_fabric> fabric;
   rc = ofi::fabricLib().fabric(info->fabric_attr, fabric.out(), nullptr);
   if (rc != 0) {
-    out.detail = fmt::format("provider '{}' advertises FI_HMEM but fi_fabric failed: {}", provider, ofi::fabricLib().strerror(-rc));
+    out.detail = fmt::format("provider '{}' advertises FI_HMEM but fi_fabric failed: {}", provider,
+                             ofi::fabricLib().strerror(-rc));
     return out;
   }
   FidPtr<fid_domain> domain;
   rc = fi_domain(fabric.get(), info.get(), domain.out(), nullptr);
   if (rc != 0) {
-    out.detail = fmt::format("provider '{}' advertises FI_HMEM but fi_domain failed: {}", provider, ofi::fabricLib().strerror(-rc));
+    out.detail = fmt::format("provider '{}' advertises FI_HMEM but fi_domain failed: {}", provider,
+                             ofi::fabricLib().strerror(-rc));
     return out;
   }
   iovec iov{dev_buf, len};
@@ -69,14 +71,16 @@ HmemProbe probeFiHmem(const std::string& provider_knob, int cuda_device, void* d
   FidPtr<fid_mr> mr;
   rc = fi_mr_regattr(domain.get(), &attr, 0, mr.out());
   if (rc != 0) {
-    out.detail = fmt::format("provider '{}' of libfabric {} advertises FI_HMEM but cannot register CUDA memory ({}); "
-                             "libfabric was built without CUDA support",
-                             provider, libVersion(), ofi::fabricLib().strerror(-rc));
+    out.detail = fmt::format(
+        "provider '{}' of libfabric {} advertises FI_HMEM but cannot register CUDA memory ({}); "
+        "libfabric was built without CUDA support",
+        provider, libVersion(), ofi::fabricLib().strerror(-rc));
     return out;
   }
   mr.reset();
   out.cuda_registration = true;
-  out.detail = fmt::format("provider '{}' of libfabric {} registers CUDA memory (FI_HMEM_CUDA)", provider, libVersion());
+  out.detail =
+      fmt::format("provider '{}' of libfabric {} registers CUDA memory (FI_HMEM_CUDA)", provider, libVersion());
   return out;
 }
 

@@ -14,7 +14,9 @@ namespace {
 // Above the data tags (job number in bits 24-55, step in 0-23).
 constexpr uint64_t kDescTag = uint64_t{1} << 56;
 
-uint64_t descTag(uint64_t job) { return kDescTag | (job & 0xffffffffull) << 24; }
+uint64_t descTag(uint64_t job) {
+  return kDescTag | (job & 0xffffffffull) << 24;
+}
 
 }  // namespace
 

@@ -31,8 +31,8 @@ HierEngine::HierEngine(Resources res, std::unique_ptr<DevStream> stream)
   n_ = t.node_of[res_.rank];
   l_ = t.local_of[res_.rank];
   L_ = t.localSize(n_);
-  HC_CHECK(static_cast<int>(res_.dsort.size()) == L_, hcInternalError, "device path: {} sort buffers for {} local ranks",
-           res_.dsort.size(), L_);
+  HC_CHECK(static_cast<int>(res_.dsort.size()) == L_, hcInternalError,
+           "device path: {} sort buffers for {} local ranks", res_.dsort.size(), L_);
   HC_CHECK(N_ == 1 || res_.net, hcInternalError, "device path: {} nodes but no network transport", N_);
   dslot_ = slotBytes(res_.dsort_bytes, kDepth);
   wslot_ = slotBytes(res_.dwork_bytes, kDepth + 1);
@@ -75,10 +75,8 @@ void HierEngine::enqueue(const CollArgs& a) {
     stream_->writeFlag(mine(Counter::Started), static_cast<uint32_t>(job.id));
     switch (a.coll) {
       case hcCollAllGather:
-        if (quantizes(a))
-          emitQuantizedAllGather(a, job);
-        else
-          emitAllGather(static_cast<const char*>(a.send), static_cast<char*>(a.recv), a.count * e, e, job);
+        if (quantizes(a)) emitQuantizedAllGather(a, job);
+        else emitAllGather(static_cast<const char*>(a.send), static_cast<char*>(a.recv), a.count * e, e, job);
         break;
       case hcCollReduceScatter:
         emitReduceScatter(static_cast<const char*>(a.send), static_cast<char*>(a.recv), a.count * e, a, job);

@@ -52,7 +52,9 @@ namespace hicoll::dev {
 constexpr int kDepth = 2;  // ring slots per buffer: chunk k+1 fills while chunk k drains
 
 // A quantized call that quantizes here (one run exact carries quant.packed, as on the host).
-inline bool quantizes(const CollArgs& a) { return a.quant.block && !a.quant.packed; }
+inline bool quantizes(const CollArgs& a) {
+  return a.quant.block && !a.quant.packed;
+}
 
 enum class Counter : int { Pub = 0, Cons, Staged, Sent, Recvd, H2d, Started, Finished, Agreed, kCount };
 
@@ -80,8 +82,8 @@ struct FlagLayout {
     return reinterpret_cast<uint64_t*>(const_cast<uint32_t*>(host) + line * kLine / 4);
   }
   FlagRef at(int local, Counter c) const {
-    const size_t off = kLine * (1 + static_cast<size_t>(local) * static_cast<size_t>(Counter::kCount) +
-                                static_cast<size_t>(c));
+    const size_t off =
+        kLine * (1 + static_cast<size_t>(local) * static_cast<size_t>(Counter::kCount) + static_cast<size_t>(c));
     return FlagRef{host + off / 4, dev ? dev + off : 0};
   }
   // Set (to 1 + the failing rank) when any rank of the node fails; never cleared.
@@ -90,8 +92,8 @@ struct FlagLayout {
 
 struct Resources {
   int rank = 0;
-  Topology topo;                // must be uniform (every node has the same number of ranks)
-  std::vector<char*> dsort;     // by local index: that rank's dsort as mapped in this process
+  Topology topo;             // must be uniform (every node has the same number of ranks)
+  std::vector<char*> dsort;  // by local index: that rank's dsort as mapped in this process
   size_t dsort_bytes = 0;
   char* dwork = nullptr;
   size_t dwork_bytes = 0;

@@ -72,7 +72,9 @@ size_t HierEngine::wireBlock(const CollArgs& a) const {
   return quant::chunkedImageBytes(a.count * e, chunkFor(a), e, a.quant.block) ? a.quant.block : 0;
 }
 
-CollPlan HierEngine::plan(const CollArgs& a) const { return planCall(id_, res_.plan, a, deviceCapabilities()); }
+CollPlan HierEngine::plan(const CollArgs& a) const {
+  return planCall(id_, res_.plan, a, deviceCapabilities());
+}
 
 std::string HierEngine::unsupported(const CollArgs& a) const {
   const size_t e = hcTypeSize(a.dtype);
@@ -82,16 +84,16 @@ std::string HierEngine::unsupported(const CollArgs& a) const {
     return fmt::format("{} has no device path", collName(a.coll));
   if (quantizes(a) && a.coll != hcCollAllGather && a.coll != hcCollReduceScatter)
     return fmt::format("the quantized {} has no device path", collName(a.coll));
-  const bool reduces = a.coll == hcCollReduceScatter ||
-                       (a.coll == hcCollAllReduce && !smallAllReduce(a));
+  const bool reduces = a.coll == hcCollReduceScatter || (a.coll == hcCollAllReduce && !smallAllReduce(a));
   if (reduces && L_ > kMaxReduceInputs)
     return fmt::format("{} ranks per node exceed the {} inputs of the device reduction", L_, kMaxReduceInputs);
   if (reduces && N_ > kMaxReduceInputs)
     return fmt::format("{} nodes exceed the {} inputs of the device reduction", N_, kMaxReduceInputs);
   if (chunkFor(a) == 0)
-    return fmt::format("device staging buffers too small for one {}-byte element per chunk ({} nodes x {} local ranks; "
-                       "SMDDP_AG_SORT_BUFFER_SIZE_BYTES / SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES)",
-                       e, N_, L_);
+    return fmt::format(
+        "device staging buffers too small for one {}-byte element per chunk ({} nodes x {} local ranks; "
+        "SMDDP_AG_SORT_BUFFER_SIZE_BYTES / SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES)",
+        e, N_, L_);
   return "";
 }
 

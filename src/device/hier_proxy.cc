@@ -26,8 +26,7 @@ Progress progressOf(Pass& pass) {
 }  // namespace
 
 template <class Pass, class Timeout>
-bool HierEngine::proxyWait(const Job& job, const char* during, const Deadline& bound, Pass&& pass,
-                           Timeout&& timeout) {
+bool HierEngine::proxyWait(const Job& job, const char* during, const Deadline& bound, Pass&& pass, Timeout&& timeout) {
   bool stopped = false;
   std::string who;
   waitUntil(
@@ -164,19 +163,20 @@ void HierEngine::proxyMain() {
 void HierEngine::waitStream(const Job& job, Counter c, uint64_t v, const char* what) {
   const FlagRef f = mine(c);
   const std::string during = fmt::format(" while this rank waited for {}", what);
-  proxyWait(job, during.c_str(), Deadline(res_.timeout_ms), [&] { return reached(loadFlag(f), static_cast<uint32_t>(v)); },
-            [&] {
-              HC_THROW(hcTimeout,
-                       "{}: rank {} waited {} ms for {} (HICOLL_TIMEOUT_MS); a peer of the node is stuck or gone",
-                       job.what, res_.rank, res_.timeout_ms, what);
-            });
+  proxyWait(
+      job, during.c_str(), Deadline(res_.timeout_ms), [&] { return reached(loadFlag(f), static_cast<uint32_t>(v)); },
+      [&] {
+        HC_THROW(hcTimeout, "{}: rank {} waited {} ms for {} (HICOLL_TIMEOUT_MS); a peer of the node is stuck or gone",
+                 job.what, res_.rank, res_.timeout_ms, what);
+      });
 }
 
 void HierEngine::runJob(const Job& job) {
   // The stream reaches the collective after the user's earlier work, which may take any time:
   // this wait alone is unbounded (stop and failure end it). Everything after it is bounded.
-  if (!proxyWait(job, "", Deadline::never(),
-                 [&] { return reached(loadFlag(mine(Counter::Started)), static_cast<uint32_t>(job.id)); }, [] {}))
+  if (!proxyWait(
+          job, "", Deadline::never(),
+          [&] { return reached(loadFlag(mine(Counter::Started)), static_cast<uint32_t>(job.id)); }, [] {}))
     return;
   postDescs(job);
   bool agreed = false;
@@ -219,8 +219,9 @@ void HierEngine::runJob(const Job& job) {
         moved = true;
       }
       try {
-        if (completeEach(pending, [&](const Pending& p) { return t.test(p.id); },
-                         [&](const Pending& p) { --(p.recv ? left_r : left_s)[p.step]; }) > 0)
+        if (completeEach(
+                pending, [&](const Pending& p) { return t.test(p.id); },
+                [&](const Pending& p) { --(p.recv ? left_r : left_s)[p.step]; }) > 0)
           moved = true;
       } catch (const Error&) {
         if (!agreed) pollDescs(job);  // a call that differs is the cause to name (e.g. a size mismatch)
@@ -235,23 +236,26 @@ void HierEngine::runJob(const Job& job) {
       return Progress::Moved;
     };
     auto timeout = [&] {
-        std::string peers;
-        for (const Pending& p : pending) peers += fmt::format(" {}{}", p.recv ? "recv<-" : "send->", p.peer);
-        HC_THROW(hcTimeout,
-                 "{}: rank {} made no network progress for {} ms (HICOLL_TIMEOUT_MS) at step {}/{} (posted recv {} "
-                 "send {}; pending:{}){}",
-                 job.what, res_.rank, res_.timeout_ms, std::min(done_r, done_s), K, post_r, post_s,
-                 peers.empty() ? " none, waiting for the stream" : peers,
-                 agreed ? "" : fmt::format("; no call descriptor yet from {}", missingDescs()));
+      std::string peers;
+      for (const Pending& p : pending) peers += fmt::format(" {}{}", p.recv ? "recv<-" : "send->", p.peer);
+      HC_THROW(hcTimeout,
+               "{}: rank {} made no network progress for {} ms (HICOLL_TIMEOUT_MS) at step {}/{} (posted recv {} "
+               "send {}; pending:{}){}",
+               job.what, res_.rank, res_.timeout_ms, std::min(done_r, done_s), K, post_r, post_s,
+               peers.empty() ? " none, waiting for the stream" : peers,
+               agreed ? "" : fmt::format("; no call descriptor yet from {}", missingDescs()));
     };
     if (!proxyWait(job, " during the inter-node exchange", bound, pass, timeout)) return;
   }
   // The peers' descriptors (on one node, or when the data finished first). Bounded: a peer
   // that never makes this call is named.
-  if (!agreed && !proxyWait(job, "", Deadline(res_.timeout_ms), [&] { return pollDescs(job); }, [&] {
-        HC_THROW(hcTimeout, "{}: rank {} waited {} ms (HICOLL_TIMEOUT_MS) for the call of {}: not made, or stuck",
-                 job.what, res_.rank, res_.timeout_ms, missingDescs());
-      }))
+  if (!agreed && !proxyWait(
+                     job, "", Deadline(res_.timeout_ms), [&] { return pollDescs(job); },
+                     [&] {
+                       HC_THROW(hcTimeout,
+                                "{}: rank {} waited {} ms (HICOLL_TIMEOUT_MS) for the call of {}: not made, or stuck",
+                                job.what, res_.rank, res_.timeout_ms, missingDescs());
+                     }))
     return;
   waitStream(job, Counter::Finished, job.id, "its stream to finish the collective");
   waitNodeAgreed(job);
@@ -276,9 +280,8 @@ void HierEngine::waitNodeAgreed(const Job& job) {
       return false;
     };
     if (!proxyWait(job, " while the node's ranks checked the call", bound, pass, [&] {
-          HC_THROW(hcTimeout,
-                   "{}: rank {} waited {} ms (HICOLL_TIMEOUT_MS) for rank {} of its node to check the call", job.what,
-                   res_.rank, res_.timeout_ms, res_.topo.rankAt(n_, p));
+          HC_THROW(hcTimeout, "{}: rank {} waited {} ms (HICOLL_TIMEOUT_MS) for rank {} of its node to check the call",
+                   job.what, res_.rank, res_.timeout_ms, res_.topo.rankAt(n_, p));
         }))
       return;
   }
@@ -299,9 +302,10 @@ void HierEngine::drain() {
       last = Clock::now();
     } else if (elapsedMs(last) > backstop_ms) {
       lk.unlock();
-      abort(hcTimeout, fmt::format("rank {}: device collectives {}..{} made no progress in {} ms (2 x HICOLL_TIMEOUT_MS); "
-                                   "its stream never reached them",
-                                   res_.rank, seen + 1, target, backstop_ms));
+      abort(hcTimeout,
+            fmt::format("rank {}: device collectives {}..{} made no progress in {} ms (2 x HICOLL_TIMEOUT_MS); "
+                        "its stream never reached them",
+                        res_.rank, seen + 1, target, backstop_ms));
       break;
     }
   }

@@ -35,10 +35,8 @@ void HierEngine::copyPieces(bool to_user, char* user, size_t b, size_t off, char
   if (strided) {
     char* u = user + static_cast<size_t>(r0) * b + off;
     const size_t upitch = static_cast<size_t>(d) * b;
-    if (to_user)
-      stream_->copy2d(u, upitch, slot, q, len, static_cast<size_t>(N_));
-    else
-      stream_->copy2d(slot, q, u, upitch, len, static_cast<size_t>(N_));
+    if (to_user) stream_->copy2d(u, upitch, slot, q, len, static_cast<size_t>(N_));
+    else stream_->copy2d(slot, q, u, upitch, len, static_cast<size_t>(N_));
     return;
   }
   for (int m = 0; m < N_; ++m) {
@@ -104,8 +102,7 @@ void HierEngine::emitAllGather(const char* send, char* recv, size_t b, size_t e,
     if (net) {  // the rail peers' blocks of this chunk, received by the proxy into hsort
       waitAtLeast(mine(Counter::Recvd), x);
       if (n_ > 0) stream_->copy(my, hr(x), static_cast<size_t>(n_) * q);
-      if (n_ + 1 < N_)
-        stream_->copy(my + (n_ + 1) * q, hr(x) + (n_ + 1) * q, (N - static_cast<size_t>(n_) - 1) * q);
+      if (n_ + 1 < N_) stream_->copy(my + (n_ + 1) * q, hr(x) + (n_ + 1) * q, (N - static_cast<size_t>(n_) - 1) * q);
       stream_->writeFlag(mine(Counter::H2d), static_cast<uint32_t>(x));
     }
     stream_->writeFlag(pub(l_), static_cast<uint32_t>(s));

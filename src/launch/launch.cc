@@ -85,8 +85,7 @@ std::string describe(int wstatus) {
   if (WIFEXITED(wstatus)) return "exited with status " + std::to_string(WEXITSTATUS(wstatus));
   if (WIFSIGNALED(wstatus)) {
     const char* name = ::strsignal(WTERMSIG(wstatus));
-    return std::string("was killed by signal ") + std::to_string(WTERMSIG(wstatus)) + " (" +
-           (name ? name : "?") + ")";
+    return std::string("was killed by signal ") + std::to_string(WTERMSIG(wstatus)) + " (" + (name ? name : "?") + ")";
   }
   return "stopped";
 }
@@ -216,7 +215,9 @@ int superviseChildren(std::vector<Child>& kids, int timeout_s, const char* what,
   }
 }
 
-void setEnv(const char* name, const std::string& value) { ::setenv(name, value.c_str(), 1); }
+void setEnv(const char* name, const std::string& value) {
+  ::setenv(name, value.c_str(), 1);
+}
 
 // 32 random hex digits for HICOLL_COMM_SECRET: the job's rendezvous admits only its own ranks.
 std::string randomSecret() {
@@ -230,9 +231,9 @@ std::string randomSecret() {
 }  // namespace
 
 bool underLauncher() {
-  if (hasEnv("RANK") && hasEnv("WORLD_SIZE")) return true;                     // torchrun
+  if (hasEnv("RANK") && hasEnv("WORLD_SIZE")) return true;                            // torchrun
   if (hasEnv("OMPI_COMM_WORLD_RANK") && hasEnv("OMPI_COMM_WORLD_SIZE")) return true;  // mpirun
-  if (hasEnv("PMIX_RANK") || hasEnv("PMI_RANK")) return true;                 // other MPI
+  if (hasEnv("PMIX_RANK") || hasEnv("PMI_RANK")) return true;                         // other MPI
   // srun sets SLURM_STEP_ID for its tasks; a batch script alone has no task rank.
   if (hasEnv("SLURM_PROCID") && hasEnv("SLURM_NTASKS") && hasEnv("SLURM_STEP_ID")) return true;
   return false;
@@ -244,7 +245,9 @@ int nodeOf(const Options& opt, int rank) {
   return static_cast<int>(static_cast<long long>(rank) * opt.nodes / opt.np);
 }
 
-std::string nodeLabel(int node) { return "node" + std::to_string(node); }
+std::string nodeLabel(int node) {
+  return "node" + std::to_string(node);
+}
 
 namespace {
 
@@ -263,7 +266,8 @@ Launched launch(const Options& opt, const std::function<int(int rank)>& rank_mai
   if (!opt.labels.empty() && static_cast<int>(opt.labels.size()) != opt.np)
     return refuse("labels for " + std::to_string(opt.labels.size()) + " ranks, np=" + std::to_string(opt.np));
   if (opt.node_rank >= opt.nodes)
-    return refuse("node rank " + std::to_string(opt.node_rank) + " out of range (nodes=" + std::to_string(opt.nodes) + ")");
+    return refuse("node rank " + std::to_string(opt.node_rank) + " out of range (nodes=" + std::to_string(opt.nodes) +
+                  ")");
   auto envHas = [&](const char* name) { return opt.env.count(name) || hasEnv(name); };
   int port = opt.master_port;
   int rendezvous_fd = -1, rendezvous_port = 0;  // hicoll's rendezvous, when this launch picks it

@@ -9,9 +9,13 @@
 
 namespace hicoll {
 
-const char* algoName(Algo a) { return a == Algo::Hier ? "hier" : "ring"; }
+const char* algoName(Algo a) {
+  return a == Algo::Hier ? "hier" : "ring";
+}
 
-double Prediction::total() const { return latency + std::max({link, cpu, window}) + fill + after; }
+double Prediction::total() const {
+  return latency + std::max({link, cpu, window}) + fill + after;
+}
 
 const char* Prediction::bound() const {
   const double bulk = std::max({link, cpu, window});
@@ -22,8 +26,9 @@ const char* Prediction::bound() const {
 }
 
 std::string Prediction::terms() const {
-  return fmt::format("{:.1f} us = latency {:.1f} + max(link {:.1f}, cpu {:.1f}, window {:.1f}) + fill {:.1f} + after {:.1f}",
-                     total() * 1e6, latency * 1e6, link * 1e6, cpu * 1e6, window * 1e6, fill * 1e6, after * 1e6);
+  return fmt::format(
+      "{:.1f} us = latency {:.1f} + max(link {:.1f}, cpu {:.1f}, window {:.1f}) + fill {:.1f} + after {:.1f}",
+      total() * 1e6, latency * 1e6, link * 1e6, cpu * 1e6, window * 1e6, fill * 1e6, after * 1e6);
 }
 
 namespace {
@@ -35,13 +40,14 @@ struct Ctx {
   double share;  // CPU work stretches when the host's ranks outnumber its cores
 };
 
-size_t chunks(size_t b, size_t chunk) { return b == 0 ? 0 : (b + chunk - 1) / std::max<size_t>(chunk, 1); }
+size_t chunks(size_t b, size_t chunk) {
+  return b == 0 ? 0 : (b + chunk - 1) / std::max<size_t>(chunk, 1);
+}
 
 // Inter-node CPU work of one rank: bytes out and in, and the messages they take.
 double netCpu(const Ctx& c, double bytes_each_way, double messages) {
   return 2 * bytes_each_way * c.m.net_cpu_s_per_B + 2 * messages * c.m.net_msg_s;
 }
-
 
 // Hierarchical AllGather of a b-byte block per rank: every rail peer's block over the link in
 // one hop (to the sort buffer), then every block of the node copied into rank order.
@@ -96,9 +102,10 @@ Prediction ring(const Ctx& c, size_t b, bool in_place, bool sums) {
   const size_t C = std::min(b, c.s.chunk), K = chunks(b, C), steps = c.W - 1;
   const double B = static_cast<double>(b), hops = static_cast<double>(steps);
   // A block's way round: N of the W hops cross nodes.
-  const double hop = c.N > 1 ? (static_cast<double>(c.N) * c.m.net_alpha_s + static_cast<double>(c.W - c.N) * c.m.shm_alpha_s) /
-                                   static_cast<double>(c.W)
-                             : c.m.shm_alpha_s;
+  const double hop =
+      c.N > 1 ? (static_cast<double>(c.N) * c.m.net_alpha_s + static_cast<double>(c.W - c.N) * c.m.shm_alpha_s) /
+                    static_cast<double>(c.W)
+              : c.m.shm_alpha_s;
   p.latency = c.m.call_s + (c.L > 1 ? c.m.shm_alpha_s : 0) + hops * hop;
   p.cpu = hops * B / c.m.copy_Bps + (in_place || sums ? 0 : B / c.m.copy_Bps);
   if (sums) p.cpu += hops * 2 * B / c.m.reduce_Bps;

@@ -28,13 +28,13 @@ namespace hicoll {
 
 // Where the call runs.
 struct Shape {
-  int nodes = 1, local = 1;  // N nodes x L ranks per node (uniform)
-  int host_ranks = 1;        // ranks that share one host's cores (all emulated nodes on a box)
-  int cores = 1;             // cores of that host
-  int ring_cross = 1;        // the most ring hops that leave one node (1: contiguous ranks)
-  size_t chunk = 1 << 20;    // pipeline chunk (bytes)
-  size_t window = 4;         // chunks in flight per peer
-  size_t scratch = 16 << 20; // scratch buffer per rank (AllReduce's one-node latency path)
+  int nodes = 1, local = 1;   // N nodes x L ranks per node (uniform)
+  int host_ranks = 1;         // ranks that share one host's cores (all emulated nodes on a box)
+  int cores = 1;              // cores of that host
+  int ring_cross = 1;         // the most ring hops that leave one node (1: contiguous ranks)
+  size_t chunk = 1 << 20;     // pipeline chunk (bytes)
+  size_t window = 4;          // chunks in flight per peer
+  size_t scratch = 16 << 20;  // scratch buffer per rank (AllReduce's one-node latency path)
 };
 
 enum class Algo { Hier, Ring };
@@ -51,8 +51,8 @@ struct Prediction {
 // ReduceScatter: the whole input; AllReduce: the buffer; AllToAll: what one rank sends, its
 // pairwise path whatever algo). allreduce_small: AllReduce's
 // latency path (one AllGather of every buffer, then a local sum) instead of RS + AG.
-Prediction predict(const MachineFigures& m, const Shape& s, hcColl_t coll, Algo algo, size_t bytes,
-                   bool in_place, bool allreduce_small = false);
+Prediction predict(const MachineFigures& m, const Shape& s, hcColl_t coll, Algo algo, size_t bytes, bool in_place,
+                   bool allreduce_small = false);
 
 // A quantized call (hcAllGatherQuantized, hcReduceScatterQuantized) that quantizes: elements
 // of elem bytes cross as int8 codes with one fp32 scale per block (base/quant_format.h).

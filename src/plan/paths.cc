@@ -5,7 +5,9 @@
 namespace hicoll {
 namespace {
 
-constexpr uint32_t bit(hcColl_t c) { return 1u << c; }
+constexpr uint32_t bit(hcColl_t c) {
+  return 1u << c;
+}
 constexpr uint32_t kAgRsAr = bit(hcCollAllGather) | bit(hcCollReduceScatter) | bit(hcCollAllReduce);
 constexpr uint32_t kAll = kAgRsAr | bit(hcCollBroadcast) | bit(hcCollBarrier) | bit(hcCollAllToAll);
 
@@ -77,29 +79,22 @@ std::vector<PathVerdict> explainCall(const Identity& id, const PlanContext& ctx,
           v.why_not = fmt::format("{} ranks exceed the {} inputs of one reduction", id.nranks, caps.max_reduce_inputs);
         v.chosen = p.path == hcPathHierarchical && p.allreduce_small;
         break;
-      case PathId::Ring:
-        v.chosen = !quantizes && p.path != hcPathHierarchical;
-        break;
-      case PathId::Pairwise:
-        v.chosen = true;
-        break;
+      case PathId::Ring: v.chosen = !quantizes && p.path != hcPathHierarchical; break;
+      case PathId::Pairwise: v.chosen = true; break;
       case PathId::Quantized:
         if (!a.quant.block) v.why_not = "only for hcAllGatherQuantized / hcReduceScatterQuantized";
         else if (!q.quantize) v.why_not = q.why;  // (its images are gathered by exact calls, planned alike)
         v.chosen = quantizes;
         break;
-      case PathId::Nccl:
-        v.chosen = p.fallback();
-        break;
+      case PathId::Nccl: v.chosen = p.fallback(); break;
     }
     // The model predicts host paths on uniform nodes.
     if (info.modelled && id.topo.uniform && !caps.device && (info.id != PathId::Quantized || a.quant.block)) {
       v.predicted = true;
-      v.prediction = info.id == PathId::Quantized
-                         ? predictQuantized(ctx.model, s, a.coll, info.algo, bytes, false, hcTypeSize(a.dtype),
-                                            a.quant.block)
-                         : predict(ctx.model, s, a.coll, info.algo, bytes, false,
-                                   info.id == PathId::LatencyAllReduce);
+      v.prediction =
+          info.id == PathId::Quantized
+              ? predictQuantized(ctx.model, s, a.coll, info.algo, bytes, false, hcTypeSize(a.dtype), a.quant.block)
+              : predict(ctx.model, s, a.coll, info.algo, bytes, false, info.id == PathId::LatencyAllReduce);
     }
     out.push_back(std::move(v));
   }

@@ -23,7 +23,7 @@ struct PathInfo {
   bool host, device;    // the buffers it runs on
   bool modelled;        // the cost model predicts it (Algo below)
   Algo algo;
-  const char* what;     // for people
+  const char* what;  // for people
 };
 const std::vector<PathInfo>& pathTable();
 

@@ -43,7 +43,9 @@ CollPlan fallback(CollPlan p, Rule r, std::string reason) {
 bool modelledColl(hcColl_t coll) {
   return coll == hcCollAllGather || coll == hcCollReduceScatter || coll == hcCollAllReduce;
 }
-bool predictedColl(hcColl_t coll) { return modelledColl(coll) || coll == hcCollAllToAll; }
+bool predictedColl(hcColl_t coll) {
+  return modelledColl(coll) || coll == hcCollAllToAll;
+}
 
 bool inPlace(const View& c, const CollArgs& a) {
   const size_t b = a.count * hcTypeSize(a.dtype);
@@ -69,13 +71,16 @@ bool quantizesHere(const CollArgs& a) {
   return a.coll == hcCollReduceScatter && a.quant.block && !a.quant.exact;
 }
 
-Algo algoOf(const CollPlan& p) { return p.path == hcPathHierarchical ? Algo::Hier : Algo::Ring; }
+Algo algoOf(const CollPlan& p) {
+  return p.path == hcPathHierarchical ? Algo::Hier : Algo::Ring;
+}
 
 // The model's time of a on a path (a quantized ReduceScatter that quantizes as such).
 Prediction predictFor(const View& c, const CollArgs& a, const Shape& s, Algo algo, bool in_place,
                       bool allreduce_small) {
   if (quantizesHere(a))
-    return predictQuantized(c.ctx.model, s, a.coll, algo, callBytes(c, a), in_place, hcTypeSize(a.dtype), a.quant.block);
+    return predictQuantized(c.ctx.model, s, a.coll, algo, callBytes(c, a), in_place, hcTypeSize(a.dtype),
+                            a.quant.block);
   return predict(c.ctx.model, s, a.coll, algo, callBytes(c, a), in_place, allreduce_small);
 }
 
@@ -85,8 +90,8 @@ void modelChoice(const View& c, const CollArgs& a, const Capabilities& caps, Col
   const Shape s = modelShape(c.id, c.ctx, p.chunk_bytes, p.net_window);
   const size_t bytes = callBytes(c, a), e = hcTypeSize(a.dtype);
   const size_t N = static_cast<size_t>(c.id.topo.nnodes);
-  if (a.coll == hcCollAllReduce && c.ctx.cfg.isDefault(Knob::AllReduceSmallBytes) && a.count >= static_cast<size_t>(c.id.nranks) &&
-      c.id.nranks <= caps.max_reduce_inputs) {
+  if (a.coll == hcCollAllReduce && c.ctx.cfg.isDefault(Knob::AllReduceSmallBytes) &&
+      a.count >= static_cast<size_t>(c.id.nranks) && c.id.nranks <= caps.max_reduce_inputs) {
     // The latency path stages the whole buffer as the block: only where the buffers hold it.
     const bool small_fits = bytes <= c.ctx.scratchBytes() && N * bytes <= c.ctx.sortBytes();
     const bool small = small_fits && predict(c.ctx.model, s, a.coll, Algo::Hier, bytes, false, true).total() <
@@ -172,8 +177,8 @@ CollPlan planRules(const View& c, const CollArgs& a, const Capabilities& caps) {
     p.net_window = modelWindow(c.ctx.model, modelShape(c.id, c.ctx, p.chunk_bytes, p.net_window), p.net_window);
 
   if (a.coll == hcCollAllReduce) {
-    p.allreduce_small = allReduceIsSmall(a.count, e, c.id.nranks,
-                                         static_cast<size_t>(c.ctx.cfg.num(Knob::AllReduceSmallBytes)), caps);
+    p.allreduce_small =
+        allReduceIsSmall(a.count, e, c.id.nranks, static_cast<size_t>(c.ctx.cfg.num(Knob::AllReduceSmallBytes)), caps);
     p.allreduce_block = allReduceBlock(a.count, c.id.nranks, caps);
     p.block_bytes = p.allreduce_small ? a.count * e : p.allreduce_block * e;
   } else if (a.coll == hcCollAllGather || a.coll == hcCollReduceScatter) {
@@ -225,14 +230,15 @@ Verdict hierarchicalRules(const Identity& id, const PlanContext& ctx, const Coll
   // nodes the AllGather's block is what the network sends (the seed's registered buffer); on
   // one node the host AllGather stages it there only when peers cannot read it where it lies
   // (no single-copy reads, or blocks up to HICOLL_SHM_EAGER_BYTES).
-  const bool stages_block = caps.device || N > 1 || !caps.single_copy_reads ||
-                            b <= static_cast<size_t>(c.ctx.cfg.num(Knob::ShmEagerBytes));
+  const bool stages_block =
+      caps.device || N > 1 || !caps.single_copy_reads || b <= static_cast<size_t>(c.ctx.cfg.num(Knob::ShmEagerBytes));
   if (c.ctx.scratchBytes() < b && a.coll != hcCollReduceScatter && stages_block)
     return no(Rule::ScratchTooSmall,
               fmt::format("SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES={} < per-rank block {} bytes", c.ctx.scratchBytes(), b));
   if (c.ctx.sortBytes() < N * b)
-    return no(Rule::SortTooSmall, fmt::format("SMDDP_AG_SORT_BUFFER_SIZE_BYTES={} < {} nodes x per-rank block {} bytes = {}",
-                                              c.ctx.sortBytes(), N, b, N * b));
+    return no(Rule::SortTooSmall,
+              fmt::format("SMDDP_AG_SORT_BUFFER_SIZE_BYTES={} < {} nodes x per-rank block {} bytes = {}",
+                          c.ctx.sortBytes(), N, b, N * b));
   // Across nodes the host ReduceScatter reads local peers' inputs in place; on one node it
   // pushes through scratch and the AllGather has bounce buffers, so neither needs CMA there.
   const bool reads_in_place = a.coll == hcCollReduceScatter || (a.coll == hcCollAllReduce && !p.allreduce_small);
@@ -286,8 +292,8 @@ QuantPlan planQuantized(const Identity& id, const PlanContext& ctx, const CollAr
   const CollPlan pw = planCall(c.id, c.ctx, wire, caps);
   const size_t bytes = callBytes(c, a), e = hcTypeSize(a.dtype);
   auto quantized = [&](bool ip) {
-    return predictQuantized(c.ctx.model, modelShape(c.id, c.ctx, pw.chunk_bytes, pw.net_window), a.coll, algoOf(pw), bytes, ip, e,
-                            a.quant.block);
+    return predictQuantized(c.ctx.model, modelShape(c.id, c.ctx, pw.chunk_bytes, pw.net_window), a.coll, algoOf(pw),
+                            bytes, ip, e, a.quant.block);
   };
   auto exactTime = [&](bool ip) {
     return predict(c.ctx.model, modelShape(c.id, c.ctx, pe.chunk_bytes, pe.net_window), a.coll, algoOf(pe), bytes, ip);

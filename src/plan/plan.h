@@ -34,8 +34,8 @@ const char* ruleName(Rule r);
 
 // What the memory the call's buffers live in lets a path do.
 struct Capabilities {
-  bool device = false;             // device buffers: the device engine, NCCL as fallback
-  bool single_copy_reads = true;   // host: local peers' buffers can be read in place (CMA)
+  bool device = false;              // device buffers: the device engine, NCCL as fallback
+  bool single_copy_reads = true;    // host: local peers' buffers can be read in place (CMA)
   int max_reduce_inputs = 1 << 30;  // inputs one local reduction may combine
 };
 
@@ -92,7 +92,7 @@ struct PlanContext {
   // The largest inter-node chunk the model may raise HICOLL_NET_CHUNK_SIZE to under
   // HICOLL_ALGO=auto: HICOLL_CHUNK_SIZE, within rxm's eager limit in this process (0: none).
   size_t net_chunk_cap = 0;
-  mutable PlanMemos memo;                // planCall's last plan per collective
+  mutable PlanMemos memo;                   // planCall's last plan per collective
   mutable std::set<uint64_t> model_logged;  // shapes whose model choice HICOLL_DEBUG=INFO has shown
 
   size_t scratchBytes() const { return static_cast<size_t>(cfg.num(Knob::ScratchBytes)); }

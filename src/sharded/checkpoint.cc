@@ -66,9 +66,8 @@ class Fd {
       const ssize_t r = ::pread(fd_, out, left, at);
       if (r < 0 && errno == EINTR) continue;
       if (r <= 0)
-        throw Error(path_ + " is too short or unreadable: " + std::to_string(n) +
-                    " floats wanted at float offset " + std::to_string(float_offset) +
-                    (r < 0 ? std::string(": ") + std::strerror(errno) : std::string()));
+        throw Error(path_ + " is too short or unreadable: " + std::to_string(n) + " floats wanted at float offset " +
+                    std::to_string(float_offset) + (r < 0 ? std::string(": ") + std::strerror(errno) : std::string()));
       out += r;
       left -= static_cast<size_t>(r);
       at += r;
@@ -141,8 +140,7 @@ json readMeta(const fs::path& dir) {
     throw Error(p.string() + " is not valid JSON: " + e.what());
   }
   if (meta.value("format", "") != kFormat)
-    throw Error(p.string() + " has format '" + meta.value("format", "") + "', expected '" +
-                kFormat + "'");
+    throw Error(p.string() + " has format '" + meta.value("format", "") + "', expected '" + kFormat + "'");
   return meta;
 }
 
@@ -163,12 +161,10 @@ void checkMatches(const json& meta, const std::vector<UnitSpec>& specs) {
                   std::to_string(specs[u].params.size()) + " in the model");
     for (size_t p = 0; p < ps.size(); ++p) {
       const ParamSpec& sp = specs[u].params[p];
-      if (ps[p].at("name").get<std::string>() != sp.name ||
-          ps[p].at("numel").get<size_t>() != sp.numel())
+      if (ps[p].at("name").get<std::string>() != sp.name || ps[p].at("numel").get<size_t>() != sp.numel())
         throw Error(where + " parameter " + std::to_string(p) + ": checkpoint has '" +
-                    ps[p].at("name").get<std::string>() + "' with " +
-                    std::to_string(ps[p].at("numel").get<size_t>()) + " elements, the model '" +
-                    sp.name + "' with " + std::to_string(sp.numel()));
+                    ps[p].at("name").get<std::string>() + "' with " + std::to_string(ps[p].at("numel").get<size_t>()) +
+                    " elements, the model '" + sp.name + "' with " + std::to_string(sp.numel()));
     }
   }
 }
@@ -179,7 +175,8 @@ void ShardedParams::save(const std::string& dir_str, const std::string& extra_js
   Impl& im = *impl_;
   im.queue->waitAll();
   if (im.micro != 0)
-    throw Error("save(): gradients of " + std::to_string(im.micro) + " micro-batches are "
+    throw Error("save(): gradients of " + std::to_string(im.micro) +
+                " micro-batches are "
                 "pending; save after step()");
   json extra;
   try {
@@ -194,7 +191,7 @@ void ShardedParams::save(const std::string& dir_str, const std::string& extra_js
   if (im.rank == 0) {
     try {
       fs::create_directories(dir);
-      fs::remove(dir / "meta.json");  // incomplete until the new one is written
+      fs::remove(dir / "meta.json");                       // incomplete until the new one is written
       for (const auto& e : fs::directory_iterator(dir)) {  // shards of another degree
         const std::string n = e.path().filename().string();
         if (n.rfind("shard-", 0) == 0) fs::remove(e.path());
@@ -209,8 +206,7 @@ void ShardedParams::save(const std::string& dir_str, const std::string& extra_js
     if (im.rrank == 0) {  // one replica of each shard is enough
       std::vector<std::pair<const void*, size_t>> pieces;
       for (const UnitState& s : im.units)
-        for (const Buffer* b : {&s.master, &s.exp_avg, &s.exp_avg_sq})
-          pieces.emplace_back(b->data(), b->size());
+        for (const Buffer* b : {&s.master, &s.exp_avg, &s.exp_avg_sq}) pieces.emplace_back(b->data(), b->size());
       writeFile(dir / shardFile(im.prank, im.degree), pieces);
     }
     if (im.rank == 0)

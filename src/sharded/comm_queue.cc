@@ -37,13 +37,11 @@ void CommQueue::wait(const Ticket& t) {
   if (!t) return;
   const auto start = std::chrono::steady_clock::now();
   std::unique_lock<std::mutex> lk(mu_);
-  const bool ok = done_cv_.wait_until(lk, start + std::chrono::milliseconds(timeout_ms_),
-                                      [&] { return t->done; });
-  wait_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(
-                  std::chrono::steady_clock::now() - start).count();
+  const bool ok = done_cv_.wait_until(lk, start + std::chrono::milliseconds(timeout_ms_), [&] { return t->done; });
+  wait_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
   if (!ok)
-    throw Error("timed out after " + std::to_string(timeout_ms_) + " ms waiting for " + t->what +
-                " (" + std::to_string(queue_.size()) + " more collectives queued behind it)");
+    throw Error("timed out after " + std::to_string(timeout_ms_) + " ms waiting for " + t->what + " (" +
+                std::to_string(queue_.size()) + " more collectives queued behind it)");
   if (!t->error.empty()) throw Error(t->what + " failed: " + t->error);
 }
 

@@ -7,10 +7,18 @@
 
 namespace hicoll::sharded {
 
-uint16_t floatToBf16(float f) { return num::floatToBf16(f); }
-float bf16ToFloat(uint16_t h) { return num::bf16ToFloat(h); }
-uint16_t floatToHalf(float f) { return num::floatToHalf(f); }
-float halfToFloat(uint16_t h) { return num::halfToFloat(h); }
+uint16_t floatToBf16(float f) {
+  return num::floatToBf16(f);
+}
+float bf16ToFloat(uint16_t h) {
+  return num::bf16ToFloat(h);
+}
+uint16_t floatToHalf(float f) {
+  return num::floatToHalf(f);
+}
+float halfToFloat(uint16_t h) {
+  return num::halfToFloat(h);
+}
 
 void fromFloat(DType t, const float* src, void* dst, size_t n) {
   switch (t) {
@@ -74,8 +82,7 @@ double sumSquares(const float* x, size_t n) {
   return s;
 }
 
-void adamw(const AdamWStep& s, float* param, float* exp_avg, float* exp_avg_sq, const float* grad,
-           size_t n) {
+void adamw(const AdamWStep& s, float* param, float* exp_avg, float* exp_avg_sq, const float* grad, size_t n) {
   // Same operation order as torch::optim::AdamW so that fp32 runs agree to rounding.
   // Scalars are formed in double and rounded once, as torch does with its double options.
   const float decay = static_cast<float>(1.0 - s.lr * s.weight_decay);

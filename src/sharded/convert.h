@@ -31,7 +31,6 @@ struct AdamWStep {
   double bias_correction1, bias_correction2;  // 1 - beta^t
   float grad_scale;
 };
-void adamw(const AdamWStep& s, float* param, float* exp_avg, float* exp_avg_sq, const float* grad,
-           size_t n);
+void adamw(const AdamWStep& s, float* param, float* exp_avg, float* exp_avg_sq, const float* grad, size_t n);
 
 }  // namespace hicoll::sharded

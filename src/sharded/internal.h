@@ -71,8 +71,8 @@ struct UnitState {
   enum class Live { Free, Gathering, Live };
   // fp32 shards: master weights, AdamW moments, gradient accumulator.
   Buffer master, exp_avg, exp_avg_sq, grad_acc;
-  Buffer compute;  // compute-dtype copy of the master shard (empty in fp32: master is used)
-  Buffer full;     // the gathered unit (degree > 1, while unsharded)
+  Buffer compute;                     // compute-dtype copy of the master shard (empty in fp32: master is used)
+  Buffer full;                        // the gathered unit (degree > 1, while unsharded)
   std::shared_ptr<Buffer> full_grad;  // this micro-batch's gradient, until reduced
   Live live = Live::Free;
   CommQueue::Ticket gather;
@@ -109,9 +109,7 @@ struct ShardedParams::Impl {
   size_t esize() const { return dtypeSize(opt.compute_dtype); }
   bool fp32() const { return opt.compute_dtype == DType::Float32; }
   // The compute-dtype shard of unit u (the master itself in fp32).
-  void* computeShard(int u) const {
-    return fp32() ? units[u].master.data() : units[u].compute.data();
-  }
+  void* computeShard(int u) const { return fp32() ? units[u].master.data() : units[u].compute.data(); }
   void* persistentCompute() const { return fp32() ? p_master.data() : p_compute.data(); }
 
   // Runs one collective on the comm thread's side: times it, counts it, checks the result.

@@ -83,19 +83,17 @@ CommPtr split(hcComm_t parent, int color, int key, const char* group, int rank, 
   cfg.name = group;
   const hcResult_t r = hcCommSplitConfig(parent, color, key, &c, &cfg);
   if (r != hcSuccess)
-    throw Error(std::string("hcCommSplit for the ") + group + " group (color " +
-                std::to_string(color) + ", key " + std::to_string(key) + ") failed on rank " +
-                std::to_string(rank) + ": " + hcGetErrorString(r) + ": " + hcGetLastError(parent));
+    throw Error(std::string("hcCommSplit for the ") + group + " group (color " + std::to_string(color) + ", key " +
+                std::to_string(key) + ") failed on rank " + std::to_string(rank) + ": " + hcGetErrorString(r) + ": " +
+                hcGetLastError(parent));
   return CommPtr(c);
 }
 
 void expectShape(hcComm_t c, int size, int rank, const char* group) {
   int n = -1, r = -1;
-  if (hcCommCount(c, &n) != hcSuccess || hcCommUserRank(c, &r) != hcSuccess || n != size ||
-      r != rank)
-    throw Error(std::string("the ") + group + " communicator has rank " + std::to_string(r) +
-                " of " + std::to_string(n) + ", expected rank " + std::to_string(rank) + " of " +
-                std::to_string(size));
+  if (hcCommCount(c, &n) != hcSuccess || hcCommUserRank(c, &r) != hcSuccess || n != size || r != rank)
+    throw Error(std::string("the ") + group + " communicator has rank " + std::to_string(r) + " of " +
+                std::to_string(n) + ", expected rank " + std::to_string(rank) + " of " + std::to_string(size));
 }
 
 }  // namespace
@@ -103,31 +101,25 @@ void expectShape(hcComm_t c, int size, int rank, const char* group) {
 void ShardedParams::Impl::call(const std::function<hcResult_t()>& coll, hcComm_t comm) {
   const auto t0 = std::chrono::steady_clock::now();
   const hcResult_t r = coll();
-  busy_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
-                 std::chrono::steady_clock::now() - t0).count();
+  busy_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
   // The queue prefixes the task's description (collective, unit, count, group, rank).
-  if (r != hcSuccess)
-    throw std::runtime_error(std::string(hcGetErrorString(r)) + ": " + hcGetLastError(comm));
+  if (r != hcSuccess) throw std::runtime_error(std::string(hcGetErrorString(r)) + ": " + hcGetLastError(comm));
 }
 
-std::string ShardedParams::Impl::describe(const char* coll, int unit, size_t count,
-                                          const char* group) const {
+std::string ShardedParams::Impl::describe(const char* coll, int unit, size_t count, const char* group) const {
   std::string s = std::string(coll);
   if (unit >= 0) s += " of unit '" + plans[unit].name + "'";
-  return s + " (" + std::to_string(count) + " elements) over the " + group + " group on rank " +
-         std::to_string(rank) + " of " + std::to_string(world);
+  return s + " (" + std::to_string(count) + " elements) over the " + group + " group on rank " + std::to_string(rank) +
+         " of " + std::to_string(world);
 }
 
-void ShardedParams::Impl::allReduceDoubles(double* data, size_t n, hcRedOp_t op, hcComm_t comm,
-                                           const char* group) {
+void ShardedParams::Impl::allReduceDoubles(double* data, size_t n, hcRedOp_t op, hcComm_t comm, const char* group) {
   // The comm thread writes into its own copy so a timed-out wait cannot leave it writing
   // into the caller's memory.
   auto buf = std::make_shared<std::vector<double>>(data, data + n);
   const std::string what = describe("AllReduce(fp64)", -1, n, group);
   auto t = queue->submit(what, [this, buf, op, comm] {
-    call([&] { return hcAllReduce(buf->data(), buf->data(), buf->size(), hcFloat64, op, comm,
-                                  nullptr); },
-         comm);
+    call([&] { return hcAllReduce(buf->data(), buf->data(), buf->size(), hcFloat64, op, comm, nullptr); }, comm);
     ++n_ar;
   });
   queue->wait(t);
@@ -137,8 +129,7 @@ void ShardedParams::Impl::allReduceDoubles(double* data, size_t n, hcRedOp_t op,
 void ShardedParams::Impl::agreeOrThrow(const std::string& local_error, const std::string& what) {
   double failed = local_error.empty() ? 0.0 : rank + 1.0;
   if (world > 1) allReduceDoubles(&failed, 1, hcMax, dp.get(), "data-parallel");
-  if (!local_error.empty()) throw Error(what + " failed on rank " + std::to_string(rank) + ": " +
-                                        local_error);
+  if (!local_error.empty()) throw Error(what + " failed on rank " + std::to_string(rank) + ": " + local_error);
   if (failed != 0)
     throw Error(what + " failed on rank " + std::to_string(static_cast<int>(failed) - 1) +
                 " (its own error names the cause)");
@@ -146,15 +137,13 @@ void ShardedParams::Impl::agreeOrThrow(const std::string& local_error, const std
 
 void ShardedParams::Impl::checkUnit(int u) const {
   if (u < 0 || u >= static_cast<int>(units.size()))
-    throw Error("unit index " + std::to_string(u) + " is outside [0, " +
-                std::to_string(units.size()) + ")");
+    throw Error("unit index " + std::to_string(u) + " is outside [0, " + std::to_string(units.size()) + ")");
 }
 
 void ShardedParams::Impl::refreshCompute() {
   if (fp32()) return;
   for (size_t u = 0; u < units.size(); ++u)
-    fromFloat(opt.compute_dtype, units[u].master.f32(), units[u].compute.data(),
-              plans[u].shard.shard);
+    fromFloat(opt.compute_dtype, units[u].master.f32(), units[u].compute.data(), plans[u].shard.shard);
   fromFloat(opt.compute_dtype, p_master.f32(), p_compute.data(), pnumel);
 }
 
@@ -169,13 +158,11 @@ void ShardedParams::Impl::zeroGrads() {
 ShardedParams::ShardedParams(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 ShardedParams::~ShardedParams() = default;
 
-std::unique_ptr<ShardedParams> ShardedParams::create(hcComm_t world, std::vector<UnitSpec> units,
-                                                     const Options& opt) {
+std::unique_ptr<ShardedParams> ShardedParams::create(hcComm_t world, std::vector<UnitSpec> units, const Options& opt) {
   if (!world) throw Error("create(): the world communicator is null");
   auto im = std::make_unique<Impl>();
   if (hcCommCount(world, &im->world) != hcSuccess || hcCommUserRank(world, &im->rank) != hcSuccess)
-    throw Error(std::string("create(): cannot query the world communicator: ") +
-                hcGetLastError(world));
+    throw Error(std::string("create(): cannot query the world communicator: ") + hcGetLastError(world));
   validate(opt, im->world);
   im->opt = opt;
   if (im->opt.wait_timeout_ms == 0) im->opt.wait_timeout_ms = defaultWaitMs(world);
@@ -189,18 +176,16 @@ std::unique_ptr<ShardedParams> ShardedParams::create(hcComm_t world, std::vector
     if (!unit_names.insert(u.name).second) throw Error("two units are named '" + u.name + "'");
     std::set<std::string> names;
     for (const ParamSpec& p : u.params)
-      if (!names.insert(p.name).second)
-        throw Error("unit '" + u.name + "' has two parameters named '" + p.name + "'");
+      if (!names.insert(p.name).second) throw Error("unit '" + u.name + "' has two parameters named '" + p.name + "'");
   }
   im->specs = std::move(units);
-  im->plans = planUnits(im->specs, opt.sdp_param_persistence_threshold, im->degree, im->prank,
-                        opt.shard_alignment);
+  im->plans = planUnits(im->specs, opt.sdp_param_persistence_threshold, im->degree, im->prank, opt.shard_alignment);
   if (im->degree > 1)
     for (const UnitPlan& p : im->plans)
       if (p.shard.padded > opt.sdp_max_live_parameters)
         throw Error("unit '" + p.name + "' gathers " + std::to_string(p.shard.padded) +
-                    " elements, more than sdp_max_live_parameters=" +
-                    std::to_string(opt.sdp_max_live_parameters) + "; split it or raise the cap");
+                    " elements, more than sdp_max_live_parameters=" + std::to_string(opt.sdp_max_live_parameters) +
+                    "; split it or raise the cap");
 
   // Partition groups are blocks of `degree` consecutive ranks (MiCS: with block-ordered nodes
   // they stay inside a node when the degree allows); replication groups take one rank of each.
@@ -238,14 +223,30 @@ std::unique_ptr<ShardedParams> ShardedParams::create(hcComm_t world, std::vector
   return std::unique_ptr<ShardedParams>(new ShardedParams(std::move(im)));
 }
 
-int ShardedParams::rank() const { return impl_->rank; }
-int ShardedParams::worldSize() const { return impl_->world; }
-int ShardedParams::degree() const { return impl_->degree; }
-int ShardedParams::partitionRank() const { return impl_->prank; }
-int ShardedParams::replicationRank() const { return impl_->rrank; }
-int ShardedParams::numUnits() const { return static_cast<int>(impl_->plans.size()); }
-const Options& ShardedParams::options() const { return impl_->opt; }
-double ShardedParams::lossScale() const { return impl_->loss_scale; }
+int ShardedParams::rank() const {
+  return impl_->rank;
+}
+int ShardedParams::worldSize() const {
+  return impl_->world;
+}
+int ShardedParams::degree() const {
+  return impl_->degree;
+}
+int ShardedParams::partitionRank() const {
+  return impl_->prank;
+}
+int ShardedParams::replicationRank() const {
+  return impl_->rrank;
+}
+int ShardedParams::numUnits() const {
+  return static_cast<int>(impl_->plans.size());
+}
+const Options& ShardedParams::options() const {
+  return impl_->opt;
+}
+double ShardedParams::lossScale() const {
+  return impl_->loss_scale;
+}
 
 const UnitPlan& ShardedParams::plan(int u) const {
   impl_->checkUnit(u);
@@ -273,9 +274,7 @@ void ShardedParams::initialize(const Initializer& init) {
         continue;
       }
       const ShardInfo::Overlap ov = plan.shard.overlap(pl.offset, pl.offset + pl.numel);
-      if (ov.count)
-        std::memcpy(im.units[u].master.f32() + ov.local, full.data() + (ov.flat - pl.offset),
-                    ov.count * 4);
+      if (ov.count) std::memcpy(im.units[u].master.f32() + ov.local, full.data() + (ov.flat - pl.offset), ov.count * 4);
     }
     std::memset(im.units[u].exp_avg.data(), 0, im.units[u].exp_avg.size());
     std::memset(im.units[u].exp_avg_sq.data(), 0, im.units[u].exp_avg_sq.size());
@@ -306,16 +305,19 @@ void issueGather(ShardedParams::Impl& im, int u) {
   const size_t n = sh.shard;
   const hcDataType_t dt = toHc(im.opt.compute_dtype);
   hcComm_t comm = im.agComm();
-  const std::string what = im.describe(im.opt.sdp_quantized_allgather ? "AllGather(int8)" : "AllGather", u, n, "partition");
+  const std::string what =
+      im.describe(im.opt.sdp_quantized_allgather ? "AllGather(int8)" : "AllGather", u, n, "partition");
   ShardedParams::Impl* p = &im;
   hcQuant q = HC_QUANT_INITIALIZER;
   q.block = im.opt.sdp_quant_block;
   const bool quantized = im.opt.sdp_quantized_allgather;
   s.gather = im.queue->submit(what, [p, send, recv, n, dt, comm, q, quantized] {
-    p->call([&] {
-      return quantized ? hcAllGatherQuantized(send, recv, n, dt, &q, comm, nullptr)
-                       : hcAllGather(send, recv, n, dt, comm, nullptr);
-    }, comm);
+    p->call(
+        [&] {
+          return quantized ? hcAllGatherQuantized(send, recv, n, dt, &q, comm, nullptr)
+                           : hcAllGather(send, recv, n, dt, comm, nullptr);
+        },
+        comm);
     ++p->n_ag;
   });
   s.live = UnitState::Live::Gathering;
@@ -346,9 +348,8 @@ void ShardedParams::unshard(int u) {
       for (size_t i = 0; i < im.units.size(); ++i)
         if (im.units[i].live != UnitState::Live::Free) live += " '" + im.plans[i].name + "'";
       throw Error("unshard('" + im.plans[u].name + "'): " + std::to_string(im.live_elems) +
-                  " elements are gathered (units" + live + ") and " +
-                  std::to_string(im.plans[u].shard.padded) + " more would exceed " +
-                  "sdp_max_live_parameters=" + std::to_string(im.opt.sdp_max_live_parameters) +
+                  " elements are gathered (units" + live + ") and " + std::to_string(im.plans[u].shard.padded) +
+                  " more would exceed " + "sdp_max_live_parameters=" + std::to_string(im.opt.sdp_max_live_parameters) +
                   "; reshard units after use");
     }
     issueGather(im, u);
@@ -400,8 +401,7 @@ void* ShardedParams::grad(int u, int p) {
   const size_t off = pl.offset * im.esize();
   if (pl.persistent) return im.p_grad.bytes() + off;
   UnitState& s = im.units[u];
-  if (!s.full_grad)
-    s.full_grad = std::make_shared<Buffer>(im.mem, Cat::Transient, plan.shard.padded * im.esize());
+  if (!s.full_grad) s.full_grad = std::make_shared<Buffer>(im.mem, Cat::Transient, plan.shard.padded * im.esize());
   return s.full_grad->bytes() + off;
 }
 
@@ -410,14 +410,13 @@ void ShardedParams::reduceGrad(int u) {
   im.checkUnit(u);
   UnitState& s = im.units[u];
   const UnitPlan& plan = im.plans[u];
-  if (s.reduced_in_micro++ > 0)
-    throw Error("reduceGrad('" + plan.name + "') called twice in one micro-batch");
+  if (s.reduced_in_micro++ > 0) throw Error("reduceGrad('" + plan.name + "') called twice in one micro-batch");
   const DType dt = im.opt.compute_dtype;
   const size_t es = im.esize();
   // Local gradients are means over this rank's samples; the step wants the mean over the
   // global batch and all micro-batches, unscaled.
-  const float scale = static_cast<float>(
-      1.0 / (static_cast<double>(im.world) * im.opt.gradient_accumulation_steps * im.loss_scale));
+  const float scale =
+      static_cast<float>(1.0 / (static_cast<double>(im.world) * im.opt.gradient_accumulation_steps * im.loss_scale));
 
   // Persistent parameters: accumulate locally, all-reduced once at the boundary.
   if (plan.persistent_numel) {
@@ -457,14 +456,15 @@ void ShardedParams::reduceGrad(int u) {
       if (buckets.size() > 1) {
         // Column b of every rank's shard, side by side: rank j receives the sum of block j.
         for (int j = 0; j < sh.degree; ++j)
-          std::memcpy(pack.bytes() + j * b.count * es, fg->bytes() + (sh.begin(j) + b.local) * es,
-                      b.count * es);
+          std::memcpy(pack.bytes() + j * b.count * es, fg->bytes() + (sh.begin(j) + b.local) * es, b.count * es);
         send = pack.data();
       }
-      p->call([&] {
-        return quantized ? hcReduceScatterQuantized(send, recv.data(), b.count, toHc(dt), hcSum, &q, comm, nullptr)
-                         : hcReduceScatter(send, recv.data(), b.count, toHc(dt), hcSum, comm, nullptr);
-      }, comm);
+      p->call(
+          [&] {
+            return quantized ? hcReduceScatterQuantized(send, recv.data(), b.count, toHc(dt), hcSum, &q, comm, nullptr)
+                             : hcReduceScatter(send, recv.data(), b.count, toHc(dt), hcSum, comm, nullptr);
+          },
+          comm);
       ++p->n_rs;
       accumulate(dt, recv.data(), scale, acc + b.local, b.count);
     }
@@ -473,8 +473,7 @@ void ShardedParams::reduceGrad(int u) {
 
 void ShardedParams::finishMicroStep() {
   Impl& im = *impl_;
-  if (im.synced)
-    throw Error("finishMicroStep(): gradients were already synchronized; call step() first");
+  if (im.synced) throw Error("finishMicroStep(): gradients were already synchronized; call step() first");
   for (size_t u = 0; u < im.units.size(); ++u)
     if (im.units[u].reduced_in_micro != 1)
       throw Error("finishMicroStep(): reduceGrad('" + im.plans[u].name +
@@ -493,12 +492,13 @@ void ShardedParams::synchronizeGradients() {
   const Options& o = im.opt;
   if (im.synced) return;
   if (im.micro != o.gradient_accumulation_steps)
-    throw Error("synchronizeGradients()/step(): " + std::to_string(im.micro) +
-                " micro-batches finished, but gradient_accumulation_steps=" +
-                std::to_string(o.gradient_accumulation_steps));
+    throw Error(
+        "synchronizeGradients()/step(): " + std::to_string(im.micro) +
+        " micro-batches finished, but gradient_accumulation_steps=" + std::to_string(o.gradient_accumulation_steps));
   for (size_t u = 0; u < im.units.size(); ++u)
     if (im.units[u].live != UnitState::Live::Free)
-      throw Error("step(): unit '" + im.plans[u].name + "' is still gathered; reshard every "
+      throw Error("step(): unit '" + im.plans[u].name +
+                  "' is still gathered; reshard every "
                   "unit before step()");
   im.queue->waitAll();
 
@@ -518,10 +518,9 @@ void ShardedParams::synchronizeGradients() {
   };
   if (im.nrepl > 1)
     for (size_t u = 0; u < im.units.size(); ++u)
-      allReduceFloats(im.units[u].grad_acc.f32(), im.plans[u].shard.shard, im.repl.get(),
-                      "replication", static_cast<int>(u));
-  if (im.world > 1 && im.pnumel)
-    allReduceFloats(im.p_grad_acc.f32(), im.pnumel, im.dp.get(), "data-parallel", -1);
+      allReduceFloats(im.units[u].grad_acc.f32(), im.plans[u].shard.shard, im.repl.get(), "replication",
+                      static_cast<int>(u));
+  if (im.world > 1 && im.pnumel) allReduceFloats(im.p_grad_acc.f32(), im.pnumel, im.dp.get(), "data-parallel", -1);
   im.queue->waitAll();
   im.synced = true;
 }
@@ -564,7 +563,11 @@ StepResult ShardedParams::step(double lr) {
   }
 
   ++im.adam_step;
-  AdamWStep st{lr, o.beta1, o.beta2, o.eps, 0.0,
+  AdamWStep st{lr,
+               o.beta1,
+               o.beta2,
+               o.eps,
+               0.0,
                1.0 - std::pow(o.beta1, static_cast<double>(im.adam_step)),
                1.0 - std::pow(o.beta2, static_cast<double>(im.adam_step)),
                static_cast<float>(res.clip_coef)};
@@ -576,14 +579,13 @@ StepResult ShardedParams::step(double lr) {
       st.weight_decay = im.specs[u].params[p].weight_decay ? o.weight_decay : 0.0;
       if (pl.persistent) {
         const size_t i = pl.offset;
-        adamw(st, im.p_master.f32() + i, im.p_avg.f32() + i, im.p_avg_sq.f32() + i,
-              im.p_grad_acc.f32() + i, pl.numel);
+        adamw(st, im.p_master.f32() + i, im.p_avg.f32() + i, im.p_avg_sq.f32() + i, im.p_grad_acc.f32() + i, pl.numel);
         continue;
       }
       const ShardInfo::Overlap ov = plan.shard.overlap(pl.offset, pl.offset + pl.numel);
       if (ov.count)  // padding is never updated: its gradient and moments stay zero
-        adamw(st, s.master.f32() + ov.local, s.exp_avg.f32() + ov.local,
-              s.exp_avg_sq.f32() + ov.local, s.grad_acc.f32() + ov.local, ov.count);
+        adamw(st, s.master.f32() + ov.local, s.exp_avg.f32() + ov.local, s.exp_avg_sq.f32() + ov.local,
+              s.grad_acc.f32() + ov.local, ov.count);
     }
   }
   if (o.compute_dtype == DType::Float16 && ++im.good_steps >= o.loss_scale_window) {
@@ -600,25 +602,21 @@ void ShardedParams::allReduceSum(double* data, size_t count) {
   if (impl_->world > 1) impl_->allReduceDoubles(data, count, hcSum, impl_->dp.get(), "data-parallel");
 }
 
-std::vector<float> ShardedParams::Impl::gatherParam(int u, int p, const float* shard_src,
-                                                    const float* persistent_src) {
+std::vector<float> ShardedParams::Impl::gatherParam(int u, int p, const float* shard_src, const float* persistent_src) {
   checkUnit(u);
   const UnitPlan& plan = plans[u];
   if (p < 0 || p >= static_cast<int>(plan.params.size()))
     throw Error("unit '" + plan.name + "' has no parameter " + std::to_string(p));
   const ParamPlacement& pl = plan.params[p];
-  if (pl.persistent)
-    return std::vector<float>(persistent_src + pl.offset, persistent_src + pl.offset + pl.numel);
-  if (degree == 1)
-    return std::vector<float>(shard_src + pl.offset, shard_src + pl.offset + pl.numel);
+  if (pl.persistent) return std::vector<float>(persistent_src + pl.offset, persistent_src + pl.offset + pl.numel);
+  if (degree == 1) return std::vector<float>(shard_src + pl.offset, shard_src + pl.offset + pl.numel);
   auto full = std::make_shared<Buffer>(mem, Cat::Transient, plan.shard.padded * 4);
   const size_t n = plan.shard.shard;
   hcComm_t comm = part.get();
   const std::string what = describe("AllGather(fp32)", u, n, "partition");
   Impl* ip = this;
   auto t = queue->submit(what, [ip, full, shard_src, n, comm] {
-    ip->call([&] { return hcAllGather(shard_src, full->data(), n, hcFloat32, comm, nullptr); },
-             comm);
+    ip->call([&] { return hcAllGather(shard_src, full->data(), n, hcFloat32, comm, nullptr); }, comm);
     ++ip->n_ag;
   });
   queue->wait(t);
@@ -635,8 +633,9 @@ std::vector<float> ShardedParams::gatherGrad(int u, int p) {
   Impl& im = *impl_;
   im.checkUnit(u);
   if (!im.synced)
-    throw Error("gatherGrad(): call synchronizeGradients() first (gradients are complete only "
-                "at the accumulation boundary)");
+    throw Error(
+        "gatherGrad(): call synchronizeGradients() first (gradients are complete only "
+        "at the accumulation boundary)");
   return im.gatherParam(u, p, im.units[u].grad_acc.f32(), im.p_grad_acc.f32());
 }
 

@@ -22,11 +22,12 @@ using namespace hicoll;
 
 static void markdown() {
   std::printf("# hicoll environment variables\n\n");
-  std::printf("Generated from `src/base/config_table.h` by `hicoll_info --markdown`; a test checks that\n"
-              "this file and the table agree. Every value is parsed strictly: an invalid value fails\n"
-              "communicator creation with a message naming the variable. Variables marked \"same on\n"
-              "every rank\" are compared across ranks when a communicator is created: a difference fails\n"
-              "creation on every rank, naming the variable and the ranks' values.\n\n");
+  std::printf(
+      "Generated from `src/base/config_table.h` by `hicoll_info --markdown`; a test checks that\n"
+      "this file and the table agree. Every value is parsed strictly: an invalid value fails\n"
+      "communicator creation with a message naming the variable. Variables marked \"same on\n"
+      "every rank\" are compared across ranks when a communicator is created: a difference fails\n"
+      "creation on every rank, naming the variable and the ranks' values.\n\n");
   std::printf("| Variable | Type | Default | Range | Same on every rank | Description |\n|---|---|---|---|---|---|\n");
   for (const KnobInfo& k : knobTable()) {
     std::string type = knobTypeName(k.type);
@@ -42,21 +43,23 @@ static void markdown() {
     std::printf("| `%s` | %s | `%s` | %s | %s | %s |\n", k.name, type.c_str(), *k.def ? k.def : "(empty)",
                 range.c_str(), k.scope == KnobScope::Agree ? "yes" : "", k.doc);
   }
-  std::printf("\n## Build-time variables\n\n"
-              "Read when the torch plugin is built (`pip install`: plugins/torch/CMakeLists.txt and "
-              "plugins/torch/cmake/torch_flags.py), not by the library:\n\n"
-              "| Variable | Meaning |\n|---|---|\n"
-              "| `HICOLL_BUILD_DIR` | a CMake build directory of this repository: libhicoll.so is taken from it |\n"
-              "| `HICOLL_PREFIX` | an installed prefix (include/hicoll, lib/libhicoll.so) instead |\n"
-              "| `HICOLL_PLUGIN_CUDA` | 0: build the plugin without CUDA; 1: a missing CUDA toolkit is an error; "
-              "auto (unset): CUDA when torch has it and a matching toolkit is usable |\n"
-              "\nThe build derives CMake variables of its own from the interpreter's torch (torch_flags.py; not "
-              "for users to set): `HICOLL_TORCH_VERSION`, `HICOLL_TORCH_INCLUDE_DIRS`, `HICOLL_TORCH_LIBRARY_DIR`, "
-              "`HICOLL_TORCH_LIBRARIES`, `HICOLL_TORCH_CXX11_ABI`, `HICOLL_TORCH_CXX_STANDARD`, "
-              "`HICOLL_PLUGIN_WITH_CUDA`, `HICOLL_PLUGIN_CUDA_WHY`, `HICOLL_PLUGIN_CUDA_HOME`.\n");
-  std::printf("\nThe sharded-parameter layer's knobs (`sharded_data_parallel_degree`, `sdp_*`) are\n"
-              "fields of `hicoll::sharded::Options` and flags of the training examples, not\n"
-              "environment variables.\n");
+  std::printf(
+      "\n## Build-time variables\n\n"
+      "Read when the torch plugin is built (`pip install`: plugins/torch/CMakeLists.txt and "
+      "plugins/torch/cmake/torch_flags.py), not by the library:\n\n"
+      "| Variable | Meaning |\n|---|---|\n"
+      "| `HICOLL_BUILD_DIR` | a CMake build directory of this repository: libhicoll.so is taken from it |\n"
+      "| `HICOLL_PREFIX` | an installed prefix (include/hicoll, lib/libhicoll.so) instead |\n"
+      "| `HICOLL_PLUGIN_CUDA` | 0: build the plugin without CUDA; 1: a missing CUDA toolkit is an error; "
+      "auto (unset): CUDA when torch has it and a matching toolkit is usable |\n"
+      "\nThe build derives CMake variables of its own from the interpreter's torch (torch_flags.py; not "
+      "for users to set): `HICOLL_TORCH_VERSION`, `HICOLL_TORCH_INCLUDE_DIRS`, `HICOLL_TORCH_LIBRARY_DIR`, "
+      "`HICOLL_TORCH_LIBRARIES`, `HICOLL_TORCH_CXX11_ABI`, `HICOLL_TORCH_CXX_STANDARD`, "
+      "`HICOLL_PLUGIN_WITH_CUDA`, `HICOLL_PLUGIN_CUDA_WHY`, `HICOLL_PLUGIN_CUDA_HOME`.\n");
+  std::printf(
+      "\nThe sharded-parameter layer's knobs (`sharded_data_parallel_degree`, `sdp_*`) are\n"
+      "fields of `hicoll::sharded::Options` and flags of the training examples, not\n"
+      "environment variables.\n");
 }
 
 namespace {
@@ -83,7 +86,9 @@ int algorithms(const CallSpec& spec) {
     std::printf("%-18s %-7s %-12s %-44s %s\n", "path", "buffers", "model", "collectives", "what");
     for (const PathInfo& p : pathTable())
       std::printf("%-18s %-7s %-12s %-44s %s\n", p.name,
-                  p.host && p.device ? "both" : p.host ? "host" : "device",
+                  p.host && p.device ? "both"
+                  : p.host           ? "host"
+                                     : "device",
                   p.modelled ? algoName(p.algo) : "-", collsOf(p.colls).c_str(), p.what);
     std::printf("\nFor one call: hicoll_info --algorithms --coll allgather --bytes 64M --nodes 2 --ranks-per-node 2\n");
     return 0;
@@ -95,10 +100,12 @@ int algorithms(const CallSpec& spec) {
     if (name == spec.coll) coll = static_cast<hcColl_t>(c);
   }
   static const std::map<std::string, hcDataType_t> dtypes = {
-      {"int8", hcInt8}, {"uint8", hcUint8}, {"int32", hcInt32}, {"int64", hcInt64},
+      {"int8", hcInt8},       {"uint8", hcUint8},       {"int32", hcInt32},     {"int64", hcInt64},
       {"float16", hcFloat16}, {"bfloat16", hcBfloat16}, {"float32", hcFloat32}, {"float64", hcFloat64}};
-  HC_CHECK(coll != hcNumColls, hcInvalidArgument, "--coll {}: not a collective (allgather, reducescatter, allreduce, "
-           "broadcast, barrier, alltoall)", spec.coll);
+  HC_CHECK(coll != hcNumColls, hcInvalidArgument,
+           "--coll {}: not a collective (allgather, reducescatter, allreduce, "
+           "broadcast, barrier, alltoall)",
+           spec.coll);
   HC_CHECK(dtypes.count(spec.dtype), hcInvalidArgument, "--dtype {}: not a datatype", spec.dtype);
   Identity id;
   std::vector<std::string> labels, hosts;
@@ -155,9 +162,10 @@ int algorithms(const CallSpec& spec) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"hicoll_info: every knob with its current value and where it came from (no options); env.md "
-               "(--markdown); the paths and, for one call, what each would cost and which the plan takes "
-               "(--algorithms)"};
+  CLI::App app{
+      "hicoll_info: every knob with its current value and where it came from (no options); env.md "
+      "(--markdown); the paths and, for one call, what each would cost and which the plan takes "
+      "(--algorithms)"};
   bool md = false, algos = false;
   CallSpec spec;
   app.add_flag("--markdown", md, "print env.md (the knob table as Markdown)");

@@ -51,7 +51,10 @@ class Transport {
   virtual void announceFailure(const std::string& what) { (void)what; }
   virtual void checkFailureNotices() {}
   // Memory that will be sent from / received into often (scratch, sort buffers).
-  virtual void registerRegion(void* base, size_t len) { (void)base; (void)len; }
+  virtual void registerRegion(void* base, size_t len) {
+    (void)base;
+    (void)len;
+  }
 };
 
 // The one request-polling pass: tests each outstanding request once (test(T&) -> bool), calls

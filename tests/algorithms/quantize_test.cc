@@ -21,8 +21,12 @@ const size_t kCounts[] = {0, 1, 255, 257, 10007};
 constexpr uint8_t kFill = 0xcd;  // what the buffers hold before a call
 constexpr size_t kGuard = 16;    // bytes past the end that no call may touch
 
-const char* name(hcDataType_t t) { return t == hcFloat32 ? "fp32" : t == hcBfloat16 ? "bf16" : "fp16"; }
-size_t elemSize(hcDataType_t t) { return t == hcFloat32 ? 4 : 2; }
+const char* name(hcDataType_t t) {
+  return t == hcFloat32 ? "fp32" : t == hcBfloat16 ? "bf16" : "fp16";
+}
+size_t elemSize(hcDataType_t t) {
+  return t == hcFloat32 ? 4 : 2;
+}
 
 // A value of dtype t (rounded to it) as its bits, and back.
 uint32_t bitsOf(hcDataType_t t, float v) {
@@ -124,8 +128,7 @@ int roundTrip(hcDataType_t t, size_t block, const std::vector<float>& v) {
   for (size_t i = 0; i < n; ++i) {
     const int q = static_cast<int8_t>(image[nb * 4 + i]);
     if (q != ref.codes[i] && ++bad < 5)
-      ADD_FAILURE() << "element " << i << " = " << x[i] << ": code " << q << ", reference "
-                    << int(ref.codes[i]);
+      ADD_FAILURE() << "element " << i << " = " << x[i] << ": code " << q << ", reference " << int(ref.codes[i]);
   }
 
   std::vector<uint8_t> out(n * elemSize(t) + kGuard, kFill);
@@ -134,19 +137,18 @@ int roundTrip(hcDataType_t t, size_t block, const std::vector<float>& v) {
   for (size_t i = 0; i < n; ++i) {
     const float y = load(t, out.data(), i);
     if (!std::isfinite(x[i])) {
-      if (!std::isnan(y) && ++bad < 5)
-        ADD_FAILURE() << "element " << i << " = " << x[i] << " dequantizes to " << y;
+      if (!std::isnan(y) && ++bad < 5) ADD_FAILURE() << "element " << i << " = " << x[i] << " dequantizes to " << y;
       continue;
     }
     const float a = ref.absmax[i / block];
     const float want = referenceValue(t, ref.codes[i], a);
     if (y != want && ++bad < 5)
-      ADD_FAILURE() << "element " << i << ": code " << int(ref.codes[i]) << " of absmax " << a
-                    << " dequantizes to " << y << ", once rounded " << want;
+      ADD_FAILURE() << "element " << i << ": code " << int(ref.codes[i]) << " of absmax " << a << " dequantizes to "
+                    << y << ", once rounded " << want;
     const double tol = a / 254 * (1 + 1e-6) + 0.5 * ulp(t, y);
     if (!(std::fabs(y - x[i]) <= tol) && ++bad < 5)
-      ADD_FAILURE() << "element " << i << " = " << x[i] << " -> " << y << ", error " << std::fabs(y - x[i])
-                    << " > " << tol << " (absmax " << a << ")";
+      ADD_FAILURE() << "element " << i << " = " << x[i] << " -> " << y << ", error " << std::fabs(y - x[i]) << " > "
+                    << tol << " (absmax " << a << ")";
   }
   return bad;
 }
@@ -157,19 +159,22 @@ void everyShape(Gen gen) {
   for (hcDataType_t t : kTypes)
     for (size_t block : kBlocks)
       for (size_t count : kCounts) {
-        SCOPED_TRACE(std::string(name(t)) + " block " + std::to_string(block) + " count " +
-                     std::to_string(count));
+        SCOPED_TRACE(std::string(name(t)) + " block " + std::to_string(block) + " count " + std::to_string(count));
         ASSERT_EQ(roundTrip(t, block, gen(t, block, count)), 0);
       }
 }
 
 // Representatives of the dtype's range: huge, the largest finite, subnormal.
-float huge(hcDataType_t t) { return t == hcFloat16 ? 60000.0f : 3.0e38f; }
+float huge(hcDataType_t t) {
+  return t == hcFloat16 ? 60000.0f : 3.0e38f;
+}
 float largest(hcDataType_t t) {
   if (t == hcFloat32) return std::numeric_limits<float>::max();
   return t == hcBfloat16 ? num::bf16ToFloat(0x7f7f) : 65504.0f;
 }
-float tiny(hcDataType_t t) { return t == hcFloat16 ? 1e-7f : 1e-39f; }  // subnormal in both
+float tiny(hcDataType_t t) {
+  return t == hcFloat16 ? 1e-7f : 1e-39f;
+}  // subnormal in both
 
 std::vector<float> normal(size_t n, double sigma, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -237,8 +242,7 @@ TEST(QuantizeBound, SpikyBlocks) {
   // One huge element per block among tiny ones: all of those code to 0.
   everyShape([](hcDataType_t t, size_t block, size_t n) {
     auto v = normal(n, tiny(t), 23);
-    for (size_t off = 0; off < n; off += block)
-      v[off + (off / block * 13) % std::min(block, n - off)] = -huge(t);
+    for (size_t off = 0; off < n; off += block) v[off + (off / block * 13) % std::min(block, n - off)] = -huge(t);
     return v;
   });
 }
@@ -306,8 +310,7 @@ TEST(QuantizeBound, NearTies) {
       const double a = u(rng) * 1000;
       const size_t m = std::min(block, n - off);
       v[off] = static_cast<float>(a);
-      for (size_t i = 1; i < m; ++i)
-        v[off + i] = static_cast<float>((i % 127 + 0.5) * a / 127 * (i % 2 ? -1 : 1));
+      for (size_t i = 1; i < m; ++i) v[off + i] = static_cast<float>((i % 127 + 0.5) * a / 127 * (i % 2 ? -1 : 1));
     }
     return v;
   });

@@ -130,7 +130,8 @@ TEST(Api, PerCommunicatorConfiguration) {
       if (hcCommInitRankStoreConfig(&c, 2, r, &ops, "cfg", &cfg) != hcSuccess) return fail(hcGetLastError(nullptr));
       hcConfig_t got = HC_CONFIG_INITIALIZER;
       if (hcCommGetConfig(c, &got) != hcSuccess) fail("get");
-      if (std::string(got.algo) != "ring" || got.netWindow != 7 || std::string(got.name) != "cfgtest") fail("overrides");
+      if (std::string(got.algo) != "ring" || got.netWindow != 7 || std::string(got.name) != "cfgtest")
+        fail("overrides");
       if (got.timeoutMs != 120000 || got.chunkBytes != 1 << 20) fail("defaults from the environment");
       float x = 1;
       if (hcAllReduce(&x, &x, 1, hcFloat32, hcSum, c, nullptr) != hcSuccess || x != 2) fail("allreduce");

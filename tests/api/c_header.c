@@ -14,8 +14,8 @@ int main(void) {
   hcStats s = HC_STATS_INITIALIZER;
   if (s.size != sizeof(hcStats)) return 6;
   hcConfig_t c = HC_CONFIG_INITIALIZER;
-  if (c.size != sizeof(hcConfig_t) || c.magic != HC_CONFIG_MAGIC || c.algo != NULL || c.sortBytes != HC_CONFIG_UNDEF_INT ||
-      c.quantMinNodes != HC_CONFIG_UNDEF_INT)
+  if (c.size != sizeof(hcConfig_t) || c.magic != HC_CONFIG_MAGIC || c.algo != NULL ||
+      c.sortBytes != HC_CONFIG_UNDEF_INT || c.quantMinNodes != HC_CONFIG_UNDEF_INT)
     return 7;
   if (hcCommGetConfig(NULL, &c) != hcInvalidArgument) return 8;
   printf("ok\n");

@@ -76,7 +76,8 @@ TEST(Config, KnobsThatChangeTheProtocolMustAgree) {
     if (n == "HICOLL_OFI_RXM_EAGER" || n == "HICOLL_ALGO" || n == "SMDDP_AG_SORT_BUFFER_SIZE_BYTES" ||
         n == "HICOLL_NET_CHUNK_SIZE" || n == "HICOLL_OFI_PROVIDER")
       EXPECT_EQ(k.scope, KnobScope::Agree) << n;
-    if (n == "HICOLL_DEBUG" || n == "HICOLL_TOPO_NODE" || n == "HICOLL_TIMEOUT_MS") EXPECT_EQ(k.scope, KnobScope::Local) << n;
+    if (n == "HICOLL_DEBUG" || n == "HICOLL_TOPO_NODE" || n == "HICOLL_TIMEOUT_MS")
+      EXPECT_EQ(k.scope, KnobScope::Local) << n;
   }
   EXPECT_NE(with({}).consistencyHashes(), with({{"HICOLL_OFI_RXM_EAGER", "0"}}).consistencyHashes());
 }

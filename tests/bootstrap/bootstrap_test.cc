@@ -7,10 +7,10 @@
 #include <memory>
 #include <thread>
 
+#include "base/error.h"
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/liveness.h"
 #include "bootstrap/tcp_store.h"
-#include "base/error.h"
 
 namespace hicoll {
 namespace {
@@ -50,8 +50,9 @@ TEST(Liveness, FailureInALaterCallIsReportedWhenThisRankGetsThere) {
   onThreads(2, makeInMemoryStore(), [](Bootstrap& bs) {
     const int me = bs.rank();
     uint64_t call = me == 0 ? 4 : 5;
-    auto live = std::make_unique<Liveness>(bs, std::vector<int>{1 - me}, "127.0.0.1", 5000,
-                                           [](int r) { return fmt::format("rank {}", r); }, [&call] { return call; });
+    auto live = std::make_unique<Liveness>(
+        bs, std::vector<int>{1 - me}, "127.0.0.1", 5000, [](int r) { return fmt::format("rank {}", r); },
+        [&call] { return call; });
     bs.barrier();
     if (me == 1) {
       live->markFailed("ReduceScatter #5: rank 7 died");
@@ -89,8 +90,8 @@ TEST(Liveness, ExplainThrowsOnlyAFailureThatCarriesItsCause) {
   onThreads(3, makeInMemoryStore(), [](Bootstrap& bs) {
     const int me = bs.rank();
     std::vector<int> peers = me == 0 ? std::vector<int>{1, 2} : std::vector<int>{0};
-    auto live = std::make_unique<Liveness>(bs, peers, "127.0.0.1", 5000,
-                                           [](int r) { return fmt::format("rank {}", r); });
+    auto live =
+        std::make_unique<Liveness>(bs, peers, "127.0.0.1", 5000, [](int r) { return fmt::format("rank {}", r); });
     bs.barrier();
     if (me == 2) live.reset();  // bye
     bs.barrier();

@@ -77,7 +77,9 @@ void* sharedBytes(size_t n) {
   return p;
 }
 
-void freeSharedBytes(void* p, size_t n) { munmap(p, n); }
+void freeSharedBytes(void* p, size_t n) {
+  munmap(p, n);
+}
 
 std::string randomSecret() {
   unsigned char b[16] = {};

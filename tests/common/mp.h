@@ -15,11 +15,11 @@ namespace hctest {
 
 struct Job {
   int nranks = 2;
-  std::vector<std::string> node;               // node label per rank (empty: all one node)
-  std::map<std::string, std::string> env;      // extra environment for every rank
+  std::vector<std::string> node;                               // node label per rank (empty: all one node)
+  std::map<std::string, std::string> env;                      // extra environment for every rank
   std::map<int, std::map<std::string, std::string>> rank_env;  // per-rank overrides
   int timeout_s = 120;
-  std::string comm_id;  // host:port of the rendezvous; empty: a free loopback port
+  std::string comm_id;     // host:port of the rendezvous; empty: a free loopback port
   bool no_secret = false;  // true: no HICOLL_COMM_SECRET (the secret is derived, guessable)
 };
 

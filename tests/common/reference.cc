@@ -6,12 +6,13 @@
 
 namespace hctest {
 
-const hcDataType_t kAllTypes[10] = {hcInt8,  hcUint8,   hcInt32,   hcUint32,   hcInt64,
+const hcDataType_t kAllTypes[10] = {hcInt8,   hcUint8,   hcInt32,   hcUint32,  hcInt64,
                                     hcUint64, hcFloat16, hcFloat32, hcFloat64, hcBfloat16};
 const hcRedOp_t kBuiltinOps[5] = {hcSum, hcProd, hcMax, hcMin, hcAvg};
 
 const char* typeName(hcDataType_t t) {
-  static const char* names[] = {"int8", "uint8", "int32", "uint32", "int64", "uint64", "half", "float", "double", "bfloat16"};
+  static const char* names[] = {"int8",   "uint8", "int32", "uint32", "int64",
+                                "uint64", "half",  "float", "double", "bfloat16"};
   return t >= 0 && t < hcNumTypes ? names[t] : "?";
 }
 
@@ -20,7 +21,9 @@ const char* opName(hcRedOp_t op) {
   return op >= 0 && op < hcNumOps ? names[op] : "premulsum";
 }
 
-static bool isSigned(hcDataType_t t) { return t == hcInt8 || t == hcInt32 || t == hcInt64; }
+static bool isSigned(hcDataType_t t) {
+  return t == hcInt8 || t == hcInt32 || t == hcInt64;
+}
 static bool isFloat(hcDataType_t t) {
   return t == hcFloat16 || t == hcFloat32 || t == hcFloat64 || t == hcBfloat16;
 }
@@ -103,7 +106,9 @@ static double wrap(hcDataType_t t, long double v) {
   }
 }
 
-double premulScalar(hcDataType_t t) { return isFloat(t) ? 0.5 : 2.0; }
+double premulScalar(hcDataType_t t) {
+  return isFloat(t) ? 0.5 : 2.0;
+}
 
 double expectedReduce(hcDataType_t t, int op, const std::vector<double>& vals, double scalar) {
   long double acc = vals[0];

@@ -4,8 +4,8 @@
 
 #include <map>
 
-#include "plan/plan.h"
 #include "device/decision.h"
+#include "plan/plan.h"
 #include "transport/shm/shm_transport.h"
 
 namespace {
@@ -17,7 +17,9 @@ using hicoll::dev::decide;
 using hicoll::dev::DeviceChoice;
 using hicoll::dev::EngineStatus;
 
-EngineStatus ok() { return EngineStatus{true, ""}; }
+EngineStatus ok() {
+  return EngineStatus{true, ""};
+}
 
 CollPlan planOf(hcPath_t path, Rule rule, std::string reason) {
   CollPlan p;
@@ -89,7 +91,8 @@ TEST(DeviceDecision, WithTheCommunicatorsConfiguration) {
   }
   {
     FakeComm f({"a", "a", "b", "b"}, {{"HICOLL_ALGO", "ring"}});
-    EXPECT_FALSE(decide(f.id, f.c, call(hcCollAllGather, 10), ok(), nullptr).fallback) << "HICOLL_ALGO is for host buffers";
+    EXPECT_FALSE(decide(f.id, f.c, call(hcCollAllGather, 10), ok(), nullptr).fallback)
+        << "HICOLL_ALGO is for host buffers";
   }
   {
     FakeComm f({"a", "a", "b"}, {});
@@ -116,7 +119,8 @@ TEST(DeviceDecision, WithTheCommunicatorsConfiguration) {
   }
   {
     FakeComm f({"a", "a"}, {});
-    DeviceChoice d = decide(f.id, f.c, call(hcCollAllGather, 10), EngineStatus{false, "CUDA IPC: no peer access"}, nullptr);
+    DeviceChoice d =
+        decide(f.id, f.c, call(hcCollAllGather, 10), EngineStatus{false, "CUDA IPC: no peer access"}, nullptr);
     EXPECT_TRUE(d.fallback);
     EXPECT_EQ(d.reason, "CUDA IPC: no peer access");
   }
@@ -185,7 +189,8 @@ TEST(DeviceDecision, RewordedReasonsChangeNoDecision) {
       {{"a", "a", "b", "b"}, {{"HICOLL_FORCE_FALLBACK", "allgather,broadcast"}}},
       {{"a", "a", "b", "b"}, {{"HICOLL_ALGO", "ring"}}},
       {{"a", "a", "b"}, {}},
-      {{"a", "b", "c", "d"}, {{"SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES", "8192"}, {"SMDDP_AG_SORT_BUFFER_SIZE_BYTES", "16384"}}},
+      {{"a", "b", "c", "d"},
+       {{"SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES", "8192"}, {"SMDDP_AG_SORT_BUFFER_SIZE_BYTES", "16384"}}},
   };
   int decisions = 0, fallbacks = 0;
   for (auto& [labels, env] : configs) {
@@ -221,7 +226,8 @@ TEST(Plan, AllReduceSplitHasOneDefinition) {
   EXPECT_EQ(p.allreduce_block, 257u);  // the device rounds up and pads
   EXPECT_EQ(p.block_bytes, 257u * 4);
   EXPECT_EQ(hicoll::allReduceIsSmall(1025, 4, 4, 4096, host), p.allreduce_small);
-  EXPECT_TRUE(hicoll::planCall(f.id, f.c, call(hcCollAllReduce, 3), host).allreduce_small) << "fewer elements than ranks";
+  EXPECT_TRUE(hicoll::planCall(f.id, f.c, call(hcCollAllReduce, 3), host).allreduce_small)
+      << "fewer elements than ranks";
 }
 
 // On one node with single-copy reads the host AllGather reads every block where it lies: a
@@ -296,10 +302,12 @@ TEST(Plan, AutoTakesWhatTheModelPredictsFastest) {
   // unless the threshold is set by hand.
   FakeComm autom({"a", "a", "b", "b"}, {});
   autom.c.model = m;
-  EXPECT_FALSE(hicoll::planCall(autom.id, autom.c, call(hcCollAllReduce, 16384), hicoll::Capabilities{}).allreduce_small);
+  EXPECT_FALSE(
+      hicoll::planCall(autom.id, autom.c, call(hcCollAllReduce, 16384), hicoll::Capabilities{}).allreduce_small);
   FakeComm pinned({"a", "a", "b", "b"}, {{"HICOLL_ALLREDUCE_SMALL_BYTES", "65536"}});
   pinned.c.model = m;
-  EXPECT_TRUE(hicoll::planCall(pinned.id, pinned.c, call(hcCollAllReduce, 16384), hicoll::Capabilities{}).allreduce_small);
+  EXPECT_TRUE(
+      hicoll::planCall(pinned.id, pinned.c, call(hcCollAllReduce, 16384), hicoll::Capabilities{}).allreduce_small);
 }
 
 // HICOLL_ALGO=auto with the default net chunk: the plan runs the chunk and window the model
@@ -339,7 +347,8 @@ TEST(Plan, AutoTakesTheModelsChunk) {
   FakeComm fixed({"a", "a", "b", "b"}, {{"HICOLL_ALGO", "hier"}});
   fixed.c.model = fast;
   fixed.c.net_chunk_cap = cap;
-  EXPECT_EQ(hicoll::planCall(fixed.id, fixed.c, call(hcCollAllGather, count), hicoll::Capabilities{}).chunk_bytes, floor);
+  EXPECT_EQ(hicoll::planCall(fixed.id, fixed.c, call(hcCollAllGather, count), hicoll::Capabilities{}).chunk_bytes,
+            floor);
 }
 
 }  // namespace

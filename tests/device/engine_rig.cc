@@ -3,7 +3,6 @@
 #include <cstring>
 #include <thread>
 
-
 namespace hctest {
 
 using hicoll::dev::FlagLayout;

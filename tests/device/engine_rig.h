@@ -20,8 +20,8 @@ struct RigOptions {
   size_t scratch = 16 << 20;
   size_t sort = 128 << 20;
   size_t allreduce_small = 65536;
-  long timeout_ms = 20000;       // the engine's (HICOLL_TIMEOUT_MS)
-  long stream_wait_ms = 30000;   // a host stream gives up waiting after this (then: stuck)
+  long timeout_ms = 20000;      // the engine's (HICOLL_TIMEOUT_MS)
+  long stream_wait_ms = 30000;  // a host stream gives up waiting after this (then: stuck)
 };
 
 class EngineRig {

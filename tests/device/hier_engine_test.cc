@@ -89,8 +89,8 @@ CollArgs collArgs(const Case& c, const Buffers& b, HostStream& user) {
 
 // "" when rank's result matches the reference.
 std::string verify(const Case& c, int rank, int W, const void* recv) {
-  std::string err = hctest::compareOutput(
-      c.dt, recv, hctest::expectedOutput(c.coll, c.dt, c.op, c.count, c.root, rank, W));
+  std::string err =
+      hctest::compareOutput(c.dt, recv, hctest::expectedOutput(c.coll, c.dt, c.op, c.count, c.root, rank, W));
   return err.empty() ? "" : "rank " + std::to_string(rank) + ": " + c.str() + ": " + err;
 }
 
@@ -145,8 +145,8 @@ std::vector<std::string> runCases(EngineRig& rig, const std::vector<Case>& cases
   return out;
 }
 
-const std::vector<hcDataType_t> kAllTypes = {hcInt8,    hcUint8,   hcInt32,   hcUint32, hcInt64,
-                                             hcUint64,  hcFloat16, hcFloat32, hcFloat64, hcBfloat16};
+const std::vector<hcDataType_t> kAllTypes = {hcInt8,   hcUint8,   hcInt32,   hcUint32,  hcInt64,
+                                             hcUint64, hcFloat16, hcFloat32, hcFloat64, hcBfloat16};
 const std::vector<hcDataType_t> kSomeTypes = {hcFloat32, hcFloat16, hcBfloat16, hcInt8, hcUint64};
 
 struct Layout {
@@ -164,18 +164,19 @@ TEST_P(EngineLayouts, EveryCollectiveTypeAndOpMatchesTheReference) {
   opt.allreduce_small = 64;
   EngineRig rig(lay.labels, opt);
   const int W = rig.size();
-  auto errors = runCases(rig, matrix(W, lay.all_types ? kAllTypes : kSomeTypes, {1, 5, 333, static_cast<size_t>(7 * W)}));
+  auto errors =
+      runCases(rig, matrix(W, lay.all_types ? kAllTypes : kSomeTypes, {1, 5, 333, static_cast<size_t>(7 * W)}));
   for (const auto& e : errors) ADD_FAILURE() << e;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Layouts, EngineLayouts,
-    ::testing::Values(Layout{"one_rank", {"a"}, true}, Layout{"one_node_2", {"a", "a"}, true},
-                      Layout{"two_nodes_1", {"a", "b"}, false}, Layout{"2x2_contiguous", {"a", "a", "b", "b"}, true},
-                      Layout{"2x2_interleaved", {"a", "b", "a", "b"}, false},
-                      Layout{"3x2_interleaved", {"a", "b", "c", "a", "b", "c"}, false},
-                      Layout{"2x2_scrambled", {"x", "y", "y", "x"}, false}),
-    [](const ::testing::TestParamInfo<Layout>& i) { return std::string(i.param.name); });
+INSTANTIATE_TEST_SUITE_P(Layouts, EngineLayouts,
+                         ::testing::Values(Layout{"one_rank", {"a"}, true}, Layout{"one_node_2", {"a", "a"}, true},
+                                           Layout{"two_nodes_1", {"a", "b"}, false},
+                                           Layout{"2x2_contiguous", {"a", "a", "b", "b"}, true},
+                                           Layout{"2x2_interleaved", {"a", "b", "a", "b"}, false},
+                                           Layout{"3x2_interleaved", {"a", "b", "c", "a", "b", "c"}, false},
+                                           Layout{"2x2_scrambled", {"x", "y", "y", "x"}, false}),
+                         [](const ::testing::TestParamInfo<Layout>& i) { return std::string(i.param.name); });
 
 TEST(Engine, LargeChunksAndSmallBuffers) {
   // Default chunk, but sort/scratch buffers far smaller than a chunk: the chunk shrinks to fit.
@@ -213,7 +214,8 @@ TEST(Engine, BackToBackCollectivesWithoutSynchronizing) {
       }
     }
     user.synchronize();
-    for (size_t i = 0; i < seq.size() && errors[rank].empty(); ++i) errors[rank] = verify(seq[i], rank, W, bufs[i].recvp);
+    for (size_t i = 0; i < seq.size() && errors[rank].empty(); ++i)
+      errors[rank] = verify(seq[i], rank, W, bufs[i].recvp);
   });
   for (auto& e : errors) EXPECT_EQ(e, "");
   EXPECT_EQ(rig.stuck(), "");
@@ -280,7 +282,8 @@ TEST(Engine, EnqueueReturnsAndTheCollectiveWaitsForEarlierStreamWork) {
       released = true;
       return;
     }
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+    const auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
     if (ms > 2000) errors[rank] = "enqueue blocked for " + std::to_string(ms) + " ms";
     // Later work on the stream sees the result.
     std::vector<char> seen(b.recv.size());
@@ -318,8 +321,9 @@ TEST(Engine, RunsThePlansAllReduceSplit) {
   id.nranks = rig.size();
   id.topo = rig.topo();
   hicoll::PlanContext ctx;
-  ctx.cfg = hicoll::Config::from(
-      [](const char* name) -> const char* { return std::string(name) == "HICOLL_ALLREDUCE_SMALL_BYTES" ? "4096" : nullptr; });
+  ctx.cfg = hicoll::Config::from([](const char* name) -> const char* {
+    return std::string(name) == "HICOLL_ALLREDUCE_SMALL_BYTES" ? "4096" : nullptr;
+  });
   const hicoll::Capabilities host;
   for (size_t count : {4u, 5u, 1023u, 1024u, 1025u, 1026u, 4099u, 100000u}) {
     CollArgs a;
@@ -472,7 +476,9 @@ TEST(Engine, CallsThatDifferFailOnEveryRankNamingTheDifference) {
       {{hcCollAllReduce, hcFloat32, OpKind::Sum, 1000}, [](Case& c) { c.dt = hcInt32; }, "the datatype"},
       {{hcCollAllGather, hcFloat32, OpKind::Sum, 5000}, [](Case& c) { c.count = 5001; }, "the count"},
       {{hcCollBroadcast, hcFloat32, OpKind::Sum, 3000}, [](Case& c) { c.root = 1; }, "the root"},
-      {{hcCollAllGather, hcFloat32, OpKind::Sum, 2000}, [](Case& c) { c.coll = hcCollReduceScatter; }, "the collective"},
+      {{hcCollAllGather, hcFloat32, OpKind::Sum, 2000},
+       [](Case& c) { c.coll = hcCollReduceScatter; },
+       "the collective"},
   };
   for (const auto& labels : {std::vector<std::string>{"a", "a", "b", "b"}, std::vector<std::string>{"a", "b"},
                              std::vector<std::string>{"a", "a"}}) {
@@ -508,8 +514,8 @@ TEST(Engine, CallsThatDifferFailOnEveryRankNamingTheDifference) {
         if (code[r] == hcInvalidUsage) {
           ++named;
           EXPECT_NE(msg[r].find(m.what), std::string::npos) << where << ": " << msg[r];
-          const std::string odd_named = r == odd ? "where rank " + std::to_string(odd) + " called"
-                                                 : "rank " + std::to_string(odd) + " (node";
+          const std::string odd_named =
+              r == odd ? "where rank " + std::to_string(odd) + " called" : "rank " + std::to_string(odd) + " (node";
           EXPECT_NE(msg[r].find(odd_named), std::string::npos) << msg[r];
         }
       }

@@ -39,7 +39,7 @@ TEST_P(DeviceQuantizedLayouts, AllGatherHoldsTheHostQuantizersBitsOnEveryRank) {
     bool in_place;
   };
   const std::vector<Shape> shapes = {
-      {hcFloat32, 1, 256, false},    {hcFloat32, 1000, 256, true}, {hcBfloat16, 777, 256, false},
+      {hcFloat32, 1, 256, false},    {hcFloat32, 1000, 256, true},    {hcBfloat16, 777, 256, false},
       {hcFloat16, 5000, 2048, true}, {hcBfloat16, 4096, 2048, false}, {hcFloat32, 333, 7, false},
   };
   std::vector<std::string> errors(W);
@@ -177,11 +177,13 @@ TEST_P(DeviceQuantizedRsLayouts, ReduceScatterSumsTheOtherNodesImagesInFp32) {
   EngineRig rig(GetParam().labels, opt);
   const int W = rig.size(), N = rig.topo().nnodes;
   const std::vector<RsShape> shapes = {
-      {hcFloat32, 1000, 256, OpKind::Sum, false},      {hcBfloat16, 777, 256, OpKind::Avg, true},
-      {hcFloat16, 5000, 2048, OpKind::PreMulSum, false}, {hcFloat32, 333, 7, OpKind::Avg, false},
+      {hcFloat32, 1000, 256, OpKind::Sum, false},
+      {hcBfloat16, 777, 256, OpKind::Avg, true},
+      {hcFloat16, 5000, 2048, OpKind::PreMulSum, false},
+      {hcFloat32, 333, 7, OpKind::Avg, false},
       {hcBfloat16, 3000, 64, OpKind::Sum, true},
       {hcBfloat16, 201, 64, OpKind::Sum, false},  // one chunk of 402 bytes: images stay aligned
-      {hcFloat32, 1, 256, OpKind::Sum, false},  // an image (8 bytes) larger than the chunk: exact
+      {hcFloat32, 1, 256, OpKind::Sum, false},    // an image (8 bytes) larger than the chunk: exact
   };
   std::vector<std::string> errors(W);
   rig.parallel([&](int rank) {

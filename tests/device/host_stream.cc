@@ -80,10 +80,8 @@ bool HostStream::spinUntil(const std::function<bool()>& pred, const std::functio
       stuck_ = true;
       return false;
     }
-    if (++n < 64)
-      std::this_thread::yield();
-    else
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    if (++n < 64) std::this_thread::yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
   return true;
 }
@@ -93,7 +91,9 @@ void HostStream::joinFrom(void* user) {
   if (!u || u == this) return;
   auto reached = std::make_shared<std::atomic<bool>>(false);
   u->enqueueFn([reached] { reached->store(true); });
-  enqueueFn([this, reached] { spinUntil([&] { return reached->load(); }, [] { return std::string("joinFrom(user stream)"); }); });
+  enqueueFn([this, reached] {
+    spinUntil([&] { return reached->load(); }, [] { return std::string("joinFrom(user stream)"); });
+  });
 }
 
 void HostStream::joinTo(void* user) {
@@ -101,7 +101,9 @@ void HostStream::joinTo(void* user) {
   if (!u || u == this) return;
   auto reached = std::make_shared<std::atomic<bool>>(false);
   enqueueFn([reached] { reached->store(true); });
-  u->enqueueFn([u, reached] { u->spinUntil([&] { return reached->load(); }, [] { return std::string("joinTo(user stream)"); }); });
+  u->enqueueFn([u, reached] {
+    u->spinUntil([&] { return reached->load(); }, [] { return std::string("joinTo(user stream)"); });
+  });
 }
 
 void HostStream::copy(void* dst, const void* src, size_t bytes) {
@@ -177,7 +179,9 @@ void HostStream::sumQuantized(const hicoll::dev::QuantSumJob& j) {
   });
 }
 
-void* HostStream::allocTemp(size_t bytes) { return std::malloc(bytes ? bytes : 1); }
+void* HostStream::allocTemp(size_t bytes) {
+  return std::malloc(bytes ? bytes : 1);
+}
 
 void HostStream::freeTemp(void* p) {
   enqueueFn([p] { std::free(p); });

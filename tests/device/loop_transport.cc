@@ -95,7 +95,8 @@ class LoopTransport : public hicoll::Transport {
   void announceFailure(const std::string& what) override {
     std::lock_guard<std::mutex> lk(f_->mu_);
     for (int p = 0; p < f_->nranks_; ++p)
-      if (p != rank_ && f_->notices_[p].empty()) f_->notices_[p] = fmt::format("rank {} reported a failure: {}", rank_, what);
+      if (p != rank_ && f_->notices_[p].empty())
+        f_->notices_[p] = fmt::format("rank {} reported a failure: {}", rank_, what);
   }
 
   void checkFailureNotices() override {

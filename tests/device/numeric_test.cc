@@ -5,8 +5,8 @@
 #include <cstring>
 #include <random>
 
-#include "device/dev_stream.h"
 #include "base/numeric.h"
+#include "device/dev_stream.h"
 
 namespace {
 

@@ -5,8 +5,8 @@
 #include <limits>
 
 #include "algorithms/quantize.h"
-#include "device/dev_stream.h"
 #include "base/numeric.h"
+#include "device/dev_stream.h"
 
 namespace hctest {
 
@@ -25,15 +25,51 @@ double testValue(hcDataType_t t, hicoll::OpKind op, int rank, size_t i) {
 void setElem(hcDataType_t t, void* base, size_t i, double v) {
   char* p = static_cast<char*>(base) + i * hcTypeSize(t);
   switch (t) {
-    case hcInt8: { int8_t x = static_cast<int8_t>(v); std::memcpy(p, &x, 1); break; }
-    case hcUint8: { uint8_t x = static_cast<uint8_t>(v); std::memcpy(p, &x, 1); break; }
-    case hcInt32: { int32_t x = static_cast<int32_t>(v); std::memcpy(p, &x, 4); break; }
-    case hcUint32: { uint32_t x = static_cast<uint32_t>(v); std::memcpy(p, &x, 4); break; }
-    case hcInt64: { int64_t x = static_cast<int64_t>(v); std::memcpy(p, &x, 8); break; }
-    case hcUint64: { uint64_t x = static_cast<uint64_t>(v); std::memcpy(p, &x, 8); break; }
-    case hcFloat16: { uint16_t x = hicoll::num::floatToHalf(static_cast<float>(v)); std::memcpy(p, &x, 2); break; }
-    case hcBfloat16: { uint16_t x = hicoll::num::floatToBf16(static_cast<float>(v)); std::memcpy(p, &x, 2); break; }
-    case hcFloat32: { float x = static_cast<float>(v); std::memcpy(p, &x, 4); break; }
+    case hcInt8: {
+      int8_t x = static_cast<int8_t>(v);
+      std::memcpy(p, &x, 1);
+      break;
+    }
+    case hcUint8: {
+      uint8_t x = static_cast<uint8_t>(v);
+      std::memcpy(p, &x, 1);
+      break;
+    }
+    case hcInt32: {
+      int32_t x = static_cast<int32_t>(v);
+      std::memcpy(p, &x, 4);
+      break;
+    }
+    case hcUint32: {
+      uint32_t x = static_cast<uint32_t>(v);
+      std::memcpy(p, &x, 4);
+      break;
+    }
+    case hcInt64: {
+      int64_t x = static_cast<int64_t>(v);
+      std::memcpy(p, &x, 8);
+      break;
+    }
+    case hcUint64: {
+      uint64_t x = static_cast<uint64_t>(v);
+      std::memcpy(p, &x, 8);
+      break;
+    }
+    case hcFloat16: {
+      uint16_t x = hicoll::num::floatToHalf(static_cast<float>(v));
+      std::memcpy(p, &x, 2);
+      break;
+    }
+    case hcBfloat16: {
+      uint16_t x = hicoll::num::floatToBf16(static_cast<float>(v));
+      std::memcpy(p, &x, 2);
+      break;
+    }
+    case hcFloat32: {
+      float x = static_cast<float>(v);
+      std::memcpy(p, &x, 4);
+      break;
+    }
     case hcFloat64: std::memcpy(p, &v, 8); break;
     default: break;
   }
@@ -42,23 +78,63 @@ void setElem(hcDataType_t t, void* base, size_t i, double v) {
 double getElem(hcDataType_t t, const void* base, size_t i) {
   const char* p = static_cast<const char*>(base) + i * hcTypeSize(t);
   switch (t) {
-    case hcInt8: { int8_t x; std::memcpy(&x, p, 1); return x; }
-    case hcUint8: { uint8_t x; std::memcpy(&x, p, 1); return x; }
-    case hcInt32: { int32_t x; std::memcpy(&x, p, 4); return x; }
-    case hcUint32: { uint32_t x; std::memcpy(&x, p, 4); return x; }
-    case hcInt64: { int64_t x; std::memcpy(&x, p, 8); return static_cast<double>(x); }
-    case hcUint64: { uint64_t x; std::memcpy(&x, p, 8); return static_cast<double>(x); }
-    case hcFloat16: { uint16_t x; std::memcpy(&x, p, 2); return hicoll::num::halfToFloat(x); }
-    case hcBfloat16: { uint16_t x; std::memcpy(&x, p, 2); return hicoll::num::bf16ToFloat(x); }
-    case hcFloat32: { float x; std::memcpy(&x, p, 4); return x; }
-    case hcFloat64: { double x; std::memcpy(&x, p, 8); return x; }
+    case hcInt8: {
+      int8_t x;
+      std::memcpy(&x, p, 1);
+      return x;
+    }
+    case hcUint8: {
+      uint8_t x;
+      std::memcpy(&x, p, 1);
+      return x;
+    }
+    case hcInt32: {
+      int32_t x;
+      std::memcpy(&x, p, 4);
+      return x;
+    }
+    case hcUint32: {
+      uint32_t x;
+      std::memcpy(&x, p, 4);
+      return x;
+    }
+    case hcInt64: {
+      int64_t x;
+      std::memcpy(&x, p, 8);
+      return static_cast<double>(x);
+    }
+    case hcUint64: {
+      uint64_t x;
+      std::memcpy(&x, p, 8);
+      return static_cast<double>(x);
+    }
+    case hcFloat16: {
+      uint16_t x;
+      std::memcpy(&x, p, 2);
+      return hicoll::num::halfToFloat(x);
+    }
+    case hcBfloat16: {
+      uint16_t x;
+      std::memcpy(&x, p, 2);
+      return hicoll::num::bf16ToFloat(x);
+    }
+    case hcFloat32: {
+      float x;
+      std::memcpy(&x, p, 4);
+      return x;
+    }
+    case hcFloat64: {
+      double x;
+      std::memcpy(&x, p, 8);
+      return x;
+    }
     default: return 0;
   }
 }
 
 std::string dtypeLabel(hcDataType_t t) {
-  static const char* names[] = {"int8", "uint8", "int32", "uint32", "int64", "uint64",
-                                "float16", "float32", "float64", "bfloat16"};
+  static const char* names[] = {"int8",   "uint8",   "int32",   "uint32",  "int64",
+                                "uint64", "float16", "float32", "float64", "bfloat16"};
   return t >= 0 && t < hcNumTypes ? names[t] : "?";
 }
 

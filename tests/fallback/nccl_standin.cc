@@ -183,7 +183,9 @@ STANDIN_API const char* ncclGetErrorString(Result r) {
   return buf;
 }
 
-STANDIN_API const char* ncclGetLastError(CommHandle) { return "standin last error"; }
+STANDIN_API const char* ncclGetLastError(CommHandle) {
+  return "standin last error";
+}
 
 STANDIN_API Result ncclAllGather(const void* send, void* recv, size_t count, DataType dt, CommHandle comm,
                                  Stream stream) {
@@ -198,8 +200,8 @@ STANDIN_API Result ncclAllGather(const void* send, void* recv, size_t count, Dat
   return injected("ncclAllGather");
 }
 
-STANDIN_API Result ncclReduceScatter(const void* send, void* recv, size_t count, DataType dt, RedOp op,
-                                     CommHandle comm, Stream stream) {
+STANDIN_API Result ncclReduceScatter(const void* send, void* recv, size_t count, DataType dt, RedOp op, CommHandle comm,
+                                     Stream stream) {
   std::lock_guard<std::mutex> lk(g_mu);
   StandinCall& c = record("ncclReduceScatter");
   c.send = send;

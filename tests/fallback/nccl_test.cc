@@ -426,8 +426,8 @@ TEST(NcclFallback, OneRankReductionsWriteEveryElementOnEveryNcclVersion) {
               const char* out = in_place ? send.data() : recv.data();
               size_t wrong = 0, first = count;
               for (size_t i = 0; i < count; ++i) {
-                const double got = dt == hcFloat32 ? reinterpret_cast<const float*>(out)[i]
-                                                   : reinterpret_cast<const double*>(out)[i];
+                const double got =
+                    dt == hcFloat32 ? reinterpret_cast<const float*>(out)[i] : reinterpret_cast<const double*>(out)[i];
                 if (got != want[i] && wrong++ == 0) first = i;
               }
               EXPECT_EQ(wrong, 0u) << "NCCL " << version << " " << hicoll::describe(a) << " op "

@@ -25,23 +25,22 @@ namespace {
 int g_rank = -1;
 hcComm_t g_comm = nullptr;
 
-#define CK(call)                                                                                   \
-  do {                                                                                             \
-    cudaError_t e_ = (call);                                                                       \
-    if (e_ != cudaSuccess) {                                                                       \
-      std::fprintf(stderr, "[rank %d] %s:%d %s: %s\n", g_rank, __FILE__, __LINE__, #call,          \
-                   cudaGetErrorString(e_));                                                        \
-      return 1;                                                                                    \
-    }                                                                                              \
+#define CK(call)                                                                                                   \
+  do {                                                                                                             \
+    cudaError_t e_ = (call);                                                                                       \
+    if (e_ != cudaSuccess) {                                                                                       \
+      std::fprintf(stderr, "[rank %d] %s:%d %s: %s\n", g_rank, __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+      return 1;                                                                                                    \
+    }                                                                                                              \
   } while (0)
-#define HK(call)                                                                                  \
-  do {                                                                                            \
-    hcResult_t r_ = (call);                                                                       \
-    if (r_ != hcSuccess) {                                                                        \
-      std::fprintf(stderr, "[rank %d] %s:%d %s: %s: %s\n", g_rank, __FILE__, __LINE__, #call,    \
-                   hcGetErrorString(r_), hcGetLastError(g_comm));                                 \
-      return 1;                                                                                   \
-    }                                                                                             \
+#define HK(call)                                                                                                    \
+  do {                                                                                                              \
+    hcResult_t r_ = (call);                                                                                         \
+    if (r_ != hcSuccess) {                                                                                          \
+      std::fprintf(stderr, "[rank %d] %s:%d %s: %s: %s\n", g_rank, __FILE__, __LINE__, #call, hcGetErrorString(r_), \
+                   hcGetLastError(g_comm));                                                                         \
+      return 1;                                                                                                     \
+    }                                                                                                               \
   } while (0)
 
 struct Opts {
@@ -56,9 +55,12 @@ size_t parseSize(const char* s) {
   char* end = nullptr;
   double v = std::strtod(s, &end);
   switch (end && *end ? *end : ' ') {
-    case 'K': case 'k': v *= 1024; break;
-    case 'M': case 'm': v *= 1024 * 1024; break;
-    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; break;
+    case 'K':
+    case 'k': v *= 1024; break;
+    case 'M':
+    case 'm': v *= 1024 * 1024; break;
+    case 'G':
+    case 'g': v *= 1024.0 * 1024 * 1024; break;
     default: break;
   }
   return static_cast<size_t>(v);
@@ -73,9 +75,9 @@ double maxAcross(double v) {
 struct Pointers {
   const void* send;
   void* recv;
-  size_t count;        // per-call count argument
-  size_t in_bytes;     // this rank's input
-  size_t out_bytes;    // this rank's output
+  size_t count;      // per-call count argument
+  size_t in_bytes;   // this rank's input
+  size_t out_bytes;  // this rank's output
 };
 
 Pointers place(hcColl_t coll, size_t size, size_t e, int rank, int W, char* ds, char* dr, bool in_place) {
@@ -186,9 +188,10 @@ int benchRank(const Opts& o, int rank, int W) {
     CK(cudaGetDeviceProperties(&prop, dev));
     std::printf("# hicoll gpu_bench: %d rank(s) = %d node(s) x %d, device buffers, %d GPU(s) (%s), datatype %s\n", W,
                 o.nodes, L, ndev, prop.name, hctest::dtypeLabel(o.dt).c_str());
-    std::printf("# D2D copy ceiling, measured now (cudaMemcpyAsync, %zu MiB): 1 process %.1f GB/s; %d processes at "
-                "once %.1f GB/s aggregate\n",
-                o.maxb / 2 >> 20, alone, L, aggregate);
+    std::printf(
+        "# D2D copy ceiling, measured now (cudaMemcpyAsync, %zu MiB): 1 process %.1f GB/s; %d processes at "
+        "once %.1f GB/s aggregate\n",
+        o.maxb / 2 >> 20, alone, L, aggregate);
   }
 
   for (hcColl_t coll : o.colls) {
@@ -256,13 +259,16 @@ int benchRank(const Opts& o, int rank, int W) {
       // Bytes the design copies on this node per call: AllGather stages each input into its
       // slot and every rank copies every slot out (W+1 blocks per rank); ReduceScatter pushes
       // each input into the owners' slots (W blocks per rank), then reduces with a kernel.
-      const double blocks = coll == hcCollAllGather ? (L + 1.0) / L : coll == hcCollReduceScatter ? 1.0 : 1.0 + (L + 1.0) / L;
+      const double blocks = coll == hcCollAllGather       ? (L + 1.0) / L
+                            : coll == hcCollReduceScatter ? 1.0
+                                                          : 1.0 + (L + 1.0) / L;
       const double copied = blocks * last_size * L;
       const double rate = copied / (last_time * 1e3);
-      std::printf("# %s at %zu B: %.0f MiB copied by the node's copy engines in %.1f us = %.1f GB/s, %.0f%% of the "
-                  "measured aggregate D2D rate%s\n",
-                  hicoll::collName(coll), last_size, copied / (1 << 20), last_time, rate, 100.0 * rate / aggregate,
-                  coll == hcCollAllGather ? "" : " (plus the reduction kernels' reads)");
+      std::printf(
+          "# %s at %zu B: %.0f MiB copied by the node's copy engines in %.1f us = %.1f GB/s, %.0f%% of the "
+          "measured aggregate D2D rate%s\n",
+          hicoll::collName(coll), last_size, copied / (1 << 20), last_time, rate, 100.0 * rate / aggregate,
+          coll == hcCollAllGather ? "" : " (plus the reduction kernels' reads)");
     }
   }
   hcStats st = HC_STATS_INITIALIZER;
@@ -299,7 +305,10 @@ int main(int argc, char** argv) {
     else if (k == "-w") o.warmup = std::atoi(v);
     else if (k == "-d") {
       const std::string d = v;
-      o.dt = d == "half" || d == "float16" ? hcFloat16 : d == "bfloat16" ? hcBfloat16 : d == "double" ? hcFloat64 : hcFloat32;
+      o.dt = d == "half" || d == "float16" ? hcFloat16
+             : d == "bfloat16"             ? hcBfloat16
+             : d == "double"               ? hcFloat64
+                                           : hcFloat32;
     } else if (k == "-c") {
       o.colls.clear();
       const std::string c = v;

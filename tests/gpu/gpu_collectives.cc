@@ -30,22 +30,22 @@ using hicoll::OpKind;
 int g_rank = -1;
 hcComm_t g_comm = nullptr;
 
-#define CK(call)                                                                                              \
-  do {                                                                                                        \
-    cudaError_t e_ = (call);                                                                                  \
-    if (e_ != cudaSuccess) {                                                                                  \
+#define CK(call)                                                                                                   \
+  do {                                                                                                             \
+    cudaError_t e_ = (call);                                                                                       \
+    if (e_ != cudaSuccess) {                                                                                       \
       std::fprintf(stderr, "[rank %d] %s:%d %s: %s\n", g_rank, __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      return 1;                                                                                               \
-    }                                                                                                         \
+      return 1;                                                                                                    \
+    }                                                                                                              \
   } while (0)
-#define HK(call)                                                                                     \
-  do {                                                                                               \
-    hcResult_t r_ = (call);                                                                          \
-    if (r_ != hcSuccess) {                                                                           \
-      std::fprintf(stderr, "[rank %d] %s:%d %s: %s: %s\n", g_rank, __FILE__, __LINE__, #call,       \
-                   hcGetErrorString(r_), hcGetLastError(g_comm));                                    \
-      return 1;                                                                                      \
-    }                                                                                                \
+#define HK(call)                                                                                                    \
+  do {                                                                                                              \
+    hcResult_t r_ = (call);                                                                                         \
+    if (r_ != hcSuccess) {                                                                                          \
+      std::fprintf(stderr, "[rank %d] %s:%d %s: %s: %s\n", g_rank, __FILE__, __LINE__, #call, hcGetErrorString(r_), \
+                   hcGetLastError(g_comm));                                                                         \
+      return 1;                                                                                                     \
+    }                                                                                                               \
   } while (0)
 
 struct Case {
@@ -62,8 +62,8 @@ struct Case {
   }
 };
 
-const std::vector<hcDataType_t> kAllTypes = {hcInt8,    hcUint8,   hcInt32,   hcUint32, hcInt64,
-                                             hcUint64,  hcFloat16, hcFloat32, hcFloat64, hcBfloat16};
+const std::vector<hcDataType_t> kAllTypes = {hcInt8,   hcUint8,   hcInt32,   hcUint32,  hcInt64,
+                                             hcUint64, hcFloat16, hcFloat32, hcFloat64, hcBfloat16};
 const std::vector<hcDataType_t> kSomeTypes = {hcFloat32, hcFloat16, hcBfloat16, hcInt8, hcUint64};
 
 std::vector<Case> matrix(int W, const std::vector<hcDataType_t>& types, const std::vector<size_t>& counts) {
@@ -81,8 +81,12 @@ std::vector<Case> matrix(int W, const std::vector<hcDataType_t>& types, const st
   return cs;
 }
 
-size_t sendElems(const Case& c, int W) { return c.coll == hcCollReduceScatter ? W * c.count : c.count; }
-size_t recvElems(const Case& c, int W) { return c.coll == hcCollAllGather ? W * c.count : c.count; }
+size_t sendElems(const Case& c, int W) {
+  return c.coll == hcCollReduceScatter ? W * c.count : c.count;
+}
+size_t recvElems(const Case& c, int W) {
+  return c.coll == hcCollAllGather ? W * c.count : c.count;
+}
 
 // Device pointers of a case inside the preallocated buffers (in place: inside recv/send as
 // the API's rules say).
@@ -180,8 +184,8 @@ struct Scenario {
   std::string reason;                    // ... with this in its fallback reason
   bool ordering = false;                 // stream-order and back-to-back checks too
   std::vector<hcColl_t> expect_colls = {hcCollAllGather, hcCollReduceScatter, hcCollAllReduce, hcCollBroadcast};
-  bool repeat = false;                   // gpu_bench's repeated calls on the same buffers too
-  bool quant = false;                    // hcAllGatherQuantized too (quantizes from 2 nodes on)
+  bool repeat = false;  // gpu_bench's repeated calls on the same buffers too
+  bool quant = false;   // hcAllGatherQuantized too (quantizes from 2 nodes on)
 };
 
 int checkStats(const Scenario& sc, int rank) {
@@ -206,8 +210,8 @@ int checkStats(const Scenario& sc, int rank) {
     const hcCollStats& ag = st.coll[hcCollAllGather];
     std::printf("  stats: AllGather calls hier %llu fallback %llu, bytes intra %llu inter %llu%s%s\n",
                 (unsigned long long)ag.calls[0], (unsigned long long)ag.calls[2], (unsigned long long)ag.bytes_intra,
-                (unsigned long long)ag.bytes_inter, sc.reason.empty() ? "" : "; reason: ",
-                sc.reason.empty() ? "" : ag.last_fallback_reason);
+                (unsigned long long)ag.bytes_inter,
+                sc.reason.empty() ? "" : "; reason: ", sc.reason.empty() ? "" : ag.last_fallback_reason);
   }
   return 0;
 }
@@ -231,7 +235,8 @@ int orderingChecks(int rank, int W, char* dsend, char* drecv, cudaStream_t s) {
   CK(cudaMemcpyAsync(out.data(), drecv, out.size(), cudaMemcpyDeviceToHost, s));
   CK(cudaStreamSynchronize(s));
   CK(cudaFreeHost(host));
-  std::string err = hctest::compareOutput(c.dt, out.data(), hctest::expectedOutput(c.coll, c.dt, c.op, c.count, 0, rank, W));
+  std::string err =
+      hctest::compareOutput(c.dt, out.data(), hctest::expectedOutput(c.coll, c.dt, c.op, c.count, 0, rank, W));
   if (!err.empty()) {
     std::fprintf(stderr, "[rank %d] stream order: AllGather did not wait for the stream's earlier work: %s\n", rank,
                  err.c_str());
@@ -372,8 +377,8 @@ int quantChecks(const Scenario& sc, int rank, int W, cudaStream_t s) {
                          rank, count, hicoll::dtypeName(dt), block, ip ? " in place" : "", i, what);
             ++bad;
           } else if (!ip && back != in) {
-            std::fprintf(stderr, "[rank %d] hcAllGatherQuantized %zu x %s: the send buffer was modified\n", rank,
-                         count, hicoll::dtypeName(dt));
+            std::fprintf(stderr, "[rank %d] hcAllGatherQuantized %zu x %s: the send buffer was modified\n", rank, count,
+                         hicoll::dtypeName(dt));
             ++bad;
           }
           CK(cudaFree(ds));
@@ -445,7 +450,8 @@ int quantRsChecks(const Scenario& sc, int rank, int W, cudaStream_t s) {
           if (!(std::fabs(v - exact / div) <= tol)) worst = i;
         }
         if (worst < count) {
-          std::fprintf(stderr, "[rank %d] hcReduceScatterQuantized %zu x %s %s: element %zu is %g, beyond the "
+          std::fprintf(stderr,
+                       "[rank %d] hcReduceScatterQuantized %zu x %s %s: element %zu is %g, beyond the "
                        "bound %g of the exact sum\n",
                        rank, count, hicoll::dtypeName(dt), op == hcAvg ? "avg" : "sum", worst,
                        hctest::getElem(dt, got.data(), worst), tol);
@@ -514,26 +520,63 @@ std::vector<Scenario> scenarios() {
   };
   std::vector<Scenario> v;
   // First and small: does a multi-process device collective work at all on this machine?
-  v.push_back({"smoke_one_node_x2", {"n0", "n0"}, env({}), {hcFloat32}, {1000}, hcPathHierarchical, "", false,
-               {hcCollAllGather, hcCollReduceScatter, hcCollAllReduce, hcCollBroadcast}, false, true});
+  v.push_back({"smoke_one_node_x2",
+               {"n0", "n0"},
+               env({}),
+               {hcFloat32},
+               {1000},
+               hcPathHierarchical,
+               "",
+               false,
+               {hcCollAllGather, hcCollReduceScatter, hcCollAllReduce, hcCollBroadcast},
+               false,
+               true});
   v.push_back({"one_node_x4", {"n0", "n0", "n0", "n0"}, env({}), kAllTypes, {1, 1000, 300001}});
-  v.push_back({"nodes_2x2", {"n0", "n0", "n1", "n1"}, env({{"HICOLL_CHUNK_SIZE", "65536"}}), kAllTypes, {1, 777, 300001},
-               hcPathHierarchical, "", true, {hcCollAllGather, hcCollReduceScatter, hcCollAllReduce, hcCollBroadcast},
-               false, true});
+  v.push_back({"nodes_2x2",
+               {"n0", "n0", "n1", "n1"},
+               env({{"HICOLL_CHUNK_SIZE", "65536"}}),
+               kAllTypes,
+               {1, 777, 300001},
+               hcPathHierarchical,
+               "",
+               true,
+               {hcCollAllGather, hcCollReduceScatter, hcCollAllReduce, hcCollBroadcast},
+               false,
+               true});
   v.push_back({"nodes_2x2_interleaved", {"n0", "n1", "n0", "n1"}, env({}), kSomeTypes, {5, 300001}});
   // gpu_bench's 2-node layout and sizes: one ReduceScatter chunk per 1 MiB collective.
-  v.push_back({"nodes_2x1", {"a", "b"}, env({}), {hcFloat32, hcBfloat16}, {5, 131072}, hcPathHierarchical, "", false,
-               {hcCollAllGather, hcCollReduceScatter, hcCollAllReduce, hcCollBroadcast}, true, true});
+  v.push_back({"nodes_2x1",
+               {"a", "b"},
+               env({}),
+               {hcFloat32, hcBfloat16},
+               {5, 131072},
+               hcPathHierarchical,
+               "",
+               false,
+               {hcCollAllGather, hcCollReduceScatter, hcCollAllReduce, hcCollBroadcast},
+               true,
+               true});
   v.push_back({"nodes_3x1", {"a", "b", "c"}, env({{"HICOLL_CHUNK_SIZE", "131072"}}), kSomeTypes, {3, 200003}});
   v.push_back({"one_rank_hier", {"n0"}, env({}), kAllTypes, {1, 4099}});
   // 4097 (float32) and 16386 (float64): counts whose last elements NCCL 2.19.1-2.29.2's one-rank
   // pre-multiplied sum kernel skips (avg and premulsum; the fallback issues them again).
-  v.push_back({"one_rank_nccl_fallback", {"n0"}, env({{"HICOLL_FORCE_FALLBACK", "all"}}), kAllTypes,
-               {1, 1000, 4097, 16386, 300001}, hcPathFallback, "HICOLL_FORCE_FALLBACK"});
+  v.push_back({"one_rank_nccl_fallback",
+               {"n0"},
+               env({{"HICOLL_FORCE_FALLBACK", "all"}}),
+               kAllTypes,
+               {1, 1000, 4097, 16386, 300001},
+               hcPathFallback,
+               "HICOLL_FORCE_FALLBACK"});
   // The scratch rule (choosePath) covers AllGather and AllReduce; ReduceScatter and Broadcast
   // stay hierarchical (they are still checked against the reference).
-  v.push_back({"one_rank_scratch_fallback", {"n0"}, env({{"SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES", "8192"}}),
-               {hcFloat32, hcBfloat16}, {4097, 300001}, hcPathFallback, "SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES", false,
+  v.push_back({"one_rank_scratch_fallback",
+               {"n0"},
+               env({{"SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES", "8192"}}),
+               {hcFloat32, hcBfloat16},
+               {4097, 300001},
+               hcPathFallback,
+               "SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES",
+               false,
                {hcCollAllGather, hcCollAllReduce}});
   return v;
 }

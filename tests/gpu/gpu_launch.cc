@@ -44,12 +44,9 @@ int run(const Job& job, const std::function<int(int, int)>& body) {
   for (int r = 0; r < W; ++r) {
     if (st[r] == 0) continue;
     ++failed;
-    if (st[r] == 124)
-      std::fprintf(stderr, "rank %d: killed after the %d s timeout\n", r, job.timeout_s);
-    else if (st[r] > 128)
-      std::fprintf(stderr, "rank %d died of signal %d\n", r, st[r] - 128);
-    else
-      std::fprintf(stderr, "rank %d exited with %d\n", r, st[r]);
+    if (st[r] == 124) std::fprintf(stderr, "rank %d: killed after the %d s timeout\n", r, job.timeout_s);
+    else if (st[r] > 128) std::fprintf(stderr, "rank %d died of signal %d\n", r, st[r] - 128);
+    else std::fprintf(stderr, "rank %d exited with %d\n", r, st[r]);
   }
   return failed ? 1 : 0;
 }

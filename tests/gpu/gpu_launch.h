@@ -14,9 +14,9 @@ namespace hcgpu {
 int deviceCount();
 
 struct Job {
-  std::vector<std::string> nodes;           // node label per rank
-  std::map<std::string, std::string> env;   // extra environment for every rank
-  int timeout_s = 180;                      // then every rank still running is killed
+  std::vector<std::string> nodes;          // node label per rank
+  std::map<std::string, std::string> env;  // extra environment for every rank
+  int timeout_s = 180;                     // then every rank still running is killed
 };
 
 // Runs body(rank, nranks) in one child per rank through the project's launcher (RANK,

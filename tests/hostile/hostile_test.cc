@@ -55,10 +55,10 @@ enum class PerRank { None, OwnShm, OwnPid };
 struct Env {
   const char* name;
   Shm shm = Shm::Fresh;
-  rlim_t nofile = 0;     // RLIMIT_NOFILE of the job (0: unchanged)
-  rlim_t as_bytes = 0;   // RLIMIT_AS of the job (0: unchanged)
+  rlim_t nofile = 0;    // RLIMIT_NOFILE of the job (0: unchanged)
+  rlim_t as_bytes = 0;  // RLIMIT_AS of the job (0: unchanged)
   PerRank per_rank = PerRank::None;
-  const char* cause;     // what an error message must name here (ECMAScript regex, any case)
+  const char* cause;  // what an error message must name here (ECMAScript regex, any case)
 };
 
 constexpr rlim_t kGiB = rlim_t{1} << 30;
@@ -80,8 +80,7 @@ const Env kEnvs[] = {
     {"DevShm8MB", Shm::Mb8, 0, 0, PerRank::None, kShmCause},
     {"DevShmAbsent", Shm::Absent, 0, 0, PerRank::None, kShmCause},
     {"DevShmReadOnly", Shm::ReadOnly, 0, 0, PerRank::None, kShmCause},
-    {"Nofile256", Shm::Fresh, 256, 0, PerRank::None,
-     R"(open files|file descriptors|RLIMIT_NOFILE|ulimit -n|EMFILE)"},
+    {"Nofile256", Shm::Fresh, 256, 0, PerRank::None, R"(open files|file descriptors|RLIMIT_NOFILE|ulimit -n|EMFILE)"},
     {"AddressSpace2GiB", Shm::Fresh, 0, kAsGenerous, PerRank::None, kAsCause},
     {"AddressSpace256MiB", Shm::Fresh, 0, kAsTight, PerRank::None, kAsCause},
     {"OneHostOwnDevShmPerRank", Shm::Fresh, 0, 0, PerRank::OwnShm,
@@ -104,7 +103,7 @@ struct RankOut {
 };
 
 struct CaseOut {
-  char setup[512];     // non-empty: the container could not be built (skipped if not permitted)
+  char setup[512];  // non-empty: the container could not be built (skipped if not permitted)
   bool not_permitted;
   int status[kMaxRanks];
   int nranks;
@@ -193,7 +192,8 @@ std::string enterContainer(const Env& e) {
     case Shm::Mb8: err = mountTmpfs("/dev/shm", "mode=1777,size=8m"); break;
     case Shm::ReadOnly:
       err = mountTmpfs("/dev/shm", "mode=1777");
-      if (err.empty() && mount(nullptr, "/dev/shm", nullptr, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, nullptr) != 0)
+      if (err.empty() &&
+          mount(nullptr, "/dev/shm", nullptr, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, nullptr) != 0)
         err = sysFail("remount /dev/shm read-only");
       if (err.empty()) {
         int fd = shm_open("/hctest-probe", O_CREAT | O_RDWR, 0600);
@@ -281,8 +281,8 @@ int agCheck(int rank, hcComm_t comm, hcDataType_t t, size_t count, bool in_place
   std::vector<char> out(count * x.W * e, 0x5a), in(count * e);
   void* send = in_place ? out.data() + x.rank * count * e : in.data();
   for (size_t i = 0; i < count; ++i) store(send, t, i, inputValue(t, hcSum, x.rank, i, salt));
-  const std::string what = std::string("hcAllGather ") + typeName(t) + " count " + std::to_string(count) +
-                           (in_place ? " in place" : "");
+  const std::string what =
+      std::string("hcAllGather ") + typeName(t) + " count " + std::to_string(count) + (in_place ? " in place" : "");
   if (hcResult_t r = hcAllGather(send, out.data(), count, t, comm, nullptr); r != hcSuccess)
     return rankError(rank, what.c_str(), r, comm);
   for (int q = 0; q < x.W; ++q)
@@ -297,8 +297,8 @@ int rsCheck(int rank, hcComm_t comm, hcDataType_t t, hcRedOp_t op, size_t count,
   const size_t e = hcTypeSize(t);
   std::vector<char> in(count * x.W * e), out(count * e, 0x5a);
   for (size_t i = 0; i < count * x.W; ++i) store(in.data(), t, i, inputValue(t, op, x.rank, i, salt));
-  const std::string what = std::string("hcReduceScatter ") + typeName(t) + " " + opName(op) + " count " +
-                           std::to_string(count);
+  const std::string what =
+      std::string("hcReduceScatter ") + typeName(t) + " " + opName(op) + " count " + std::to_string(count);
   if (hcResult_t r = hcReduceScatter(in.data(), out.data(), count, t, op, comm, nullptr); r != hcSuccess)
     return rankError(rank, what.c_str(), r, comm);
   std::vector<double> vals(x.W);
@@ -345,7 +345,8 @@ int quantized(int rank, hcComm_t comm) {
       for (size_t lo = 0; lo < count; lo += block) {
         const size_t n = std::min(block, count - lo);
         double absmax = 0;
-        for (size_t k = 0; k < n; ++k) absmax = std::max(absmax, std::abs(static_cast<double>(static_cast<float>(quantInput(p, lo + k)))));
+        for (size_t k = 0; k < n; ++k)
+          absmax = std::max(absmax, std::abs(static_cast<double>(static_cast<float>(quantInput(p, lo + k)))));
         for (size_t k = 0; k < n; ++k) {
           const double want = static_cast<float>(quantInput(p, lo + k)), got = out[p * count + lo + k];
           if (!(std::abs(got - want) <= absmax / 254 * (1 + 1e-6) + std::abs(got) * 0x1p-24))
@@ -465,7 +466,9 @@ const char* workName(Work w) {
   return "?";
 }
 
-void PrintTo(Work w, std::ostream* os) { *os << workName(w); }
+void PrintTo(Work w, std::ostream* os) {
+  *os << workName(w);
+}
 
 constexpr int kJobTimeoutS = 40;  // each job; HICOLL_TIMEOUT_MS is 5 s
 
@@ -545,13 +548,15 @@ TEST_P(Hostile, CorrectOrCleanErrorNoSignalNothingLeft) {
     FAIL() << "building the container: " << out->setup;
   }
   // The report of the case, whatever its outcome.
-  std::string report = std::string(e.name) + " / " + workName(w) + " (" + std::to_string(out->seconds).substr(0, 5) + " s):";
+  std::string report =
+      std::string(e.name) + " / " + workName(w) + " (" + std::to_string(out->seconds).substr(0, 5) + " s):";
   for (int r = 0; r < job.nranks; ++r) {
     report += "\n  rank " + std::to_string(r) + ": " + describe(out->status[r]);
     if (out->rank[r].msg[0]) report += std::string(" -- ") + out->rank[r].msg;
     if (out->rank[r].shm_left[0]) report += std::string(" [left in its /dev/shm: ") + out->rank[r].shm_left + "]";
   }
-  report += std::string("\n  job's /dev/shm afterwards: ") + (out->shm_left[0] ? out->shm_left : "(nothing of hicoll's)");
+  report +=
+      std::string("\n  job's /dev/shm afterwards: ") + (out->shm_left[0] ? out->shm_left : "(nothing of hicoll's)");
   std::printf("%s\n", report.c_str());
   ASSERT_EQ(out->container_status, 0) << "the container itself did not finish\n" << report;
 
@@ -568,28 +573,29 @@ TEST_P(Hostile, CorrectOrCleanErrorNoSignalNothingLeft) {
       ++errors;
       const bool names = std::regex_search(out->rank[r].msg, cause);
       named += names;
-      EXPECT_TRUE(names) << "rank " << r << "'s error does not name the cause (" << e.cause << "): "
-                         << out->rank[r].msg << "\n" << report;
+      EXPECT_TRUE(names) << "rank " << r << "'s error does not name the cause (" << e.cause << "): " << out->rank[r].msg
+                         << "\n"
+                         << report;
     }
     if (s == kPeerError) ++errors;
     EXPECT_STREQ(out->rank[r].shm_left, "") << "left in rank " << r << "'s own /dev/shm\n" << report;
   }
   EXPECT_TRUE(correct == job.nranks || (errors == job.nranks && named > 0))
-      << "want correct results on every rank or a clean error on every rank\n" << report;
+      << "want correct results on every rank or a clean error on every rank\n"
+      << report;
   EXPECT_STREQ(out->shm_left, "") << "hicoll's names left in the job's /dev/shm\n" << report;
   std::vector<int> pids;
   for (int r = 0; r < job.nranks; ++r) pids.push_back(out->rank[r].pid);
   EXPECT_EQ(hostNamesOf(pids), "") << "the job's names in the machine's /dev/shm\n" << report;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Containers, Hostile,
-    ::testing::Combine(::testing::Range(0, static_cast<int>(sizeof kEnvs / sizeof kEnvs[0])),
-                       ::testing::Values(Work::HierarchicalTwoNodes, Work::HierarchicalOneNode,
-                                         Work::QuantizedTwoNodes, Work::MemAllocAllGather)),
-    [](const ::testing::TestParamInfo<std::tuple<int, Work>>& i) {
-      return std::string(kEnvs[std::get<0>(i.param)].name) + "_" + workName(std::get<1>(i.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Containers, Hostile,
+                         ::testing::Combine(::testing::Range(0, static_cast<int>(sizeof kEnvs / sizeof kEnvs[0])),
+                                            ::testing::Values(Work::HierarchicalTwoNodes, Work::HierarchicalOneNode,
+                                                              Work::QuantizedTwoNodes, Work::MemAllocAllGather)),
+                         [](const ::testing::TestParamInfo<std::tuple<int, Work>>& i) {
+                           return std::string(kEnvs[std::get<0>(i.param)].name) + "_" + workName(std::get<1>(i.param));
+                         });
 
 // ------------------------------------------------------------------------------------------
 // kill -9 of a rank that holds node memory in use, five times (each time later in its loop of
@@ -627,7 +633,8 @@ TEST(HostileKill, KilledHolderOfNodeMemoryLeavesNothing) {
                 std::thread([rep] {      // little later in its loop each time
                   std::this_thread::sleep_for(std::chrono::milliseconds(1 + 15 * rep));
                   raise(SIGKILL);
-                }).detach();
+                })
+                    .detach();
               if (hcResult_t r = hcAllGather(send, recv, count, hcFloat32, comm, nullptr); r != hcSuccess) {
                 putf(rp.msg[rank], sizeof rp.msg[rank], "call %d: %s: %s", it, hcGetErrorString(r),
                      hcGetLastError(comm));
@@ -661,8 +668,8 @@ TEST(HostileKill, KilledHolderOfNodeMemoryLeavesNothing) {
       if (rp.msg[r][0]) std::printf("    rank %d: %s\n", r, rp.msg[r]);
     EXPECT_EQ(rp.status[1], 128 + SIGKILL) << "job " << rep << ": the victim";
     for (int r : {0, 2, 3}) {
-      EXPECT_EQ(rp.status[r], kCleanError) << "job " << rep << ", survivor rank " << r << ": " << describe(rp.status[r])
-                                           << " -- " << rp.msg[r];
+      EXPECT_EQ(rp.status[r], kCleanError)
+          << "job " << rep << ", survivor rank " << r << ": " << describe(rp.status[r]) << " -- " << rp.msg[r];
     }
     EXPECT_STREQ(rp.shm_left, "") << "job " << rep << ": hicoll's names left in /dev/shm";
   }
@@ -738,8 +745,8 @@ TEST(HostileAlloc, AbsurdSizesFail) {
                 mem / double(kGiB), hcGetErrorString(static_cast<hcResult_t>(out->alloc_result[i])),
                 out->alloc_msg[i][0] ? ": " : "", out->alloc_msg[i], describe(exit_status));
     EXPECT_EQ(exit_status, 0) << sizeName(sizes[i]);
-    EXPECT_NE(out->alloc_result[i], hcSuccess) << "hcMemAlloc(" << sizeName(sizes[i])
-                                               << ") succeeded on a machine of " << mem / double(kGiB) << " GiB";
+    EXPECT_NE(out->alloc_result[i], hcSuccess)
+        << "hcMemAlloc(" << sizeName(sizes[i]) << ") succeeded on a machine of " << mem / double(kGiB) << " GiB";
     EXPECT_NE(out->alloc_msg[i][0], '\0') << "an error without a message";
   }
   EXPECT_STREQ(out->shm_left, "");
@@ -771,8 +778,7 @@ TEST_P(HostileSmallShmAlloc, OneGiBFailsCleanlyOrIsUsable) {
   if (out->alloc_result[0] != hcSuccess)
     EXPECT_TRUE(std::regex_search(out->alloc_msg[0], std::regex(kShmCause, std::regex::icase)))
         << "the error does not name /dev/shm: " << out->alloc_msg[0];
-  else
-    EXPECT_EQ(out->alloc_touched[0], 1) << "success, but the memory could not be touched";
+  else EXPECT_EQ(out->alloc_touched[0], 1) << "success, but the memory could not be touched";
   EXPECT_STREQ(out->shm_left, "");
 }
 

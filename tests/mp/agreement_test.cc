@@ -21,7 +21,9 @@ struct Layout {
 };
 
 std::vector<Layout> layouts() {
-  return {{"1x2", 2, contiguous(1, 2)}, {"2x1", 2, contiguous(2, 1)}, {"2x2", 4, contiguous(2, 2)},
+  return {{"1x2", 2, contiguous(1, 2)},
+          {"2x1", 2, contiguous(2, 1)},
+          {"2x2", 4, contiguous(2, 2)},
           {"2x2i", 4, interleaved(2, 2)}};
 }
 
@@ -41,7 +43,8 @@ void expectEveryRankFails(const char* what, const std::function<hcResult_t(hcCom
     job.env["HICOLL_TIMEOUT_MS"] = "20000";
     job.timeout_s = 60;
     auto st = run(job, [&](int rank, hcComm_t comm) {
-      const bool odd = lay.node[rank] == lay.node.back() && (lay.node.front() != lay.node.back() || rank == lay.nranks - 1);
+      const bool odd =
+          lay.node[rank] == lay.node.back() && (lay.node.front() != lay.node.back() || rank == lay.nranks - 1);
       auto t0 = std::chrono::steady_clock::now();
       hcResult_t r = call(comm, rank, odd);
       const double took = since(t0);
@@ -51,7 +54,8 @@ void expectEveryRankFails(const char* what, const std::function<hcResult_t(hcCom
       if (r == hcSuccess) return 11;
       if (r != hcInvalidUsage && r != hcRemoteError) return 12;
       if (took > 3.0) return 13;
-      if (r == hcInvalidUsage && (msg.find(" called ") == std::string::npos || msg.find(must_mention) == std::string::npos))
+      if (r == hcInvalidUsage &&
+          (msg.find(" called ") == std::string::npos || msg.find(must_mention) == std::string::npos))
         return 14;
       // The communicator is unusable afterwards, on every rank, at once.
       int32_t x = 1;
@@ -63,73 +67,100 @@ void expectEveryRankFails(const char* what, const std::function<hcResult_t(hcCom
 }
 
 TEST(Agreement, DifferentReductionOps) {
-  expectEveryRankFails("allreduce sum/max", [](hcComm_t comm, int rank, bool odd) {
-    std::vector<float> x(1000, static_cast<float>(rank + 1));
-    return hcAllReduce(x.data(), x.data(), x.size(), hcFloat32, odd ? hcMax : hcSum, comm, nullptr);
-  }, "reduction op");
-  expectEveryRankFails("reducescatter sum/min", [](hcComm_t comm, int rank, bool odd) {
-    int W = 0;
-    hcCommCount(comm, &W);
-    std::vector<float> in(W * 4096, 1.0f), out(4096);
-    return hcReduceScatter(in.data(), out.data(), out.size(), hcFloat32, odd ? hcMin : hcSum, comm, nullptr);
-  }, "reduction op");
+  expectEveryRankFails(
+      "allreduce sum/max",
+      [](hcComm_t comm, int rank, bool odd) {
+        std::vector<float> x(1000, static_cast<float>(rank + 1));
+        return hcAllReduce(x.data(), x.data(), x.size(), hcFloat32, odd ? hcMax : hcSum, comm, nullptr);
+      },
+      "reduction op");
+  expectEveryRankFails(
+      "reducescatter sum/min",
+      [](hcComm_t comm, int rank, bool odd) {
+        int W = 0;
+        hcCommCount(comm, &W);
+        std::vector<float> in(W * 4096, 1.0f), out(4096);
+        return hcReduceScatter(in.data(), out.data(), out.size(), hcFloat32, odd ? hcMin : hcSum, comm, nullptr);
+      },
+      "reduction op");
 }
 
 TEST(Agreement, DatatypesOfTheSameSize) {
-  expectEveryRankFails("allreduce float32/int32", [](hcComm_t comm, int, bool odd) {
-    std::vector<float> x(1 << 16, 1.0f);
-    return hcAllReduce(x.data(), x.data(), x.size(), odd ? hcInt32 : hcFloat32, hcSum, comm, nullptr);
-  }, "datatype");
-  expectEveryRankFails("allgather float32/int32", [](hcComm_t comm, int, bool odd) {
-    int W = 0;
-    hcCommCount(comm, &W);
-    std::vector<float> in(100, 1.0f), out(W * 100);
-    return hcAllGather(in.data(), out.data(), in.size(), odd ? hcInt32 : hcFloat32, comm, nullptr);
-  }, "datatype");
+  expectEveryRankFails(
+      "allreduce float32/int32",
+      [](hcComm_t comm, int, bool odd) {
+        std::vector<float> x(1 << 16, 1.0f);
+        return hcAllReduce(x.data(), x.data(), x.size(), odd ? hcInt32 : hcFloat32, hcSum, comm, nullptr);
+      },
+      "datatype");
+  expectEveryRankFails(
+      "allgather float32/int32",
+      [](hcComm_t comm, int, bool odd) {
+        int W = 0;
+        hcCommCount(comm, &W);
+        std::vector<float> in(100, 1.0f), out(W * 100);
+        return hcAllGather(in.data(), out.data(), in.size(), odd ? hcInt32 : hcFloat32, comm, nullptr);
+      },
+      "datatype");
 }
 
 TEST(Agreement, CountsThatDiffer) {
-  expectEveryRankFails("allreduce 100000/100001", [](hcComm_t comm, int, bool odd) {
-    std::vector<float> x(100001, 1.0f);
-    return hcAllReduce(x.data(), x.data(), odd ? 100001 : 100000, hcFloat32, hcSum, comm, nullptr);
-  }, "count");
+  expectEveryRankFails(
+      "allreduce 100000/100001",
+      [](hcComm_t comm, int, bool odd) {
+        std::vector<float> x(100001, 1.0f);
+        return hcAllReduce(x.data(), x.data(), odd ? 100001 : 100000, hcFloat32, hcSum, comm, nullptr);
+      },
+      "count");
   // Small enough that the descriptor rides on the first message: the rank that receives the
   // longer one must still name the calls, or relay the peer's notice that does.
-  expectEveryRankFails("allgather 3000/3001", [](hcComm_t comm, int, bool odd) {
-    int W = 0;
-    hcCommCount(comm, &W);
-    std::vector<float> in(3001, 1.0f), out(W * 3001);
-    return hcAllGather(in.data(), out.data(), odd ? 3001 : 3000, hcFloat32, comm, nullptr);
-  }, "count");
+  expectEveryRankFails(
+      "allgather 3000/3001",
+      [](hcComm_t comm, int, bool odd) {
+        int W = 0;
+        hcCommCount(comm, &W);
+        std::vector<float> in(3001, 1.0f), out(W * 3001);
+        return hcAllGather(in.data(), out.data(), odd ? 3001 : 3000, hcFloat32, comm, nullptr);
+      },
+      "count");
 }
 
 TEST(Agreement, DifferentCollectivesDoNotWaitForTheTimeout) {
-  expectEveryRankFails("allgather/reducescatter", [](hcComm_t comm, int, bool odd) {
-    int W = 0;
-    hcCommCount(comm, &W);
-    std::vector<float> big(W * 1024, 1.0f), small(1024, 1.0f);
-    return odd ? hcReduceScatter(big.data(), small.data(), 1024, hcFloat32, hcSum, comm, nullptr)
-               : hcAllGather(small.data(), big.data(), 1024, hcFloat32, comm, nullptr);
-  }, "collective");
+  expectEveryRankFails(
+      "allgather/reducescatter",
+      [](hcComm_t comm, int, bool odd) {
+        int W = 0;
+        hcCommCount(comm, &W);
+        std::vector<float> big(W * 1024, 1.0f), small(1024, 1.0f);
+        return odd ? hcReduceScatter(big.data(), small.data(), 1024, hcFloat32, hcSum, comm, nullptr)
+                   : hcAllGather(small.data(), big.data(), 1024, hcFloat32, comm, nullptr);
+      },
+      "collective");
 }
 
 TEST(Agreement, BroadcastRoots) {
-  expectEveryRankFails("broadcast root", [](hcComm_t comm, int rank, bool odd) {
-    int W = 0;
-    hcCommCount(comm, &W);
-    std::vector<int32_t> x(5000, rank);
-    return hcBroadcast(x.data(), x.data(), x.size(), hcInt32, odd ? W - 1 : 0, comm, nullptr);
-  }, "root");
+  expectEveryRankFails(
+      "broadcast root",
+      [](hcComm_t comm, int rank, bool odd) {
+        int W = 0;
+        hcCommCount(comm, &W);
+        std::vector<int32_t> x(5000, rank);
+        return hcBroadcast(x.data(), x.data(), x.size(), hcInt32, odd ? W - 1 : 0, comm, nullptr);
+      },
+      "root");
 }
 
 TEST(Agreement, PreMulSumScalars) {
-  expectEveryRankFails("premulsum scalar", [](hcComm_t comm, int, bool odd) {
-    float scalar = odd ? 0.5f : 0.25f;
-    hcRedOp_t op;
-    if (hcRedOpCreatePreMulSum(&op, &scalar, hcFloat32, comm) != hcSuccess) return hcInternalError;
-    std::vector<float> x(2048, 1.0f);
-    return hcAllReduce(x.data(), x.data(), x.size(), hcFloat32, op, comm, nullptr);
-  }, "scalar");
+  expectEveryRankFails(
+      "premulsum scalar",
+      [](hcComm_t comm, int, bool odd) {
+        float scalar = odd ? 0.5f : 0.25f;
+        hcRedOp_t op;
+        if (hcRedOpCreatePreMulSum(&op, &scalar, hcFloat32, comm) != hcSuccess) return hcInternalError;
+        std::vector<float> x(2048, 1.0f);
+        return hcAllReduce(x.data(), x.data(), x.size(), hcFloat32, op, comm, nullptr);
+      },
+      "scalar");
 }
 
 // A quantized AllGather's block, its datatype, and quantized against exact: each is a
@@ -144,15 +175,16 @@ TEST(Agreement, QuantizedAllGathers) {
     return quantized ? hcAllGatherQuantized(in.data(), out.data(), in.size(), t, &q, comm, nullptr)
                      : hcAllGather(in.data(), out.data(), in.size(), t, comm, nullptr);
   };
-  expectEveryRankFails("quantized block 256/2048", [&](hcComm_t comm, int, bool odd) {
-    return gather(comm, hcFloat32, odd ? 2048 : 256, true);
-  }, "quantization block");
-  expectEveryRankFails("quantized bfloat16/float16", [&](hcComm_t comm, int, bool odd) {
-    return gather(comm, odd ? hcFloat16 : hcBfloat16, 256, true);
-  }, "datatype");
-  expectEveryRankFails("quantized/exact", [&](hcComm_t comm, int, bool odd) {
-    return gather(comm, hcFloat32, 256, !odd);
-  }, "quantized or exact");
+  expectEveryRankFails(
+      "quantized block 256/2048",
+      [&](hcComm_t comm, int, bool odd) { return gather(comm, hcFloat32, odd ? 2048 : 256, true); },
+      "quantization block");
+  expectEveryRankFails(
+      "quantized bfloat16/float16",
+      [&](hcComm_t comm, int, bool odd) { return gather(comm, odd ? hcFloat16 : hcBfloat16, 256, true); }, "datatype");
+  expectEveryRankFails(
+      "quantized/exact", [&](hcComm_t comm, int, bool odd) { return gather(comm, hcFloat32, 256, !odd); },
+      "quantized or exact");
 }
 
 // In place on some ranks and not on others is a valid call (as in NCCL): it must succeed.
@@ -191,7 +223,8 @@ TEST(Agreement, OneSidedArgumentErrorFailsThatCallEverywhere) {
       hcResult_t r = hcAllGather(rank == 0 ? nullptr : in.data(), out.data(), n, hcFloat32, comm, nullptr);
       const double took = since(t0);
       std::string msg = hcGetLastError(comm);
-      std::fprintf(stderr, "[null %s rank %d] %s in %.2f s: %s\n", lay.name, rank, hcGetErrorString(r), took, msg.c_str());
+      std::fprintf(stderr, "[null %s rank %d] %s in %.2f s: %s\n", lay.name, rank, hcGetErrorString(r), took,
+                   msg.c_str());
       if (rank == 0 ? r != hcInvalidArgument : r != hcRemoteError) return 11;
       if (rank != 0 && msg.find("NULL buffer") == std::string::npos) return 12;
       if (took > 3.0) return 13;

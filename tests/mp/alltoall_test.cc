@@ -17,7 +17,9 @@ namespace hctest {
 namespace {
 
 // Elements rank s sends rank d (salt varies it per call): zeros, small and multi-chunk blocks.
-size_t countOf(int s, int d, int salt, size_t scale) { return static_cast<size_t>((s * 7 + d * 3 + salt) % 5) * scale; }
+size_t countOf(int s, int d, int salt, size_t scale) {
+  return static_cast<size_t>((s * 7 + d * 3 + salt) % 5) * scale;
+}
 // The value of element i of the block s -> d (exact in every dtype used: below 2^7 for int8).
 int64_t valueOf(int s, int d, size_t i, hcDataType_t t) {
   const int64_t v = s * 1000003 + d * 1009 + static_cast<int64_t>(i) * 7;
@@ -108,7 +110,9 @@ struct Layout {
 
 class AllToAll : public testing::TestWithParam<Layout> {};
 
-std::string name(const testing::TestParamInfo<Layout>& i) { return i.param.name; }
+std::string name(const testing::TestParamInfo<Layout>& i) {
+  return i.param.name;
+}
 
 Job jobOf(const Layout& l) {
   Job job;
@@ -197,8 +201,8 @@ TEST(AllToAllMismatch, CountsThatDifferFailThePairNamingBothAndTheOthers) {
       if (me == 0) rc[3] = 5;
       std::vector<int32_t> in(16, me), out(17, -1);
       const auto t0 = std::chrono::steady_clock::now();
-      const hcResult_t r = hcAllToAllv(in.data(), sc.data(), nullptr, out.data(), rc.data(), nullptr, hcInt32, comm,
-                                       nullptr);
+      const hcResult_t r =
+          hcAllToAllv(in.data(), sc.data(), nullptr, out.data(), rc.data(), nullptr, hcInt32, comm, nullptr);
       const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       const std::string msg = hcGetLastError(comm);
       std::fprintf(stderr, "[%s rank %d] %s in %.2f s: %s\n", layout, me, hcGetErrorString(r), took, msg.c_str());
@@ -206,7 +210,8 @@ TEST(AllToAllMismatch, CountsThatDifferFailThePairNamingBothAndTheOthers) {
       if (took > 5.0) return 12;
       if (me == 0 || me == 3) {
         if (r != hcInvalidUsage) return 13;
-        if (msg.find("rank 3 (node") == std::string::npos || msg.find("sends 4 elements to rank 0 (node") == std::string::npos ||
+        if (msg.find("rank 3 (node") == std::string::npos ||
+            msg.find("sends 4 elements to rank 0 (node") == std::string::npos ||
             msg.find("which expects 5") == std::string::npos)
           return 14;
         return 0;
@@ -292,8 +297,8 @@ TEST(AllToAllStats, ACallerOfTheFiveCollectiveLayoutReadsItsFields) {
     if (hcCommGetStats(comm, reinterpret_cast<hcStats*>(&old)) != hcSuccess) return 3;
     hcStats now = HC_STATS_INITIALIZER;
     hcCommGetStats(comm, &now);
-    if (old.nranks != 2 || old.coll[hcCollAllGather].calls[hcPathHierarchical] !=
-                               now.coll[hcCollAllGather].calls[hcPathHierarchical])
+    if (old.nranks != 2 ||
+        old.coll[hcCollAllGather].calls[hcPathHierarchical] != now.coll[hcCollAllGather].calls[hcPathHierarchical])
       return 4;
     if (old.quantized_calls[hcCollAllGather] != 1 || now.quantized_calls[hcCollAllGather] != 1) return 5;
     if (now.coll[hcCollAllToAll].calls[hcPathRing] != 1) return 6;

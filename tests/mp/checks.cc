@@ -76,7 +76,9 @@ class Buf {
 
 }  // namespace
 
-void useNodeMemory(bool on) { g_node_memory = on; }
+void useNodeMemory(bool on) {
+  g_node_memory = on;
+}
 
 int checkAllGather(hcComm_t comm, hcDataType_t t, size_t count, bool in_place, int salt) {
   Ctx x(comm);
@@ -84,8 +86,8 @@ int checkAllGather(hcComm_t comm, hcDataType_t t, size_t count, bool in_place, i
   Buf out(count * x.W * e + 1, 0x5a), in(count * e + 1);
   void* send = in_place ? out.data() + x.rank * count * e : in.data();
   for (size_t i = 0; i < count; ++i) store(send, t, i, inputValue(t, hcSum, x.rank, i, salt));
-  std::string what = std::string("AllGather ") + typeName(t) + " count " + std::to_string(count) +
-                     (in_place ? " in place" : "");
+  std::string what =
+      std::string("AllGather ") + typeName(t) + " count " + std::to_string(count) + (in_place ? " in place" : "");
   if (report(hcAllGather(send, out.data(), count, t, comm, nullptr), what.c_str(), x.rank)) return 1;
   Checker ck{what, x.rank};
   for (int r = 0; r < x.W; ++r)
@@ -142,8 +144,8 @@ int checkBroadcast(hcComm_t comm, hcDataType_t t, size_t count, int root, bool i
   Buf in(count * e + 1), out(count * e + 1, 0x5a);
   for (size_t i = 0; i < count; ++i) store(in.data(), t, i, inputValue(t, hcSum, root, i, salt));
   void* recv = in_place && x.rank == root ? in.data() : out.data();
-  std::string what = std::string("Broadcast ") + typeName(t) + " count " + std::to_string(count) + " root " +
-                     std::to_string(root);
+  std::string what =
+      std::string("Broadcast ") + typeName(t) + " count " + std::to_string(count) + " root " + std::to_string(root);
   if (report(hcBroadcast(in.data(), recv, count, t, root, comm, nullptr), what.c_str(), x.rank)) return 1;
   Checker ck{what, x.rank};
   for (size_t i = 0; i < count; ++i) ck.check(t, i, load(recv, t, i), load(in.data(), t, i));

@@ -143,7 +143,8 @@ TEST(CollectivesPaths, AllReduceTailsOfFewerThanWElements) {
         }
         return f;
       });
-      for (int r = 0; r < job.nranks; ++r) EXPECT_EQ(st[r], 0) << l.nodes << "x" << l.per_node << " " << algo << " rank " << r;
+      for (int r = 0; r < job.nranks; ++r)
+        EXPECT_EQ(st[r], 0) << l.nodes << "x" << l.per_node << " " << algo << " rank " << r;
     }
 }
 
@@ -173,7 +174,8 @@ TEST(CollectivesPaths, NoSingleCopyReadsOneNodeStaysHierarchical) {
                                std::string(cs.last_fallback_reason).find("single-copy") != std::string::npos;
         if (want_hier ? !hier_only : !fell_back) {
           std::fprintf(stderr, "%dx%d %s: %llu hierarchical, %llu fallback calls (%s)\n", l.nodes, l.per_node,
-                       coll == hcCollReduceScatter ? "ReduceScatter" : "AllReduce", static_cast<unsigned long long>(cs.calls[hcPathHierarchical]),
+                       coll == hcCollReduceScatter ? "ReduceScatter" : "AllReduce",
+                       static_cast<unsigned long long>(cs.calls[hcPathHierarchical]),
                        static_cast<unsigned long long>(cs.calls[hcPathFallback]), cs.last_fallback_reason);
           ++f;
         }
@@ -244,7 +246,8 @@ TEST(CollectivesBackToBack, CallsNeverSeeTheNextCallsData) {
           if (hcAllGather(src, out.data(), n, hcInt32, comm, nullptr) != hcSuccess) return 1;
           // The next call's data, as soon as this one returns.
           std::fill(in.begin(), in.end(), -1);
-          if (in_place) std::fill(out.begin() + static_cast<long>(rank * n), out.begin() + static_cast<long>((rank + 1) * n), -1);
+          if (in_place)
+            std::fill(out.begin() + static_cast<long>(rank * n), out.begin() + static_cast<long>((rank + 1) * n), -1);
           for (int r = 0; r < W; ++r)
             for (size_t i = 0; i < n; ++i)
               if (r != rank && out[r * n + i] != want(r, i)) ++wrong;

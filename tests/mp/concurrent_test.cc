@@ -20,8 +20,12 @@ namespace hctest {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-void sleepMs(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+void sleepMs(int ms) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+}
 
 struct Layout {
   const char* name;
@@ -66,7 +70,9 @@ hcComm_t splitChild(hcComm_t comm, int rank) {
   return child;
 }
 
-bool has(const std::string& msg, const std::string& what) { return msg.find(what) != std::string::npos; }
+bool has(const std::string& msg, const std::string& what) {
+  return msg.find(what) != std::string::npos;
+}
 
 // Rank 0 has a call in progress (its peers come 300 ms later) when its second thread calls:
 // that thread is refused at once naming both calls and the communicator is revoked. The call in

@@ -8,9 +8,9 @@
 
 #include <algorithm>
 #include <atomic>
-#include <functional>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 
 #include <chrono>
 #include <string>
@@ -57,10 +57,8 @@ void expectSurvivorsFailFast(const char* what, Job job, const std::vector<int>& 
     return named ? 0 : 13;
   });
   for (int r = 0; r < job.nranks; ++r) {
-    if (std::count(victims.begin(), victims.end(), r))
-      EXPECT_EQ(st[r], 128 + SIGKILL) << what << " rank " << r;
-    else
-      EXPECT_EQ(st[r], 0) << what << " rank " << r;
+    if (std::count(victims.begin(), victims.end(), r)) EXPECT_EQ(st[r], 128 + SIGKILL) << what << " rank " << r;
+    else EXPECT_EQ(st[r], 0) << what << " rank " << r;
   }
 }
 
@@ -226,8 +224,7 @@ TEST(Death, StoppedRankIsNamedInEveryCollective) {
       if (took > 4.0) return 12;
       return msg.find("rank " + std::to_string(k.victim)) == std::string::npos ? 13 : 0;
     });
-    for (int r = 0; r < job.nranks; ++r)
-      EXPECT_EQ(st[r], r == k.victim ? 128 + SIGKILL : 0) << k.name << " rank " << r;
+    for (int r = 0; r < job.nranks; ++r) EXPECT_EQ(st[r], r == k.victim ? 128 + SIGKILL : 0) << k.name << " rank " << r;
   }
 }
 
@@ -262,7 +259,8 @@ TEST(Death, SurvivorsShrinkAndContinue) {
       hcCommCount(small, &n);
       hcCommUserRank(small, &me);
       if (n != job.nranks - 1 || me != rank - (rank > c.victim ? 1 : 0)) return 13;
-      int f = checkAllReduce(small, hcFloat32, hcSum, 100000, false, 3) + checkAllGather(small, hcInt32, 1000, true, 4) +
+      int f = checkAllReduce(small, hcFloat32, hcSum, 100000, false, 3) +
+              checkAllGather(small, hcInt32, 1000, true, 4) +
               checkReduceScatter(small, hcFloat32, hcSum, 4096, false, 5);
       std::fprintf(stderr, "[rank %d] shrank to %d ranks and ran 3 collectives in %.2f s\n", rank, n, since(t0));
       hcCommDestroy(small);

@@ -294,14 +294,16 @@ TEST(Fallback, ScratchAndSortBoundaries) {
     job.env[c.var] = std::to_string(c.value);
     job.env["HICOLL_DEBUG"] = "INFO";
     auto st = run(job, [&](int, hcComm_t comm) {
-      int f = checkAllGather(comm, hcFloat32, count, false, 5) + checkReduceScatter(comm, hcFloat32, hcSum, count, false, 6);
+      int f = checkAllGather(comm, hcFloat32, count, false, 5) +
+              checkReduceScatter(comm, hcFloat32, hcSum, count, false, 6);
       hcStats s = HC_STATS_INITIALIZER;
       hcCommGetStats(comm, &s);
       for (hcColl_t coll : {hcCollAllGather, hcCollReduceScatter}) {
         const bool want_hier = coll == hcCollAllGather ? c.ag_hier : c.rs_hier;
         const auto& cs = s.coll[coll];
         bool hier = cs.calls[hcPathHierarchical] == 1 && cs.calls[hcPathFallback] == 0;
-        bool fb = cs.calls[hcPathFallback] == 1 && std::string(cs.last_fallback_reason).find(c.var) != std::string::npos;
+        bool fb =
+            cs.calls[hcPathFallback] == 1 && std::string(cs.last_fallback_reason).find(c.var) != std::string::npos;
         if (want_hier ? !hier : !fb) {
           std::fprintf(stderr, "%s=%zu: coll %d took hier %lu fallback %lu (%s)\n", c.var, c.value, coll,
                        (unsigned long)cs.calls[hcPathHierarchical], (unsigned long)cs.calls[hcPathFallback],

@@ -19,8 +19,8 @@ using hctest::runRaw;
 
 std::string figures(double net_Bps, double quant_Bps = 0) {
   return "{\"version\": 1, \"call_s\": 1e-6, \"shm_alpha_s\": 2e-6, \"copy_Bps\": 5e9, \"reduce_Bps\": 4e9, "
-         "\"net_alpha_s\": 4e-5, \"net_Bps\": " + std::to_string(net_Bps) +
-         ", \"net_cpu_s_per_B\": 4e-10, \"net_msg_s\": 5e-6" +
+         "\"net_alpha_s\": 4e-5, \"net_Bps\": " +
+         std::to_string(net_Bps) + ", \"net_cpu_s_per_B\": 4e-10, \"net_msg_s\": 5e-6" +
          (quant_Bps > 0 ? ", \"quant_Bps\": " + std::to_string(quant_Bps) : std::string()) + "}\n";
 }
 
@@ -203,7 +203,8 @@ TEST(Model, QuantizedCallsQuantizeWhereThePredictionIsFaster) {
     std::string file;
     bool quantizes;
   };
-  for (const Case& k : {Case{2, 2, slow, true}, Case{2, 1, slow, true}, Case{1, 2, slow, false}, Case{2, 2, fast, false}}) {
+  for (const Case& k :
+       {Case{2, 2, slow, true}, Case{2, 1, slow, true}, Case{1, 2, slow, false}, Case{2, 2, fast, false}}) {
     Job job;
     job.nranks = k.nodes * k.local;
     job.node = contiguous(k.nodes, k.local);
@@ -258,9 +259,10 @@ TEST(Model, QuantizedCallsQuantizeWhereThePredictionIsFaster) {
 // holds at the default on every rank. An eager limit that differs between ranks (rxm would never
 // connect them) fails creation on every rank, naming the variable.
 TEST(Model, TheModelsChunkAndTheEagerLimitAgree) {
-  const std::string fast = writeFile(
-      "msgbound", "{\"version\": 1, \"call_s\": 1e-6, \"shm_alpha_s\": 2e-6, \"copy_Bps\": 5e9, \"reduce_Bps\": 4e9, "
-                  "\"net_alpha_s\": 4e-5, \"net_Bps\": 1.25e10, \"net_cpu_s_per_B\": 0, \"net_msg_s\": 1e-4}\n");
+  const std::string fast =
+      writeFile("msgbound",
+                "{\"version\": 1, \"call_s\": 1e-6, \"shm_alpha_s\": 2e-6, \"copy_Bps\": 5e9, \"reduce_Bps\": 4e9, "
+                "\"net_alpha_s\": 4e-5, \"net_Bps\": 1.25e10, \"net_cpu_s_per_B\": 0, \"net_msg_s\": 1e-4}\n");
   size_t want_chunk = 0;  // what the statistics must show the call ran with
   auto gather = [&want_chunk](int rank, hcComm_t comm) {
     const size_t n = 1u << 20;  // 4 MiB per rank: 16 messages of 256 KiB, 4 of 1 MiB

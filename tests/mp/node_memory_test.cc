@@ -100,7 +100,8 @@ std::vector<std::string> hicollNamesOf(int pid) {
   const std::string mine = "-" + std::to_string(pid) + "-";
   if (DIR* d = opendir("/dev/shm")) {
     while (dirent* e = readdir(d))
-      if (std::strncmp(e->d_name, "hicoll", 6) == 0 && std::strstr(e->d_name, mine.c_str())) names.emplace_back(e->d_name);
+      if (std::strncmp(e->d_name, "hicoll", 6) == 0 && std::strstr(e->d_name, mine.c_str()))
+        names.emplace_back(e->d_name);
     closedir(d);
   }
   return names;

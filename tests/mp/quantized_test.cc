@@ -32,7 +32,9 @@ uint64_t fnv(const void* p, size_t n) {
 }
 
 // Half an ulp of t, relative: the output's own rounding on top of the format's bound.
-double halfUlp(hcDataType_t t) { return t == hcBfloat16 ? 0x1p-8 : t == hcFloat16 ? 0x1p-11 : 0x1p-24; }
+double halfUlp(hcDataType_t t) {
+  return t == hcBfloat16 ? 0x1p-8 : t == hcFloat16 ? 0x1p-11 : 0x1p-24;
+}
 
 // One quantized AllGather checked on this rank; returns the failures.
 int checkQuantized(hcComm_t comm, hcDataType_t t, size_t count, size_t block, bool in_place, size_t nan_at) {
@@ -343,8 +345,7 @@ TEST(Quantized, BadArgumentsFailOnEveryRank) {
     expect(hcAllGatherQuantized(in.data(), out.data(), 100, hcInt32, &q, comm, nullptr), hcInvalidArgument,
            "cannot be quantized");
     q.block = (size_t{1} << 24) + 1;
-    expect(hcAllGatherQuantized(in.data(), out.data(), 100, hcFloat32, &q, comm, nullptr), hcInvalidArgument,
-           "block");
+    expect(hcAllGatherQuantized(in.data(), out.data(), 100, hcFloat32, &q, comm, nullptr), hcInvalidArgument, "block");
     q.block = 256;
     // The communicator still works after errors every rank saw alike.
     if (hcAllGatherQuantized(in.data(), out.data(), 100, hcFloat32, &q, comm, nullptr) != hcSuccess) ++f;

@@ -85,7 +85,8 @@ long rssKiB(const char* field) {
 int waitAndMeasure(int rank, hcComm_t comm, const char* done_path, long max_growth_kib) {
   const long before = rssKiB("VmRSS:");
   if (rank == 0) {
-    for (int i = 0; i < 3000 && access(done_path, F_OK) != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    for (int i = 0; i < 3000 && access(done_path, F_OK) != 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     const long after = rssKiB("VmHWM:");
     std::fprintf(stderr, "[rank 0] RSS %ld KiB before the stranger, peak %ld KiB after\n", before, after);
     if (after - before > max_growth_kib) return 20;
@@ -244,8 +245,8 @@ StrangerRun strangerTakesRankTwo(bool greedy) {
   stranger.join();
   out.logged_in = seen->logged_in;
   out.stored = seen->stored;
-  std::fprintf(stderr, "%s stranger logged in: %d, stored %zu bytes before it was cut off\n", greedy ? "greedy" : "quiet",
-               out.logged_in, out.stored);
+  std::fprintf(stderr, "%s stranger logged in: %d, stored %zu bytes before it was cut off\n",
+               greedy ? "greedy" : "quiet", out.logged_in, out.stored);
   return out;
 }
 

@@ -7,14 +7,13 @@
 
 #include "hicoll/hicoll.h"
 
-#define CHECK(call)                                                                        \
-  do {                                                                                     \
-    hcResult_t r_ = (call);                                                                \
-    if (r_ != hcSuccess) {                                                                 \
-      fprintf(stderr, "rank %d: %s failed: %s: %s\n", rank, #call, hcGetErrorString(r_), \
-              hcGetLastError(comm));                                                       \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                                        \
-    }                                                                                      \
+#define CHECK(call)                                                                                             \
+  do {                                                                                                          \
+    hcResult_t r_ = (call);                                                                                     \
+    if (r_ != hcSuccess) {                                                                                      \
+      fprintf(stderr, "rank %d: %s failed: %s: %s\n", rank, #call, hcGetErrorString(r_), hcGetLastError(comm)); \
+      MPI_Abort(MPI_COMM_WORLD, 1);                                                                             \
+    }                                                                                                           \
   } while (0)
 
 int main(int argc, char** argv) {
@@ -40,8 +39,7 @@ int main(int argc, char** argv) {
 
   for (size_t i = 0; i < n * nranks; ++i) in[i] = rank + (int)(i % 13);
   CHECK(hcReduceScatter(in, out, n, hcInt32, hcSum, comm, NULL));
-  for (size_t i = 0; i < n; ++i)
-    wrong += out[i] != nranks * (nranks - 1) / 2 + nranks * (int)((rank * n + i) % 13);
+  for (size_t i = 0; i < n; ++i) wrong += out[i] != nranks * (nranks - 1) / 2 + nranks * (int)((rank * n + i) % 13);
 
   for (size_t i = 0; i < n; ++i) in[i] = (rank + 1) * (int)(i % 7);
   CHECK(hcAllReduce(in, out, n, hcInt32, hcSum, comm, NULL));

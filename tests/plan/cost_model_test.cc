@@ -4,9 +4,9 @@
 #include <map>
 
 #include "base/error.h"
+#include "base/machine_figures.h"
 #include "base/quant_format.h"
 #include "plan/cost_model.h"
-#include "base/machine_figures.h"
 #include "plan/plan.h"
 
 namespace {
@@ -66,7 +66,7 @@ TEST(CostModel, SmallCallsAreLatencyBoundAndTheRingPaysPerStep) {
   Prediction h = predict(m, shape(4, 1), hcCollAllGather, Algo::Hier, 64, false);
   Prediction r = predict(m, shape(4, 1), hcCollAllGather, Algo::Ring, 64, false);
   EXPECT_STREQ(h.bound(), "latency");
-  EXPECT_DOUBLE_EQ(h.latency, m.call_s + m.net_alpha_s);  // one hop to every rail peer
+  EXPECT_DOUBLE_EQ(h.latency, m.call_s + m.net_alpha_s);      // one hop to every rail peer
   EXPECT_DOUBLE_EQ(r.latency, m.call_s + 3 * m.net_alpha_s);  // W-1 hops in turn
   EXPECT_LT(h.total(), r.total());
 }
@@ -128,7 +128,8 @@ TEST(CostModel, ChunkGrowsOnlyForAPredictedGain) {
   EXPECT_EQ(modelChunking(m, s, 512 * K, false, scripted({{256 * K, 1.0}, {512 * K, 0.9}})).chunk, 512 * K);
   EXPECT_EQ(modelChunking(m, s, 64 * K, false, scripted({{256 * K, 1.0}})).chunk, 256 * K);
   // The window is the chunk's own: fixed, or from modelWindow.
-  EXPECT_EQ(modelChunking(m, s, 1024 * K, false, scripted({{256 * K, 1.0}, {512 * K, 0.9}, {1024 * K, 0.8}})).window, 4u);
+  EXPECT_EQ(modelChunking(m, s, 1024 * K, false, scripted({{256 * K, 1.0}, {512 * K, 0.9}, {1024 * K, 0.8}})).window,
+            4u);
   MachineFigures fast = m;
   fast.net_Bps = 400e9 / 8;
   fast.net_alpha_s = 15e-6;

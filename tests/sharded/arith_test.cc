@@ -73,7 +73,7 @@ TEST(ShardInfo, OverlapOfAParameterWithAShard) {
 
 TEST(ShardInfo, BucketsCoverTheShardWithinTheSizeLimit) {
   const sh::ShardInfo s = sh::ShardInfo::make(1000, 4, 2);  // shard of 250
-  auto b = s.buckets(400);                                   // 100 columns per bucket
+  auto b = s.buckets(400);                                  // 100 columns per bucket
   ASSERT_EQ(b.size(), 3u);
   EXPECT_EQ(b[0].local, 0u);
   EXPECT_EQ(b[0].count, 100u);
@@ -200,8 +200,7 @@ TEST(AdamW, MatchesTheTextbookUpdateInDouble) {
   for (int t = 1; t <= 20; ++t) {
     std::vector<float> g(n);
     for (size_t i = 0; i < n; ++i) g[i] = static_cast<float>(std::sin(t * 0.7 + i) * (i + 1));
-    sh::AdamWStep st{lr, b1, b2, eps, wd, 1 - std::pow(b1, t), 1 - std::pow(b2, t),
-                     static_cast<float>(clip)};
+    sh::AdamWStep st{lr, b1, b2, eps, wd, 1 - std::pow(b1, t), 1 - std::pow(b2, t), static_cast<float>(clip)};
     sh::adamw(st, p.data(), m.data(), v.data(), g.data(), n);
     for (size_t i = 0; i < n; ++i) {
       const double gi = g[i] * clip;

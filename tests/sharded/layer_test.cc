@@ -24,11 +24,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-#define REQUIRE(cond, ...)                                                                 \
-  do {                                                                                     \
-    if (!(cond))                                                                           \
-      throw std::runtime_error(std::string(__FILE__) + ":" + std::to_string(__LINE__) +   \
-                               ": " #cond " " + std::string(__VA_ARGS__));                 \
+#define REQUIRE(cond, ...)                                                                               \
+  do {                                                                                                   \
+    if (!(cond))                                                                                         \
+      throw std::runtime_error(std::string(__FILE__) + ":" + std::to_string(__LINE__) + ": " #cond " " + \
+                               std::string(__VA_ARGS__));                                                \
   } while (0)
 
 // Runs body(comm, rank) on np forked ranks over `nodes` simulated nodes; 0 when all passed.
@@ -67,7 +67,9 @@ std::vector<sh::UnitSpec> testUnits() {
 }
 constexpr size_t kThreshold = 20;
 
-double initValue(int u, int p, size_t i) { return std::sin(0.1 * i + u + 0.37 * p); }
+double initValue(int u, int p, size_t i) {
+  return std::sin(0.1 * i + u + 0.37 * p);
+}
 // Gradient that rank r contributes in micro-batch m (rank_free: the same on every rank).
 double gradValue(int r, int m, int u, int p, size_t i, bool rank_free = false) {
   if (rank_free) r = 0;
@@ -98,8 +100,7 @@ void writeGrads(sh::ShardedParams& sp, int rank, int micro, bool rank_free = fal
       const size_t n = sp.spec(u).params[p].numel();
       std::vector<float> g(n);
       for (size_t i = 0; i < n; ++i)
-        g[i] = static_cast<float>(gradValue(rank, micro, u, static_cast<int>(p), i, rank_free) *
-                                  sp.lossScale());
+        g[i] = static_cast<float>(gradValue(rank, micro, u, static_cast<int>(p), i, rank_free) * sp.lossScale());
       sh::fromFloat(dt, g.data(), sp.grad(u, static_cast<int>(p)), n);
     }
     sp.reduceGrad(u);
@@ -113,8 +114,7 @@ uint64_t calls(hcComm_t c, hcColl_t coll, hcPath_t path) {
   return s.coll[coll].calls[path];
 }
 uint64_t allCalls(hcComm_t c, hcColl_t coll) {
-  return calls(c, coll, hcPathHierarchical) + calls(c, coll, hcPathRing) +
-         calls(c, coll, hcPathFallback);
+  return calls(c, coll, hcPathHierarchical) + calls(c, coll, hcPathRing) + calls(c, coll, hcPathFallback);
 }
 
 std::string where(int u, int p, size_t i) {
@@ -129,8 +129,8 @@ struct Case {
 };
 
 void PrintTo(const Case& c, std::ostream* os) {
-  *os << "degree " << c.degree << " " << sh::dtypeName(c.dtype)
-      << (c.hierarchical ? " hierarchical" : " ring") << " bucket " << c.bucket;
+  *os << "degree " << c.degree << " " << sh::dtypeName(c.dtype) << (c.hierarchical ? " hierarchical" : " ring")
+      << " bucket " << c.bucket;
 }
 
 std::string caseName(const testing::TestParamInfo<Case>& i) {
@@ -180,10 +180,8 @@ TEST_P(Layer, GatherReduceAndStepMatchTheReference) {
       hcComm_t ag = sp->communicator(sh::ShardedParams::Group::PartitionAllGather);
       const uint64_t ring = calls(ag, hcCollAllGather, hcPathRing);
       const uint64_t hier = calls(ag, hcCollAllGather, hcPathHierarchical);
-      if (c.hierarchical)
-        REQUIRE(hier > 0 && ring == 0, "hierarchical AllGather expected");
-      else
-        REQUIRE(ring > 0 && hier == 0, "sdp_hierarchical_allgather=false must use the ring");
+      if (c.hierarchical) REQUIRE(hier > 0 && ring == 0, "hierarchical AllGather expected");
+      else REQUIRE(ring > 0 && hier == 0, "sdp_hierarchical_allgather=false must use the ring");
     }
 
     hcComm_t repl = sp->communicator(sh::ShardedParams::Group::Replication);
@@ -235,9 +233,8 @@ TEST_P(Layer, GatherReduceAndStepMatchTheReference) {
           // The first AdamW step moves by lr * sign(g): near g = 0 a rounding error of the
           // reduced gradient may flip the sign.
           const double tol = std::fabs(mean[u][p][i]) < (fp32 ? 1e-4 : 5e-2) ? 2.1 * lr : 1e-5;
-          REQUIRE(std::fabs(w[i] - want) <= tol, where(u, static_cast<int>(p), i) + " master " +
-                                                     std::to_string(w[i]) + " want " +
-                                                     std::to_string(want));
+          REQUIRE(std::fabs(w[i] - want) <= tol, where(u, static_cast<int>(p), i) + " master " + std::to_string(w[i]) +
+                                                     " want " + std::to_string(want));
         }
       }
   });
@@ -246,13 +243,10 @@ TEST_P(Layer, GatherReduceAndStepMatchTheReference) {
 
 INSTANTIATE_TEST_SUITE_P(
     Degrees, Layer,
-    testing::Values(Case{1, sh::DType::Float32, true, 500000000},
-                    Case{2, sh::DType::Float32, true, 500000000},
-                    Case{4, sh::DType::Float32, true, 500000000},
-                    Case{2, sh::DType::Float32, false, 500000000},
-                    Case{4, sh::DType::Float32, true, 40},   // many buckets, ragged last one
-                    Case{2, sh::DType::BFloat16, true, 64},
-                    Case{4, sh::DType::Float16, false, 500000000}),
+    testing::Values(Case{1, sh::DType::Float32, true, 500000000}, Case{2, sh::DType::Float32, true, 500000000},
+                    Case{4, sh::DType::Float32, true, 500000000}, Case{2, sh::DType::Float32, false, 500000000},
+                    Case{4, sh::DType::Float32, true, 40},  // many buckets, ragged last one
+                    Case{2, sh::DType::BFloat16, true, 64}, Case{4, sh::DType::Float16, false, 500000000}),
     caseName);
 
 // A checkpoint written at world 4 / degree 2 loads bit-exactly at degree 4 and at world 2,
@@ -281,164 +275,169 @@ TEST(Checkpoint, LoadsAtAnotherDegreeAndWorldSize) {
     return v;
   };
 
-  ASSERT_EQ(onRanks(4, 2, [&](hcComm_t world, int rank) {
-              auto sp = sh::ShardedParams::create(world, testUnits(), baseOptions(2));
-              initialize(*sp);
-              for (int s = 0; s < 2; ++s) {
-                writeGrads(*sp, rank, s);
-                sp->step(1e-2);
-              }
-              sp->save(ckpt.string(), R"({"step": 2, "note": "x"})");
-              const auto saved = dumpMasters(*sp);
-              writeGrads(*sp, rank, 5, /*rank_free=*/true);
-              sp->step(1e-2);
-              const auto next = dumpMasters(*sp);
-              if (rank == 0) {
-                writeVec(dir / "saved.bin", saved);
-                writeVec(dir / "next.bin", next);
-              }
-            }),
+  ASSERT_EQ(onRanks(4, 2,
+                    [&](hcComm_t world, int rank) {
+                      auto sp = sh::ShardedParams::create(world, testUnits(), baseOptions(2));
+                      initialize(*sp);
+                      for (int s = 0; s < 2; ++s) {
+                        writeGrads(*sp, rank, s);
+                        sp->step(1e-2);
+                      }
+                      sp->save(ckpt.string(), R"({"step": 2, "note": "x"})");
+                      const auto saved = dumpMasters(*sp);
+                      writeGrads(*sp, rank, 5, /*rank_free=*/true);
+                      sp->step(1e-2);
+                      const auto next = dumpMasters(*sp);
+                      if (rank == 0) {
+                        writeVec(dir / "saved.bin", saved);
+                        writeVec(dir / "next.bin", next);
+                      }
+                    }),
             0);
   ASSERT_TRUE(fs::exists(ckpt / "meta.json"));
   ASSERT_TRUE(fs::exists(ckpt / "shard-1-of-2.bin"));
 
   for (auto [np, nodes, degree] : {std::tuple{4, 2, 4}, std::tuple{2, 1, 2}, std::tuple{2, 2, 1}}) {
-    EXPECT_EQ(onRanks(np, nodes, [&](hcComm_t world, int rank) {
-                auto sp = sh::ShardedParams::create(world, testUnits(), baseOptions(degree));
-                initialize(*sp);  // overwritten by the load
-                const std::string extra = sp->load(ckpt.string());
-                REQUIRE(extra.find("\"note\":\"x\"") != std::string::npos, extra);
-                const auto saved = readVec(dir / "saved.bin"), got = dumpMasters(*sp);
-                REQUIRE(got == saved, "masters differ after loading at degree " + std::to_string(degree));
-                writeGrads(*sp, rank, 5, /*rank_free=*/true);
-                sp->step(1e-2);
-                const auto want = readVec(dir / "next.bin"), after = dumpMasters(*sp);
-                REQUIRE(after.size() == want.size());
-                for (size_t i = 0; i < want.size(); ++i)
-                  REQUIRE(std::fabs(after[i] - want[i]) <= 1e-6 * (1 + std::fabs(want[i])),
-                          "element " + std::to_string(i) + " after the resumed step");
-              }),
+    EXPECT_EQ(onRanks(np, nodes,
+                      [&](hcComm_t world, int rank) {
+                        auto sp = sh::ShardedParams::create(world, testUnits(), baseOptions(degree));
+                        initialize(*sp);  // overwritten by the load
+                        const std::string extra = sp->load(ckpt.string());
+                        REQUIRE(extra.find("\"note\":\"x\"") != std::string::npos, extra);
+                        const auto saved = readVec(dir / "saved.bin"), got = dumpMasters(*sp);
+                        REQUIRE(got == saved, "masters differ after loading at degree " + std::to_string(degree));
+                        writeGrads(*sp, rank, 5, /*rank_free=*/true);
+                        sp->step(1e-2);
+                        const auto want = readVec(dir / "next.bin"), after = dumpMasters(*sp);
+                        REQUIRE(after.size() == want.size());
+                        for (size_t i = 0; i < want.size(); ++i)
+                          REQUIRE(std::fabs(after[i] - want[i]) <= 1e-6 * (1 + std::fabs(want[i])),
+                                  "element " + std::to_string(i) + " after the resumed step");
+                      }),
               0)
         << "world " << np << " degree " << degree;
   }
 
   // A different model is refused with a message naming the mismatch, on every rank.
-  EXPECT_EQ(onRanks(2, 1, [&](hcComm_t world, int) {
-              auto units = testUnits();
-              units[1].params[2].shape = {102};
-              auto sp = sh::ShardedParams::create(world, units, baseOptions(2));
-              try {
-                sp->load(ckpt.string());
-              } catch (const sh::Error& e) {
-                REQUIRE(std::string(e.what()).find("'z'") != std::string::npos, e.what());
-                return;
-              }
-              REQUIRE(false, "a mismatched checkpoint was accepted");
-            }),
+  EXPECT_EQ(onRanks(2, 1,
+                    [&](hcComm_t world, int) {
+                      auto units = testUnits();
+                      units[1].params[2].shape = {102};
+                      auto sp = sh::ShardedParams::create(world, units, baseOptions(2));
+                      try {
+                        sp->load(ckpt.string());
+                      } catch (const sh::Error& e) {
+                        REQUIRE(std::string(e.what()).find("'z'") != std::string::npos, e.what());
+                        return;
+                      }
+                      REQUIRE(false, "a mismatched checkpoint was accepted");
+                    }),
             0);
   fs::remove_all(dir);
 }
 
 TEST(Layer, MaxLiveParametersPausesPrefetch) {
-  EXPECT_EQ(onRanks(2, 2, [&](hcComm_t world, int) {
-              sh::Options o = baseOptions(2);
-              o.shard_alignment = 1;
-              // u0 gathers 408 elements, u1 294, u3 1000: room for u0 + u1 but not u1 + u3.
-              o.sdp_max_live_parameters = 1100;
-              auto sp = sh::ShardedParams::create(world, testUnits(), o);
-              initialize(*sp);
-              sp->unshard(0);
-              sp->prefetch(1);  // fits
-              sp->reshard(0);
-              sp->unshard(1);
-              sp->prefetch(3);  // would exceed: paused
-              REQUIRE(sp->stats().prefetches_paused == 1);
-              try {
-                sp->unshard(3);
-                REQUIRE(false, "unshard beyond the cap was accepted");
-              } catch (const sh::Error& e) {
-                REQUIRE(std::string(e.what()).find("sdp_max_live_parameters") != std::string::npos,
-                        e.what());
-              }
-              sp->reshard(1);
-              sp->unshard(3);
-              sp->reshard(3);
-              REQUIRE(sp->stats().live_params_peak <= 1100,
-                      std::to_string(sp->stats().live_params_peak));
-            }),
+  EXPECT_EQ(onRanks(2, 2,
+                    [&](hcComm_t world, int) {
+                      sh::Options o = baseOptions(2);
+                      o.shard_alignment = 1;
+                      // u0 gathers 408 elements, u1 294, u3 1000: room for u0 + u1 but not u1 + u3.
+                      o.sdp_max_live_parameters = 1100;
+                      auto sp = sh::ShardedParams::create(world, testUnits(), o);
+                      initialize(*sp);
+                      sp->unshard(0);
+                      sp->prefetch(1);  // fits
+                      sp->reshard(0);
+                      sp->unshard(1);
+                      sp->prefetch(3);  // would exceed: paused
+                      REQUIRE(sp->stats().prefetches_paused == 1);
+                      try {
+                        sp->unshard(3);
+                        REQUIRE(false, "unshard beyond the cap was accepted");
+                      } catch (const sh::Error& e) {
+                        REQUIRE(std::string(e.what()).find("sdp_max_live_parameters") != std::string::npos, e.what());
+                      }
+                      sp->reshard(1);
+                      sp->unshard(3);
+                      sp->reshard(3);
+                      REQUIRE(sp->stats().live_params_peak <= 1100, std::to_string(sp->stats().live_params_peak));
+                    }),
             0);
 }
 
 // Parameters + gradients + optimizer state per rank shrink as 1/degree (measured by the
 // layer's allocator; the persistent parameters are the only replicated part).
 TEST(Layer, StateMemoryShrinksWithTheDegree) {
-  EXPECT_EQ(onRanks(4, 2, [&](hcComm_t world, int rank) {
-              std::vector<sh::UnitSpec> units;
-              for (int u = 0; u < 6; ++u)
-                units.push_back({"u" + std::to_string(u), {{"w", {64, 64}}, {"b", {64}, false}}});
-              double base = 0;
-              for (int degree : {1, 2, 4}) {
-                sh::Options o = baseOptions(degree);
-                o.sdp_param_persistence_threshold = 100;
-                o.compute_dtype = sh::DType::BFloat16;
-                auto sp = sh::ShardedParams::create(world, units, o);
-                const sh::Stats s = sp->stats();
-                const double state = static_cast<double>(s.param_bytes + s.grad_bytes + s.optim_bytes);
-                REQUIRE(s.state_bytes_peak >= state);
-                if (degree == 1) base = state;
-                const double ratio = state / base;
-                if (rank == 0)
-                  std::printf("degree %d: state %.0f bytes per rank, %.3f of degree 1\n", degree,
-                              state, ratio);
-                REQUIRE(ratio <= 1.0 / degree + 0.03 && ratio >= 1.0 / degree - 0.01,
-                        "degree " + std::to_string(degree) + " ratio " + std::to_string(ratio));
-              }
-            }),
+  EXPECT_EQ(onRanks(4, 2,
+                    [&](hcComm_t world, int rank) {
+                      std::vector<sh::UnitSpec> units;
+                      for (int u = 0; u < 6; ++u)
+                        units.push_back({"u" + std::to_string(u), {{"w", {64, 64}}, {"b", {64}, false}}});
+                      double base = 0;
+                      for (int degree : {1, 2, 4}) {
+                        sh::Options o = baseOptions(degree);
+                        o.sdp_param_persistence_threshold = 100;
+                        o.compute_dtype = sh::DType::BFloat16;
+                        auto sp = sh::ShardedParams::create(world, units, o);
+                        const sh::Stats s = sp->stats();
+                        const double state = static_cast<double>(s.param_bytes + s.grad_bytes + s.optim_bytes);
+                        REQUIRE(s.state_bytes_peak >= state);
+                        if (degree == 1) base = state;
+                        const double ratio = state / base;
+                        if (rank == 0)
+                          std::printf("degree %d: state %.0f bytes per rank, %.3f of degree 1\n", degree, state, ratio);
+                        REQUIRE(ratio <= 1.0 / degree + 0.03 && ratio >= 1.0 / degree - 0.01,
+                                "degree " + std::to_string(degree) + " ratio " + std::to_string(ratio));
+                      }
+                    }),
             0);
 }
 
 // fp16: an overflow on one rank skips the step on every rank and halves the loss scale.
 TEST(Layer, Fp16OverflowSkipsTheStepEverywhere) {
-  EXPECT_EQ(onRanks(2, 2, [&](hcComm_t world, int rank) {
-              sh::Options o = baseOptions(2);
-              o.compute_dtype = sh::DType::Float16;
-              o.initial_loss_scale = 1024;
-              o.loss_scale_window = 2;
-              auto sp = sh::ShardedParams::create(world, testUnits(), o);
-              initialize(*sp);
-              const auto before = sp->gatherMaster(3, 0);
-              for (int u = sp->numUnits() - 1; u >= 0; --u) {
-                if (u == 3 && rank == 1) sh::fromFloat(sh::DType::Float16, std::vector<float>{INFINITY}.data(), sp->grad(3, 0), 1);
-                sp->reduceGrad(u);
-              }
-              sp->finishMicroStep();
-              auto r = sp->step(1e-2);
-              REQUIRE(r.skipped && r.loss_scale == 512, std::to_string(r.loss_scale));
-              REQUIRE(sp->gatherMaster(3, 0) == before, "a skipped step changed the weights");
-              writeGrads(*sp, rank, 0);
-              r = sp->step(1e-2);
-              REQUIRE(!r.skipped && std::isfinite(r.grad_norm));
-              writeGrads(*sp, rank, 1);
-              r = sp->step(1e-2);
-              REQUIRE(r.loss_scale == 1024, "two finite steps (window 2) double the scale");
-              REQUIRE(sp->stats().skipped_steps == 1);
-            }),
+  EXPECT_EQ(onRanks(2, 2,
+                    [&](hcComm_t world, int rank) {
+                      sh::Options o = baseOptions(2);
+                      o.compute_dtype = sh::DType::Float16;
+                      o.initial_loss_scale = 1024;
+                      o.loss_scale_window = 2;
+                      auto sp = sh::ShardedParams::create(world, testUnits(), o);
+                      initialize(*sp);
+                      const auto before = sp->gatherMaster(3, 0);
+                      for (int u = sp->numUnits() - 1; u >= 0; --u) {
+                        if (u == 3 && rank == 1)
+                          sh::fromFloat(sh::DType::Float16, std::vector<float>{INFINITY}.data(), sp->grad(3, 0), 1);
+                        sp->reduceGrad(u);
+                      }
+                      sp->finishMicroStep();
+                      auto r = sp->step(1e-2);
+                      REQUIRE(r.skipped && r.loss_scale == 512, std::to_string(r.loss_scale));
+                      REQUIRE(sp->gatherMaster(3, 0) == before, "a skipped step changed the weights");
+                      writeGrads(*sp, rank, 0);
+                      r = sp->step(1e-2);
+                      REQUIRE(!r.skipped && std::isfinite(r.grad_norm));
+                      writeGrads(*sp, rank, 1);
+                      r = sp->step(1e-2);
+                      REQUIRE(r.loss_scale == 1024, "two finite steps (window 2) double the scale");
+                      REQUIRE(sp->stats().skipped_steps == 1);
+                    }),
             0);
 }
 
 TEST(Layer, DegreeThatDoesNotDivideTheWorldIsAClearError) {
-  EXPECT_EQ(onRanks(4, 2, [&](hcComm_t world, int) {
-              try {
-                sh::ShardedParams::create(world, testUnits(), baseOptions(3));
-              } catch (const sh::Error& e) {
-                REQUIRE(std::string(e.what()).find("sharded_data_parallel_degree=3 must divide") !=
-                            std::string::npos,
-                        e.what());
-                return;
-              }
-              REQUIRE(false, "degree 3 on world 4 was accepted");
-            }),
-            0);
+  EXPECT_EQ(
+      onRanks(4, 2,
+              [&](hcComm_t world, int) {
+                try {
+                  sh::ShardedParams::create(world, testUnits(), baseOptions(3));
+                } catch (const sh::Error& e) {
+                  REQUIRE(std::string(e.what()).find("sharded_data_parallel_degree=3 must divide") != std::string::npos,
+                          e.what());
+                  return;
+                }
+                REQUIRE(false, "degree 3 on world 4 was accepted");
+              }),
+      0);
 }
 
 }  // namespace

@@ -72,10 +72,11 @@ double maxRelDiff(const TrainRun& a, const TrainRun& b, long first, long last) {
   return worst;
 }
 
-const TrainRun& single() { return train("--np 1 --sdp-degree 1 --precision fp32" + kCommon); }
+const TrainRun& single() {
+  return train("--np 1 --sdp-degree 1 --precision fp32" + kCommon);
+}
 const TrainRun& sharded(int degree, const std::string& precision = "fp32") {
-  return train("--np 4 --nodes 2 --sdp-degree " + std::to_string(degree) + " --precision " +
-               precision + kCommon);
+  return train("--np 4 --nodes 2 --sdp-degree " + std::to_string(degree) + " --precision " + precision + kCommon);
 }
 
 fs::path scratch() {
@@ -166,8 +167,8 @@ TEST(TrainGpt, OneLauncherPerNodeMatchesTheSelfLaunchedRun) {
                            " --master-addr 127.0.0.1 --master-port " + std::to_string(port);
   // The launchers must share one secret (each would make its own otherwise).
   setenv("HICOLL_COMM_SECRET", "train-gpt-test-per-node-0123456789abcdef", 1);
-  const TrainRun& nodes = train("--node-rank 1 " + args + " >/dev/null 2>&1 & " + TRAIN_GPT + " --node-rank 0 " +
-                                args + "; s=$?; wait $!; t=$?; exit $((s | t))");
+  const TrainRun& nodes = train("--node-rank 1 " + args + " >/dev/null 2>&1 & " + TRAIN_GPT + " --node-rank 0 " + args +
+                                "; s=$?; wait $!; t=$?; exit $((s | t))");
   unsetenv("HICOLL_COMM_SECRET");
   ASSERT_EQ(nodes.status, 0) << nodes.command;
   ASSERT_EQ(nodes.loss.size(), 30u);
@@ -176,8 +177,10 @@ TEST(TrainGpt, OneLauncherPerNodeMatchesTheSelfLaunchedRun) {
 
 TEST(TrainGpt, ResumeReproducesTheUninterruptedCurveExactly) {
   const fs::path ckpt = scratch() / "d2";
-  const TrainRun& part = train("--np 4 --nodes 2 --sdp-degree 2 --steps 15 --seed 7 --launch-timeout 300"
-                          " --checkpoint-dir " + ckpt.string());
+  const TrainRun& part = train(
+      "--np 4 --nodes 2 --sdp-degree 2 --steps 15 --seed 7 --launch-timeout 300"
+      " --checkpoint-dir " +
+      ckpt.string());
   ASSERT_EQ(part.status, 0);
   ASSERT_TRUE(fs::exists(ckpt / "meta.json"));
   const TrainRun& resumed = train("--np 4 --nodes 2 --sdp-degree 2" + kCommon + " --resume " + ckpt.string());
@@ -190,8 +193,10 @@ TEST(TrainGpt, ResumeReproducesTheUninterruptedCurveExactly) {
 
 TEST(TrainGpt, CheckpointAtDegree2ContinuesAtDegree4) {
   const fs::path ckpt = scratch() / "d2";
-  train("--np 4 --nodes 2 --sdp-degree 2 --steps 15 --seed 7 --launch-timeout 300"
-        " --checkpoint-dir " + ckpt.string());
+  train(
+      "--np 4 --nodes 2 --sdp-degree 2 --steps 15 --seed 7 --launch-timeout 300"
+      " --checkpoint-dir " +
+      ckpt.string());
   const TrainRun& r = train("--np 4 --nodes 2 --sdp-degree 4" + kCommon + " --resume " + ckpt.string());
   ASSERT_EQ(r.status, 0);
   ASSERT_EQ(r.loss.size(), 15u);
@@ -207,8 +212,8 @@ TEST(TrainGpt, StateMemoryPerRankIsAboutOneOverDegree) {
     ASSERT_TRUE(s.contains("ranks"));
     for (const json& r : s["ranks"]) {
       const double ratio = r["state_bytes_peak"].get<double>() / base;
-      std::fprintf(stderr, "[train_gpt_test] degree %d rank %d: state %.0f bytes = %.3f of degree 1\n",
-                   degree, r["rank"].get<int>(), r["state_bytes_peak"].get<double>(), ratio);
+      std::fprintf(stderr, "[train_gpt_test] degree %d rank %d: state %.0f bytes = %.3f of degree 1\n", degree,
+                   r["rank"].get<int>(), r["state_bytes_peak"].get<double>(), ratio);
       EXPECT_LE(ratio, 1.0 / degree + 0.05) << "degree " << degree;
       EXPECT_GE(ratio, 1.0 / degree - 0.01) << "degree " << degree;
     }

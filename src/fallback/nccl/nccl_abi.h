@@ -58,10 +58,10 @@ using AllGatherFn = Result (*)(const void* send, void* recv, size_t sendcount, D
                                Stream stream);
 using ReduceScatterFn = Result (*)(const void* send, void* recv, size_t recvcount, DataType dtype, RedOp op,
                                    CommHandle comm, Stream stream);
-using AllReduceFn = Result (*)(const void* send, void* recv, size_t count, DataType dtype, RedOp op,
-                               CommHandle comm, Stream stream);
-using BroadcastFn = Result (*)(const void* send, void* recv, size_t count, DataType dtype, int root,
-                               CommHandle comm, Stream stream);
+using AllReduceFn = Result (*)(const void* send, void* recv, size_t count, DataType dtype, RedOp op, CommHandle comm,
+                               Stream stream);
+using BroadcastFn = Result (*)(const void* send, void* recv, size_t count, DataType dtype, int root, CommHandle comm,
+                               Stream stream);
 using RedOpCreatePreMulSumFn = Result (*)(RedOp* op, void* scalar, DataType dtype, ScalarResidence residence,
                                           CommHandle comm);
 using RedOpDestroyFn = Result (*)(RedOp op, CommHandle comm);

@@ -1,7 +1,7 @@
 #include "fallback/nccl/nccl_fallback.h"
 
-#include <cstdio>
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -48,9 +48,13 @@ hcResult_t codeOf(Result r) {
 // other ops on one rank are a copy.
 constexpr int kOneRankTailFirst = 21901, kOneRankTailFixed = 22907;
 
-bool oneRankTailBug(int version) { return version >= kOneRankTailFirst && version < kOneRankTailFixed; }
+bool oneRankTailBug(int version) {
+  return version >= kOneRankTailFirst && version < kOneRankTailFixed;
+}
 
-bool isFloating(hcDataType_t t) { return t == hcFloat16 || t == hcFloat32 || t == hcFloat64 || t == hcBfloat16; }
+bool isFloating(hcDataType_t t) {
+  return t == hcFloat16 || t == hcFloat32 || t == hcFloat64 || t == hcBfloat16;
+}
 
 }  // namespace
 
@@ -95,8 +99,8 @@ Fallback::Fallback(std::string lib_path, int rank, int nranks, BootstrapOps ops)
 Fallback::~Fallback() {
   if (!comm_) return;
   Result r = aborted_ ? lib_->fn().commAbort(comm_) : lib_->fn().commDestroy(comm_);
-  if (r != Success) HC_WARN("NCCL fallback: {} failed: {}", aborted_ ? "ncclCommAbort" : "ncclCommDestroy",
-                            lib_->describe(r, nullptr));
+  if (r != Success)
+    HC_WARN("NCCL fallback: {} failed: {}", aborted_ ? "ncclCommAbort" : "ncclCommDestroy", lib_->describe(r, nullptr));
 }
 
 void Fallback::init() {
@@ -195,9 +199,10 @@ void Fallback::run(const CollArgs& a) {
   if (rc == Success && premul && tail_bug) {
     const size_t covered = oneRankKernelCovers(a.count, hcTypeSize(a.dtype));
     if (covered < a.count) {
-      HC_TRACE("NCCL fallback: {}: NCCL {} leaves elements {}..{} of a one-rank pre-multiplied sum unwritten; "
-               "issuing them again",
-               describe(a), lib_->version(), covered, a.count - 1);
+      HC_TRACE(
+          "NCCL fallback: {}: NCCL {} leaves elements {}..{} of a one-rank pre-multiplied sum unwritten; "
+          "issuing them again",
+          describe(a), lib_->version(), covered, a.count - 1);
       rc = call(covered, a.count - covered);
     }
   }

@@ -10,10 +10,9 @@ namespace hicoll::nccl {
 namespace {
 
 const char* const kSymbols[] = {
-    "ncclGetVersion",        "ncclGetUniqueId",   "ncclCommInitRank",  "ncclCommDestroy",
-    "ncclCommAbort",         "ncclCommGetAsyncError", "ncclGetErrorString", "ncclGetLastError",
-    "ncclAllGather",         "ncclReduceScatter", "ncclAllReduce",     "ncclBroadcast",
-    "ncclRedOpCreatePreMulSum", "ncclRedOpDestroy",
+    "ncclGetVersion",        "ncclGetUniqueId",    "ncclCommInitRank",         "ncclCommDestroy",  "ncclCommAbort",
+    "ncclCommGetAsyncError", "ncclGetErrorString", "ncclGetLastError",         "ncclAllGather",    "ncclReduceScatter",
+    "ncclAllReduce",         "ncclBroadcast",      "ncclRedOpCreatePreMulSum", "ncclRedOpDestroy",
 };
 
 std::string versionString(int code) {

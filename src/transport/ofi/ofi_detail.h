@@ -17,18 +17,17 @@ struct OfiTuning {
   bool force_local_mr = false;  // act as if the provider demanded FI_MR_LOCAL
 };
 
-std::unique_ptr<Transport> makeOfiTransport(Bootstrap& bs, const OfiOptions& opt,
-                                            const OfiTuning& tuning);
+std::unique_ptr<Transport> makeOfiTransport(Bootstrap& bs, const OfiOptions& opt, const OfiTuning& tuning);
 
 struct OfiInfo {
   std::string provider, fabric, domain, address;
   int tag_bits = 0;
-  size_t max_chunk = 0;      // messages above this are split
-  bool local_mr = false;     // every buffer needs a descriptor (registered on the fly if needed)
-  uint64_t mr_regs = 0;      // fi_mr_reg calls made on the fly (not counting registerRegion)
-  uint64_t mr_reuses = 0;    // on-the-fly registrations shared by concurrent operations
-  uint64_t region_hits = 0;  // operations that used a registerRegion descriptor
-  uint64_t post_retries = 0; // posts the provider refused with -FI_EAGAIN (queue full), then retried
+  size_t max_chunk = 0;       // messages above this are split
+  bool local_mr = false;      // every buffer needs a descriptor (registered on the fly if needed)
+  uint64_t mr_regs = 0;       // fi_mr_reg calls made on the fly (not counting registerRegion)
+  uint64_t mr_reuses = 0;     // on-the-fly registrations shared by concurrent operations
+  uint64_t region_hits = 0;   // operations that used a registerRegion descriptor
+  uint64_t post_retries = 0;  // posts the provider refused with -FI_EAGAIN (queue full), then retried
 };
 // Throws hcInvalidArgument when t is not an ofi transport.
 OfiInfo ofiInfo(Transport& t);

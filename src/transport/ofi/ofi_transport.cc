@@ -38,8 +38,8 @@
 namespace hicoll {
 namespace {
 
-using ofi::fiStr;
 using ofi::FidPtr;
+using ofi::fiStr;
 using ofi::InfoPtr;
 using ofi::kFiApiVersion;
 constexpr size_t kPage = 4096;
@@ -60,12 +60,20 @@ constexpr uint32_t kWireMagic = 0x4643'4f46;  // "FOCF": ofi transport, layout 1
 // Connection-level failures are the peer's fault (hcRemoteError); anything else is local.
 hcResult_t classify(int err) {
   switch (err) {
-    case ECONNREFUSED: case ECONNRESET: case ECONNABORTED: case ENOTCONN: case EPIPE:
-    case EHOSTUNREACH: case ENETUNREACH: case EHOSTDOWN: case ETIMEDOUT: case EIO:
-    case ESHUTDOWN: case ECANCELED: case EPROTO:
-      return hcRemoteError;
-    default:
-      return hcSystemError;
+    case ECONNREFUSED:
+    case ECONNRESET:
+    case ECONNABORTED:
+    case ENOTCONN:
+    case EPIPE:
+    case EHOSTUNREACH:
+    case ENETUNREACH:
+    case EHOSTDOWN:
+    case ETIMEDOUT:
+    case EIO:
+    case ESHUTDOWN:
+    case ECANCELED:
+    case EPROTO: return hcRemoteError;
+    default: return hcSystemError;
   }
 }
 
@@ -107,11 +115,15 @@ void applyRxmEagerLimit(const std::string& provider, size_t bytes) {
   if (bytes == 0) return;
   const std::string v = std::to_string(bytes);
   setenv("FI_OFI_RXM_EAGER_LIMIT", v.c_str(), 0);
-  HC_INFO("ofi: FI_OFI_RXM_EAGER_LIMIT={} set by hicoll (HICOLL_OFI_RXM_EAGER=1: net chunks go eager; "
-          "effective if libfabric was not initialized earlier in this process)", v);
+  HC_INFO(
+      "ofi: FI_OFI_RXM_EAGER_LIMIT={} set by hicoll (HICOLL_OFI_RXM_EAGER=1: net chunks go eager; "
+      "effective if libfabric was not initialized earlier in this process)",
+      v);
 }
 
-std::string resolveProvider(const OfiOptions& opt) { return ofi::resolveProvider(opt.provider); }
+std::string resolveProvider(const OfiOptions& opt) {
+  return ofi::resolveProvider(opt.provider);
+}
 
 // ---- the transport ----
 
@@ -147,7 +159,7 @@ struct Request {
   uint64_t tag = 0;
   size_t len = 0;
   size_t* received = nullptr;  // irecvUpTo: a shorter message completes it, its length here
-  uint32_t pending = 0;  // posted operations not yet completed
+  uint32_t pending = 0;        // posted operations not yet completed
   hcResult_t err = hcSuccess;
   std::string msg;
 };
@@ -162,9 +174,7 @@ class OfiTransport final : public Transport {
   ReqId isend(int peer, const void* buf, size_t len, uint64_t tag) override {
     return post(true, peer, const_cast<void*>(buf), len, tag);
   }
-  ReqId irecv(int peer, void* buf, size_t len, uint64_t tag) override {
-    return post(false, peer, buf, len, tag);
-  }
+  ReqId irecv(int peer, void* buf, size_t len, uint64_t tag) override { return post(false, peer, buf, len, tag); }
   ReqId irecvUpTo(int peer, void* buf, size_t capacity, uint64_t tag, size_t* received) override {
     HC_CHECK(capacity <= max_chunk_, hcInternalError, "rank {} ofi: a receive of up to {} bytes must be one message",
              rank_, capacity);
@@ -244,8 +254,8 @@ class OfiTransport final : public Transport {
   std::vector<char> notice_held_;  // arrived from a call this rank has not reached
   bool any_held_ = false;          // some notice_held_ set: idle passes look only when so
   std::array<char, kNoticeBytes> notice_out_{};
-  uint64_t notice_tag_ = 0;        // 0: notices off (fewer than 61 tag bits)
-  bool notice_seen_ = false;       // a peer's notice arrived: this rank need not repeat it
+  uint64_t notice_tag_ = 0;   // 0: notices off (fewer than 61 tag bits)
+  bool notice_seen_ = false;  // a peer's notice arrived: this rank need not repeat it
   bool announced_ = false;
   std::atomic<long> post_limit_ms_{0};  // > 0: how long a post may wait for queue space (announcing)
   std::chrono::steady_clock::time_point last_notice_check_{};
@@ -271,8 +281,8 @@ class OfiTransport final : public Transport {
 };
 
 OfiTransport::OfiTransport(Bootstrap& bs, const OfiOptions& opt, const ofi_detail::OfiTuning& tuning)
-    : rank_(bs.rank()), size_(bs.size()), timeout_ms_(opt.timeout_ms > 0 ? opt.timeout_ms : 120000),
-      tuning_(tuning), while_blocked_(opt.while_blocked), call_now_(opt.call_now), who_(opt.who) {
+    : rank_(bs.rank()), size_(bs.size()), timeout_ms_(opt.timeout_ms > 0 ? opt.timeout_ms : 120000), tuning_(tuning),
+      while_blocked_(opt.while_blocked), call_now_(opt.call_now), who_(opt.who) {
   try {
     open(opt);
     connect(bs);
@@ -414,8 +424,8 @@ void OfiTransport::connect(Bootstrap& bs) {
              hcInvalidUsage,
              "rank {} ofi: rank {} chose provider '{}' (address format {}) but this rank chose '{}' (format {}); "
              "set the same FI_PROVIDER / HICOLL_OFI_PROVIDER / HICOLL_OFI_IFACE on every rank",
-             rank_, p, std::string(w.provider, strnlen(w.provider, sizeof(w.provider))), w.addr_format,
-             provider_, mine.addr_format);
+             rank_, p, std::string(w.provider, strnlen(w.provider, sizeof(w.provider))), w.addr_format, provider_,
+             mine.addr_format);
     rc = fi_av_insert(av_.get(), w.name, 1, &addrs_[static_cast<size_t>(p)], 0, nullptr);
     HC_CHECK(rc == 1, hcSystemError, "rank {} ofi: fi_av_insert of rank {}'s address: {}", rank_, p, fiStr(rc));
     char buf[128] = {};
@@ -475,7 +485,9 @@ void OfiTransport::postNotices() {
   notice_req_.assign(static_cast<size_t>(size_), 0);
   notice_held_.assign(static_cast<size_t>(size_), 0);
   for (int p = 0; p < size_; ++p)
-    if (p != rank_) notice_req_[static_cast<size_t>(p)] = irecv(p, notice_in_[static_cast<size_t>(p)].data(), kNoticeBytes, notice_tag_);
+    if (p != rank_)
+      notice_req_[static_cast<size_t>(p)] =
+          irecv(p, notice_in_[static_cast<size_t>(p)].data(), kNoticeBytes, notice_tag_);
 }
 
 uint64_t OfiTransport::noticeCall(int p) const {
@@ -587,7 +599,9 @@ void OfiTransport::announceFailure(const std::string& what) {
   }
 }
 
-OfiTransport::~OfiTransport() { closeAll(); }
+OfiTransport::~OfiTransport() {
+  closeAll();
+}
 
 void OfiTransport::closeAll() noexcept {
   // The endpoint goes first: once it is closed the provider touches no context or buffer.
@@ -713,8 +727,8 @@ ReqId OfiTransport::post(bool send, int peer, void* buf, size_t len, uint64_t ta
   HC_CHECK(!broken_, hcRemoteError,
            "rank {} ofi: transport unusable after a failed split message; {} peer {} tag {:#x} refused", rank_, what,
            peer, tag);
-  HC_CHECK(peer >= 0 && peer < size_, hcInvalidArgument, "rank {} ofi: {} peer {} out of range [0, {})", rank_,
-           what, peer, size_);
+  HC_CHECK(peer >= 0 && peer < size_, hcInvalidArgument, "rank {} ofi: {} peer {} out of range [0, {})", rank_, what,
+           peer, size_);
   HC_CHECK((tag & ~tag_mask_) == 0, hcInvalidArgument,
            "rank {} ofi: {} peer {}: tag {:#x} does not fit the {} tag bits of provider {}", rank_, what, peer, tag,
            tag_bits_, provider_);
@@ -842,7 +856,7 @@ void OfiTransport::complete(Op* op, size_t len, int err, size_t olen, const std:
   if (!r->send && (err == 0 || err == FI_ETRUNC)) {
     // On truncation tcp and net (1.17) give the overflow in olen, or nothing at all when the
     // message arrived before its receive was posted.
-    std::string got = err == 0      ? fmt::format("{}", offset + len)
+    std::string got = err == 0       ? fmt::format("{}", offset + len)
                       : olen > 0     ? fmt::format("{}", offset + posted + olen)
                       : len > posted ? fmt::format("{}", offset + len)
                                      : fmt::format("more than {}", offset + posted);
@@ -910,8 +924,8 @@ void OfiTransport::abort() {
 FidPtr<fid_mr> OfiTransport::regMr(uintptr_t base, size_t len) {
   FidPtr<fid_mr> mr;
   const uint64_t key = prov_key_ ? 0 : next_key_++;
-  int rc = fi_mr_reg(domain_.get(), reinterpret_cast<void*>(base), len, FI_SEND | FI_RECV, 0, key, 0, mr.out(),
-                     nullptr);
+  int rc =
+      fi_mr_reg(domain_.get(), reinterpret_cast<void*>(base), len, FI_SEND | FI_RECV, 0, key, 0, mr.out(), nullptr);
   HC_CHECK(rc == 0, hcSystemError, "rank {} ofi: fi_mr_reg({:#x}, {} bytes): {}", rank_, base, len, fiStr(rc));
   if (mr_endpoint_) {
     rc = fi_mr_bind(mr.get(), &ep_.get()->fid, 0);

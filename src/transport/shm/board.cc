@@ -74,13 +74,17 @@ void NodeBoard::post(uint64_t seq, const CallDesc& desc, const void* addr0) {
   b.posted.store(seq, std::memory_order_release);
 }
 
-const NodeMemRef& NodeBoard::postedMem(int local, uint64_t seq) const { return shm_.board(local).post[seq & 1].mem; }
+const NodeMemRef& NodeBoard::postedMem(int local, uint64_t seq) const {
+  return shm_.board(local).post[seq & 1].mem;
+}
 
 uint64_t NodeBoard::postedSeq(int local, uint64_t seq) const {
   return shm_.board(local).post[seq & 1].posted.load(std::memory_order_acquire);
 }
 
-CallDesc NodeBoard::postedDesc(int local, uint64_t seq) const { return shm_.board(local).post[seq & 1].desc; }
+CallDesc NodeBoard::postedDesc(int local, uint64_t seq) const {
+  return shm_.board(local).post[seq & 1].desc;
+}
 
 const char* NodeBoard::postedAddr(int local, uint64_t seq) const {
   return reinterpret_cast<const char*>(shm_.board(local).post[seq & 1].addr[0]);
@@ -95,7 +99,9 @@ uint64_t NodeBoard::readyOf(int local, uint64_t seq, int stream) const {
   return (v >> 24) == (seq & ((1ull << 40) - 1)) ? (v & 0xffffff) : 0;
 }
 
-void NodeBoard::done(uint64_t seq) { shm_.board(shm_.localIndex()).done.store(seq, std::memory_order_release); }
+void NodeBoard::done(uint64_t seq) {
+  shm_.board(shm_.localIndex()).done.store(seq, std::memory_order_release);
+}
 
 bool NodeBoard::peerDone(int local, uint64_t seq) const {
   return shm_.board(local).done.load(std::memory_order_acquire) >= seq;

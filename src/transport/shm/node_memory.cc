@@ -23,9 +23,9 @@ struct Block {
 
 struct Registry {
   std::mutex mu;
-  std::map<uint64_t, Block> live;          // by base address
-  std::atomic<size_t> nlive{0};            // live.size(), read without the lock
-  std::list<Block> kept;                   // freed, for reuse; oldest first
+  std::map<uint64_t, Block> live;  // by base address
+  std::atomic<size_t> nlive{0};    // live.size(), read without the lock
+  std::list<Block> kept;           // freed, for reuse; oldest first
   size_t kept_bytes = 0;
   size_t cache_limit = 0;
   int started_pid = 0;  // the process the fields below are of (see adopt)

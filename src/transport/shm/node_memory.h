@@ -19,8 +19,8 @@ namespace hicoll {
 
 // What a post says about the allocation around a buffer (id 0: not node memory).
 struct NodeMemRef {
-  uint64_t id = 0;   // random, never 0: tells this allocation from a later one on its inode
-  uint64_t ino = 0;  // the segment's inode, fd its descriptor in the owner
+  uint64_t id = 0;    // random, never 0: tells this allocation from a later one on its inode
+  uint64_t ino = 0;   // the segment's inode, fd its descriptor in the owner
   uint64_t base = 0;  // its first byte, in the owner's address space
   uint64_t size = 0;
   int32_t fd = -1;

@@ -26,7 +26,9 @@ namespace {
 std::mutex g_mu;
 std::map<uint64_t, std::weak_ptr<void>> g_maps;
 
-std::string gib(uint64_t bytes) { return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1 << 30)); }
+std::string gib(uint64_t bytes) {
+  return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1 << 30));
+}
 
 // A number from a cgroup file ("max" and unreadable: none).
 bool readCgroupValue(const std::string& path, uint64_t* v) {
@@ -106,9 +108,10 @@ std::string sharedMemoryShortfall(size_t bytes) {
   std::string where;
   const bool cg = cgroupRoom(&limit, &used, &where);
   if (bytes <= avail && (!cg || bytes <= limit - used)) return "";
-  std::string s = fmt::format("{} bytes ({}) asked, {} available on this machine (MemAvailable)", bytes, gib(bytes),
-                              gib(avail));
-  if (cg) s += fmt::format(", {} left under the memory limit of {} of the cgroup {}", gib(limit - used), gib(limit), where);
+  std::string s =
+      fmt::format("{} bytes ({}) asked, {} available on this machine (MemAvailable)", bytes, gib(bytes), gib(avail));
+  if (cg)
+    s += fmt::format(", {} left under the memory limit of {} of the cgroup {}", gib(limit - used), gib(limit), where);
   return s;
 }
 
@@ -128,7 +131,8 @@ ShmSegment ShmSegment::create(size_t size, const char* what, bool reserve) {
   const int fd = s.map_->fd;
   fchmod(fd, 0600);
   if (ftruncate(fd, static_cast<off_t>(size)) < 0)
-    throwSystemError(fmt::format("{}: sizing shared memory to {} bytes", what, size).c_str(), errno, __FILE__, __LINE__);
+    throwSystemError(fmt::format("{}: sizing shared memory to {} bytes", what, size).c_str(), errno, __FILE__,
+                     __LINE__);
   // Its size is final: a peer that maps it can never fault on a page past a shrunk end.
   fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
   struct stat st {};
@@ -155,10 +159,10 @@ void ShmSegment::reserve(size_t off, size_t len, const char* what) {
   // fallocate allocates every page or none (tmpfs undoes a partial one): no SIGBUS later.
   if (fallocate(map_->fd, 0, static_cast<off_t>(off), static_cast<off_t>(len)) < 0) {
     const int err = errno;
-    throwSystemError(fmt::format("{}: allocating {} bytes of shared memory ({} available now)", what, len,
-                                 gib(memAvailable()))
-                         .c_str(),
-                     err, __FILE__, __LINE__);
+    throwSystemError(
+        fmt::format("{}: allocating {} bytes of shared memory ({} available now)", what, len, gib(memAvailable()))
+            .c_str(),
+        err, __FILE__, __LINE__);
   }
 }
 

@@ -9,9 +9,9 @@
 #include <algorithm>
 #include <cstring>
 
-#include "bootstrap/bootstrap.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "bootstrap/bootstrap.h"
 
 namespace hicoll {
 namespace {
@@ -23,7 +23,9 @@ constexpr size_t kBounceBytes = 256 << 10;  // per ordered pair, only used witho
 constexpr size_t kCmaPiece = 4 << 20;       // large pieces: CMA pins pages per call
 constexpr size_t kPage = 4096;
 
-size_t roundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
+size_t roundUp(size_t x, size_t a) {
+  return (x + a - 1) / a * a;
+}
 
 // Yama's ptrace_scope, -1 without Yama.
 int yamaScope() {
@@ -63,7 +65,7 @@ struct ShmTransport::Req {
 };
 
 struct alignas(64) QueueShared {
-  std::atomic<uint64_t> head{0};  // sender: descriptors posted
+  std::atomic<uint64_t> head{0};                   // sender: descriptors posted
   alignas(64) std::atomic<uint64_t> tail{0};       // receiver: descriptors completed
   alignas(64) std::atomic<uint64_t> bytes_in{0};   // sender: bytes written into the bounce ring
   alignas(64) std::atomic<uint64_t> bytes_out{0};  // receiver: bytes taken out of it
@@ -77,9 +79,9 @@ struct ShmTransport::Header {
   uint64_t base_in_owner;  // where the owner mapped this segment
   std::atomic<uint32_t> aborted;
   std::atomic<uint64_t> failed_call;  // the call it aborted in (stored before aborted)
-  std::atomic<uint32_t> closed;  // destroyed cleanly: its exit is not a failure
-  char reason[1024];             // why it aborted or rejected a call (set before either is seen)
-  NodeMemFreeLog freed;          // its process's node memory released for good (node_memory.h)
+  std::atomic<uint32_t> closed;       // destroyed cleanly: its exit is not a failure
+  char reason[1024];                  // why it aborted or rejected a call (set before either is seen)
+  NodeMemFreeLog freed;               // its process's node memory released for good (node_memory.h)
   Board board;
   QueueShared queue[1];  // [local size], to each receiver
 };
@@ -101,8 +103,10 @@ std::string ShmTransport::allowPeerReads(const std::string& mode, const std::vec
     prctl(PR_SET_PTRACER, others[0], 0, 0, 0);
     return fmt::format("Yama ptrace_scope=1: pid {} declared as this rank's tracer", others[0]);
   }
-  return fmt::format("Yama ptrace_scope={}: single-copy reads between {} processes would need wider ptrace access "
-                     "than hicoll grants; shared-memory staging instead", scope, others.size() + 1);
+  return fmt::format(
+      "Yama ptrace_scope={}: single-copy reads between {} processes would need wider ptrace access "
+      "than hicoll grants; shared-memory staging instead",
+      scope, others.size() + 1);
 }
 
 ShmTransport::ShmTransport(Bootstrap& bs, const std::vector<int>& local_ranks, const ShmOptions& opt)
@@ -162,8 +166,8 @@ ShmTransport::ShmTransport(Bootstrap& bs, const std::vector<int>& local_ranks, c
   bs.allgather(why, whys.data(), sizeof why);
   for (int i = 0; i < L; ++i) {
     const char* w = &whys[sizeof why * local_ranks_[i]];
-    HC_CHECK(!w[0], hcSystemError, "shm: rank {} cannot map the shared memory of its node's ranks: {}",
-             local_ranks_[i], std::string(w, strnlen(w, sizeof why)));
+    HC_CHECK(!w[0], hcSystemError, "shm: rank {} cannot map the shared memory of its node's ranks: {}", local_ranks_[i],
+             std::string(w, strnlen(w, sizeof why)));
   }
   segs_[me_].closeFd();
 
@@ -187,7 +191,9 @@ ShmTransport::ShmTransport(Bootstrap& bs, const std::vector<int>& local_ranks, c
   if (opt_.cma == "1" && !direct_)
     HC_THROW(hcUnsupported, "HICOLL_SHM_CMA=1 but process_vm_readv between the ranks of this node is not permitted");
   HC_INFO("shm: {} local ranks, intra-node copies: {}{}", L,
-          same_process_ ? "memcpy (ranks are threads)" : direct_ ? "single copy (process_vm_readv)" : "bounce buffers (two copies)",
+          same_process_ ? "memcpy (ranks are threads)"
+          : direct_     ? "single copy (process_vm_readv)"
+                        : "bounce buffers (two copies)",
           cma_note_.empty() ? "" : " (" + cma_note_ + ")");
   pairs_.resize(L);
   for (auto& p : pairs_) p = std::make_unique<Pair>();
@@ -204,13 +210,19 @@ ShmTransport::~ShmTransport() {
     if (fd >= 0) ::close(fd);
 }
 
-ShmTransport::Header& ShmTransport::header(int local) { return *static_cast<Header*>(segs_[local].base()); }
-Board& ShmTransport::board(int local) { return header(local).board; }
+ShmTransport::Header& ShmTransport::header(int local) {
+  return *static_cast<Header*>(segs_[local].base());
+}
+Board& ShmTransport::board(int local) {
+  return header(local).board;
+}
 
 char* ShmTransport::scratch(int local) {
   return static_cast<char*>(segs_[local].base()) + header_bytes_ + bounce_bytes_ * localSize();
 }
-char* ShmTransport::sort(int local) { return scratch(local) + roundUp(opt_.scratch_bytes, kPage); }
+char* ShmTransport::sort(int local) {
+  return scratch(local) + roundUp(opt_.scratch_bytes, kPage);
+}
 
 void ShmTransport::read(int local, const void* remote, void* dst, size_t len) {
   if (len == 0) return;
@@ -274,7 +286,8 @@ const char* ShmTransport::mapPeerMemory(int local, const NodeMemRef& ref, const 
   while (peer_mem_bytes_ > opt_.peer_mem_bytes || peer_mem_.size() > 256) {
     auto lru = peer_mem_.end();
     for (auto j = peer_mem_.begin(); j != peer_mem_.end(); ++j)
-      if (j->second.last_call != call && (lru == peer_mem_.end() || j->second.last_call < lru->second.last_call)) lru = j;
+      if (j->second.last_call != call && (lru == peer_mem_.end() || j->second.last_call < lru->second.last_call))
+        lru = j;
     if (lru == peer_mem_.end()) break;
     peer_mem_bytes_ -= lru->second.seg.size();
     peer_mem_.erase(lru);
@@ -380,33 +393,40 @@ std::string ShmTransport::peerState(int local) {
   const uint64_t s0 = b.post[0].posted.load(std::memory_order_acquire);
   const uint64_t s1 = b.post[1].posted.load(std::memory_order_acquire);
   const uint64_t seq = std::max(s0, s1);
-  const std::string at = seq == 0 ? "no call yet on this communicator"
-                         : fmt::format("{} {}", b.done.load(std::memory_order_acquire) >= seq ? "done with" : "in",
-                                       describeCall(b.post[s1 > s0 ? 1 : 0].desc));
+  const std::string at = seq == 0
+                             ? "no call yet on this communicator"
+                             : fmt::format("{} {}", b.done.load(std::memory_order_acquire) >= seq ? "done with" : "in",
+                                           describeCall(b.post[s1 > s0 ? 1 : 0].desc));
   return fmt::format("pid {}{}, {}", pids_[local], stopped(local) ? ", stopped (SIGSTOP or a debugger)" : "", at);
 }
 
 void ShmTransport::explainReadFailure(int local) {
   // A peer frees its buffers only after its call returned, which for a failed call is after its
   // abort; a dying process's memory goes before its pidfd says so. A moment covers both.
-  waitUntil([&] {
-    if (failed(local)) throwPeerError(local, "a read of its buffer");
-    bool exited = false;
-    if (pidfds_[local] >= 0) {
-      pollfd p{pidfds_[local], POLLIN, 0};
-      exited = ::poll(&p, 1, 0) > 0;
-    }
-    if (closed(local))
-      HC_THROW(hcRemoteError, "local peer rank {} destroyed its communicator while this rank read its buffer",
-               commRank(local));
-    if (exited) throwPeerError(local, "a read of its buffer");
-    return false;  // nothing to explain yet: look again until the moment is over
-  }, Deadline(std::min<long>(opt_.timeout_ms, 250)));
+  waitUntil(
+      [&] {
+        if (failed(local)) throwPeerError(local, "a read of its buffer");
+        bool exited = false;
+        if (pidfds_[local] >= 0) {
+          pollfd p{pidfds_[local], POLLIN, 0};
+          exited = ::poll(&p, 1, 0) > 0;
+        }
+        if (closed(local))
+          HC_THROW(hcRemoteError, "local peer rank {} destroyed its communicator while this rank read its buffer",
+                   commRank(local));
+        if (exited) throwPeerError(local, "a read of its buffer");
+        return false;  // nothing to explain yet: look again until the moment is over
+      },
+      Deadline(std::min<long>(opt_.timeout_ms, 250)));
 }
 
-bool ShmTransport::closed(int local) { return header(local).closed.load(std::memory_order_acquire) != 0; }
+bool ShmTransport::closed(int local) {
+  return header(local).closed.load(std::memory_order_acquire) != 0;
+}
 
-bool ShmTransport::failed(int local) { return header(local).aborted.load(std::memory_order_acquire) != 0; }
+bool ShmTransport::failed(int local) {
+  return header(local).aborted.load(std::memory_order_acquire) != 0;
+}
 
 void ShmTransport::setReason(const std::string& why) {
   std::snprintf(header(me_).reason, sizeof header(me_).reason, "%s", why.c_str());

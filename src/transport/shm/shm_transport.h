@@ -60,7 +60,7 @@ class ShmTransport : public Transport {
   int localSize() const { return static_cast<int>(local_ranks_.size()); }
   int localIndex() const { return me_; }
   int commRank(int local) const { return local_ranks_[local]; }
-  Board& board(int local);  // the layout NodeBoard's protocol works on
+  Board& board(int local);   // the layout NodeBoard's protocol works on
   char* scratch(int local);  // the peer's scratch buffer as mapped here
   char* sort(int local);
   // One copy of len bytes at remote (an address in the peer's process) into dst.
@@ -138,7 +138,8 @@ class ShmTransport : public Transport {
 
 template <class Pred>
 void ShmTransport::waitFor(Pred pred, const Deadline& deadline, const char* what, int local) {
-  waitUntil(pred, deadline, [&] { checkPeers(); }, [&] { throwTimeout(local, what); });
+  waitUntil(
+      pred, deadline, [&] { checkPeers(); }, [&] { throwTimeout(local, what); });
 }
 
 }  // namespace hicoll
