@@ -51,6 +51,8 @@ class Backoff {
 
 // What one pass of a wait found: it is over, something moved (spin again at once), or nothing.
 enum class Progress { Done, Moved, Idle };
+// Idle passes in a row that only spin before the checks and the clock run on every idle pass.
+constexpr unsigned kSpinPasses = 32;
 
 // The one bounded wait of hicoll: runs pass() until it returns Done (or true). After a pass
 // that moved nothing, idle() runs the caller's checks (peers, aborts, failure notices: it throws
@@ -60,6 +62,7 @@ enum class Progress { Done, Moved, Idle };
 template <class Pass, class Idle, class Timeout>
 bool waitUntil(Pass&& pass, const Deadline& deadline, Idle&& idle, Timeout&& timeout) {
   Backoff backoff;
+  unsigned spins = 0;
   for (;;) {
     Progress p;
     if constexpr (std::is_same_v<decltype(pass()), bool>) p = pass() ? Progress::Done : Progress::Idle;
@@ -67,6 +70,14 @@ bool waitUntil(Pass&& pass, const Deadline& deadline, Idle&& idle, Timeout&& tim
     if (p == Progress::Done) return true;
     if (p == Progress::Moved) {
       backoff.reset();
+      spins = 0;
+      continue;
+    }
+    // The first idle passes only spin: what a small call waits for (a local peer's post)
+    // usually comes within them, and the checks and the clock would delay noticing it.
+    if (spins < kSpinPasses) {
+      ++spins;
+      backoff.pause();
       continue;
     }
     idle();
