@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Installs what hicoll needs on a fresh Debian 12 machine, creates .venv (torch pinned in
 # plugins/torch/requirements.txt, the clients of tests/torch/requirements-clients.txt; pip's
-# cache keeps the wheels for the next run), builds everything into build/ (ctest) and installs
-# hicoll into .venv the way a user does: pip install of the repository root (libhicoll built
-# by scikit-build-core and bundled with the plugin; build tree kept in build/python).
+# cache keeps the wheels for the next run), builds everything into build/ (ctest; through ccache,
+# so a rebuild from scratch compiles only what changed) and installs hicoll into .venv with pip
+# install of the repository root, reusing build/'s libhicoll (HICOLL_BUILD_DIR=build: only the
+# torch plugin is compiled, in build/python; .venv's hicoll then loads build/src/libhicoll.so).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 log() { echo "== setup: $*"; }
 
-packages=(build-essential cmake ninja-build pkg-config git rsync
+packages=(build-essential cmake ninja-build pkg-config ccache clang-format git rsync
   libfabric-dev libfabric-bin libopenmpi-dev openmpi-bin
   libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev libfmt-dev
   fortunes-min iproute2 python3-venv)
@@ -36,9 +37,9 @@ log "cmake build (jobs $jobs)"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTorch_DIR="$torch_dir" >/dev/null
 ninja -C build -j "$jobs"
 
-log "hicoll into .venv (pip install --no-build-isolation .)"
-CMAKE_BUILD_PARALLEL_LEVEL=$jobs .venv/bin/pip install -q --disable-pip-version-check \
-  --no-build-isolation --no-deps -C build-dir=build/python .
+log "hicoll into .venv (HICOLL_BUILD_DIR=build pip install --no-build-isolation .)"
+HICOLL_BUILD_DIR="$PWD/build" CMAKE_BUILD_PARALLEL_LEVEL=$jobs .venv/bin/pip install -q \
+  --disable-pip-version-check --no-build-isolation --no-deps -C build-dir=build/python .
 log "hicoll-smddp into .venv (smdistributed.dataparallel.torch.torch_smddp for SMDDP scripts)"
 .venv/bin/pip install -q --disable-pip-version-check --no-build-isolation --no-deps plugins/torch/smddp
 .venv/bin/python -c "import hicoll.torch" && log "import hicoll.torch: ok"

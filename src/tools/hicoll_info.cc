@@ -52,8 +52,13 @@ static void markdown() {
       "| `HICOLL_PREFIX` | an installed prefix (include/hicoll, lib/libhicoll.so) instead |\n"
       "| `HICOLL_PLUGIN_CUDA` | 0: build the plugin without CUDA; 1: a missing CUDA toolkit is an error; "
       "auto (unset): CUDA when torch has it and a matching toolkit is usable |\n"
+      "| `HICOLL_TORCH_SITE` | set by the build backend under pip's isolation: the site-packages of the "
+      "environment pip installs into, whose torch the plugin is built against |\n"
+      "\nCMake options: `-DHICOLL_USE_CCACHE=OFF` (compile without ccache where it is installed), "
+      "`-DHICOLL_PLUGIN_PCH=OFF` (the plugin without precompiled torch headers).\n"
       "\nThe build derives CMake variables of its own from the interpreter's torch (torch_flags.py; not "
-      "for users to set): `HICOLL_TORCH_VERSION`, `HICOLL_TORCH_INCLUDE_DIRS`, `HICOLL_TORCH_LIBRARY_DIR`, "
+      "for users to set): `HICOLL_TORCH_VERSION`, `HICOLL_TORCH_PACKAGE_DIR`, `HICOLL_TORCH_INCLUDE_DIRS`, "
+      "`HICOLL_TORCH_LIBRARY_DIR`, "
       "`HICOLL_TORCH_LIBRARIES`, `HICOLL_TORCH_CXX11_ABI`, `HICOLL_TORCH_CXX_STANDARD`, "
       "`HICOLL_PLUGIN_WITH_CUDA`, `HICOLL_PLUGIN_CUDA_WHY`, `HICOLL_PLUGIN_CUDA_HOME`.\n");
   std::printf(

@@ -421,6 +421,11 @@ def scenario_options() -> dict:
     dist.all_reduce(t, group=g)
     check(t, torch.full((1 << 12,), float(WORLD)), "allreduce on the new group")
     assert ht.stats(g)["allreduce"]["hierarchical"] == 1, ht.stats(g)["allreduce"]
+    # topo_node: one label on every rank makes the group one node (the world's ranks are two).
+    one = dist.new_group(list(range(WORLD)), pg_options=ht.Options(topo_node="one"))
+    one_cfg, one_st = ht.config(one), ht.stats(one)
+    assert one_cfg["topo_node"] == "one" and world["topo_node"] != "one", (one_cfg, world)
+    assert one_st["nnodes"] == 1 and ht.stats()["nnodes"] == WORLD, (one_st, ht.stats())
     # A bad value is the same error the variable gives, naming the field.
     try:
         dist.new_group(list(range(WORLD)), pg_options=ht.Options(net_window=0))

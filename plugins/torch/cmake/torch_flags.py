@@ -4,16 +4,25 @@ CMakeLists.txt: headers, libraries, ABI, C++ standard, and whether to build with
 CUDA (HICOLL_PLUGIN_CUDA=auto|0|1): with CUDA only when torch has CUDA and a toolkit is usable
 for it -- nvcc runs and its major version is torch's (a toolkit that merely exists, or one of
 another major version, is not enough). 0 forces the CPU-only build; 1 makes a missing or
-mismatched toolkit an error."""
+mismatched toolkit an error.
+
+HICOLL_TORCH_SITE=<site-packages>: import torch from there, ahead of this interpreter's path (the
+build backend sets it when pip's build isolation hides the target environment's torch)."""
 import os
 import re
 import shutil
+import site
 import subprocess
 import sys
 import warnings
 
-import torch
-from torch.utils import cpp_extension
+if os.environ.get("HICOLL_TORCH_SITE"):
+    _before = list(sys.path)
+    site.addsitedir(os.environ["HICOLL_TORCH_SITE"])  # its .pth files too
+    sys.path = [p for p in sys.path if p not in _before] + _before
+
+import torch  # noqa: E402
+from torch.utils import cpp_extension  # noqa: E402
 
 
 def cmake_list(items):
@@ -79,6 +88,7 @@ def main():
         libs += ["c10_cuda", "torch_cuda"]
     lines = {
         "HICOLL_TORCH_VERSION": torch.__version__,
+        "HICOLL_TORCH_PACKAGE_DIR": os.path.dirname(torch.__file__),
         "HICOLL_TORCH_INCLUDE_DIRS": cmake_list(cpp_extension.include_paths()),
         "HICOLL_TORCH_LIBRARY_DIR": os.path.join(os.path.dirname(torch.__file__), "lib"),
         "HICOLL_TORCH_LIBRARIES": cmake_list(libs),

@@ -83,13 +83,14 @@ class Options:
     variable (env.md); a field set overrides it for this group only, checked like the variable.
     """
 
-    FIELDS = ("algo", "force_fallback", "debug", "name", "timeout_ms", "chunk_size",
+    FIELDS = ("algo", "force_fallback", "debug", "name", "topo_node", "timeout_ms", "chunk_size",
               "net_chunk_size", "net_window", "device_chunk_size", "allreduce_small_bytes",
               "scratch_bytes", "sort_bytes", "quant_min_nodes")
 
-    def __init__(self, *, algo=None, force_fallback=None, debug=None, name=None, timeout_ms=None,
-                 chunk_size=None, net_chunk_size=None, net_window=None, device_chunk_size=None,
-                 allreduce_small_bytes=None, scratch_bytes=None, sort_bytes=None, quant_min_nodes=None):
+    def __init__(self, *, algo=None, force_fallback=None, debug=None, name=None, topo_node=None,
+                 timeout_ms=None, chunk_size=None, net_chunk_size=None, net_window=None,
+                 device_chunk_size=None, allreduce_small_bytes=None, scratch_bytes=None,
+                 sort_bytes=None, quant_min_nodes=None):
         args = dict(locals())
         for f in self.FIELDS:
             setattr(self, f, args[f])

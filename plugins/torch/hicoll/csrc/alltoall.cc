@@ -40,7 +40,8 @@ std::vector<size_t> splitBytes(const at::Tensor& t, const std::vector<int64_t>& 
 
 std::optional<std::string> hostOnly(const std::vector<at::Tensor>& ts) {
   for (const auto& t : ts)
-    if (!t.device().is_cpu()) return c10::str("tensor on ", t.device(), ": hicoll's AllToAll runs on host buffers only");
+    if (!t.device().is_cpu())
+      return c10::str("tensor on ", t.device(), ": hicoll's AllToAll runs on host buffers only");
   return std::nullopt;
 }
 
@@ -77,8 +78,8 @@ c10::intrusive_ptr<c10d::Work> HicollBackend::alltoall(std::vector<at::Tensor>& 
                                                        std::vector<at::Tensor>& inputs,
                                                        const c10d::AllToAllOptions& opts) {
   const int W = getSize();
-  TORCH_CHECK(static_cast<int>(inputs.size()) == W && static_cast<int>(outputs.size()) == W, "hicoll: all_to_all: ",
-              inputs.size(), " inputs and ", outputs.size(), " outputs for a group of ", W);
+  TORCH_CHECK(static_cast<int>(inputs.size()) == W && static_cast<int>(outputs.size()) == W,
+              "hicoll: all_to_all: ", inputs.size(), " inputs and ", outputs.size(), " outputs for a group of ", W);
   auto reason = declineReason("alltoall", concat(inputs, outputs), nullptr);  // also: one dtype
   if (!reason) reason = hostOnly(concat(inputs, outputs));
   std::vector<size_t> sb, rb;

@@ -28,14 +28,20 @@ namespace {
 hcConfig_t hcConfigOf(const HicollBackend::Config& cfg) {
   hcConfig_t c = HC_CONFIG_INITIALIZER;
   c.name = cfg.group_name.c_str();
-  const std::map<std::string, const char**> text = {
-      {"algo", &c.algo}, {"force_fallback", &c.forceFallback}, {"debug", &c.debug}, {"name", &c.name}};
-  const std::map<std::string, long long*> ints = {
-      {"timeout_ms", &c.timeoutMs},         {"chunk_size", &c.chunkBytes},
-      {"net_chunk_size", &c.netChunkBytes}, {"net_window", &c.netWindow},
-      {"device_chunk_size", &c.deviceChunkBytes}, {"allreduce_small_bytes", &c.allreduceSmallBytes},
-      {"scratch_bytes", &c.scratchBytes},   {"sort_bytes", &c.sortBytes},
-      {"quant_min_nodes", &c.quantMinNodes}};
+  const std::map<std::string, const char**> text = {{"algo", &c.algo},
+                                                    {"force_fallback", &c.forceFallback},
+                                                    {"debug", &c.debug},
+                                                    {"name", &c.name},
+                                                    {"topo_node", &c.topoNode}};
+  const std::map<std::string, long long*> ints = {{"timeout_ms", &c.timeoutMs},
+                                                  {"chunk_size", &c.chunkBytes},
+                                                  {"net_chunk_size", &c.netChunkBytes},
+                                                  {"net_window", &c.netWindow},
+                                                  {"device_chunk_size", &c.deviceChunkBytes},
+                                                  {"allreduce_small_bytes", &c.allreduceSmallBytes},
+                                                  {"scratch_bytes", &c.scratchBytes},
+                                                  {"sort_bytes", &c.sortBytes},
+                                                  {"quant_min_nodes", &c.quantMinNodes}};
   for (const auto& [k, v] : cfg.text_options) {
     auto it = text.find(k);
     TORCH_CHECK(it != text.end(), "hicoll.torch.Options: unknown option '", k, "'");
@@ -92,8 +98,7 @@ std::vector<c10::weak_intrusive_ptr<HicollBackend>>& liveBackends() {
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
-HicollBackend::HicollBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                             Config cfg)
+HicollBackend::HicollBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, Config cfg)
     : Backend(rank, size), cfg_(std::move(cfg)) {
   incarnation_ = agreeIncarnation(store, size);
   store_ = c10::make_intrusive<c10d::PrefixStore>(c10::str("hicoll/", incarnation_), store);
@@ -102,10 +107,9 @@ HicollBackend::HicollBackend(const c10::intrusive_ptr<c10d::Store>& store, int r
   const hcResult_t res = hcCommInitRankStoreConfig(&comm_, size, rank, bridge_->ops(), "comm", &options);
   if (res != hcSuccess) {
     comm_ = nullptr;
-    C10_THROW_ERROR(DistBackendError,
-                    c10::str("hicoll: communicator creation failed on rank ", rank, " of ", size,
-                             " (group '", cfg_.group_name, "', incarnation ", incarnation_,
-                             "): ", hcGetErrorString(res), ": ", hcGetLastError(nullptr)));
+    C10_THROW_ERROR(DistBackendError, c10::str("hicoll: communicator creation failed on rank ", rank, " of ", size,
+                                               " (group '", cfg_.group_name, "', incarnation ", incarnation_,
+                                               "): ", hcGetErrorString(res), ": ", hcGetLastError(nullptr)));
   }
   readConfig();
   start();
@@ -120,20 +124,21 @@ void HicollBackend::readConfig() {
   forced_ = wordsOf(c.forceFallback);
 }
 
-HicollBackend::HicollBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                             Config cfg, hcComm_t comm)
+HicollBackend::HicollBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, Config cfg,
+                             hcComm_t comm)
     : Backend(rank, size), store_(store), cfg_(std::move(cfg)), comm_(comm) {
   readConfig();
   start();
 }
 
-void HicollBackend::start() { worker_ = std::thread([this] { workerLoop(); }); }
+void HicollBackend::start() {
+  worker_ = std::thread([this] { workerLoop(); });
+}
 
 c10::intrusive_ptr<HicollBackend> HicollBackend::track(c10::intrusive_ptr<HicollBackend> b) {
   std::lock_guard<std::mutex> lock(liveMutex());
   auto& live = liveBackends();
-  live.erase(std::remove_if(live.begin(), live.end(), [](const auto& w) { return w.expired(); }),
-             live.end());
+  live.erase(std::remove_if(live.begin(), live.end(), [](const auto& w) { return w.expired(); }), live.end());
   live.emplace_back(b);
   return b;
 }
@@ -159,8 +164,8 @@ void HicollBackend::shutdownAll() {
     try {
       b->shutdown();
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "hicoll torch: shutdown of group '%s' at exit failed: %s\n",
-                   b->groupName().c_str(), e.what());
+      std::fprintf(stderr, "hicoll torch: shutdown of group '%s' at exit failed: %s\n", b->groupName().c_str(),
+                   e.what());
     }
   }
 }
@@ -183,8 +188,8 @@ void HicollBackend::stopWorker(bool drain) {
   q_cv_.notify_all();
   idle_cv_.notify_all();
   for (auto& w : dropped) {
-    w->complete(std::make_exception_ptr(c10::DistBackendError(
-        {__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, "hicoll: process group aborted")));
+    w->complete(std::make_exception_ptr(
+        c10::DistBackendError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, "hicoll: process group aborted")));
   }
   if (worker_.joinable() && worker_.get_id() != std::this_thread::get_id()) {
     worker_.join();  // an in-flight call ends within HICOLL_TIMEOUT_MS
@@ -232,7 +237,8 @@ at::Tensor HicollBackend::allocateTensor(long size, at::TensorOptions options) {
     });
     return at::empty({size}, options);
   }
-  return at::from_blob(p, {size}, [](void* q) { hcMemFree(q); }, options);
+  return at::from_blob(
+      p, {size}, [](void* q) { hcMemFree(q); }, options);
 }
 
 void HicollBackend::abort() {
@@ -268,8 +274,7 @@ c10::intrusive_ptr<c10d::Backend> HicollBackend::split(const c10::intrusive_ptr<
                                                        const std::vector<int>& ranks,
                                                        const c10::intrusive_ptr<Options>& opts) {
   auto it = std::find(ranks.begin(), ranks.end(), getRank());
-  TORCH_CHECK(it != ranks.end(), "hicoll: split called on rank ", getRank(),
-              " which is not in the new group");
+  TORCH_CHECK(it != ranks.end(), "hicoll: split called on rank ", getRank(), " which is not in the new group");
   Config cfg = cfg_;
   if (opts) {
     cfg.timeout = opts->timeout;
@@ -277,9 +282,8 @@ c10::intrusive_ptr<c10d::Backend> HicollBackend::split(const c10::intrusive_ptr<
   }
   cfg.global_ranks.clear();
   for (int r : ranks) {
-    cfg.global_ranks.push_back(static_cast<size_t>(r) < cfg_.global_ranks.size()
-                                   ? cfg_.global_ranks[r]
-                                   : static_cast<uint64_t>(r));
+    cfg.global_ranks.push_back(static_cast<size_t>(r) < cfg_.global_ranks.size() ? cfg_.global_ranks[r]
+                                                                                 : static_cast<uint64_t>(r));
   }
   // splitGroup hands every split the parent's store: key the bootstrap by the new group.
   // torch names each split uniquely; without a name, the members and a per-parent count.
@@ -295,21 +299,19 @@ c10::intrusive_ptr<c10d::Backend> HicollBackend::split(const c10::intrusive_ptr<
   }
   auto split_store = c10::make_intrusive<c10d::PrefixStore>("hicoll_split/" + key, store);
   c10::intrusive_ptr<c10d::Backend> child = track(c10::make_intrusive<HicollBackend>(
-      split_store, static_cast<int>(it - ranks.begin()), static_cast<int>(ranks.size()),
-      std::move(cfg)));
+      split_store, static_cast<int>(it - ranks.begin()), static_cast<int>(ranks.size()), std::move(cfg)));
   split_children_.insert_or_assign(key, c10::weak_intrusive_ptr<c10d::Backend>(child));
   return child;
 }
 #endif
 
 #if HICOLL_TORCH_HAS_SHRINK
-c10::intrusive_ptr<c10d::Backend> HicollBackend::shrink(
-    const std::vector<int64_t>& ranks_to_exclude, int shrink_flags,
-    const c10::intrusive_ptr<Options>& opts) {
+c10::intrusive_ptr<c10d::Backend> HicollBackend::shrink(const std::vector<int64_t>& ranks_to_exclude, int shrink_flags,
+                                                        const c10::intrusive_ptr<Options>& opts) {
   std::vector<int> excluded(ranks_to_exclude.begin(), ranks_to_exclude.end());
   std::sort(excluded.begin(), excluded.end());
-  TORCH_CHECK(!std::binary_search(excluded.begin(), excluded.end(), getRank()), "hicoll: rank ",
-              getRank(), " called shrink but is among the excluded ranks");
+  TORCH_CHECK(!std::binary_search(excluded.begin(), excluded.end(), getRank()), "hicoll: rank ", getRank(),
+              " called shrink but is among the excluded ranks");
   // Every call in flight on this group includes the excluded ranks: it cannot complete. Revoke
   // the communicator so the worker's call returns now (not at HICOLL_TIMEOUT_MS), then stop it.
   hcCommRevoke(comm_);
@@ -325,9 +327,8 @@ c10::intrusive_ptr<c10d::Backend> HicollBackend::shrink(
     res = hcCommShrink(comm_, excluded.data(), static_cast<int>(excluded.size()), &newcomm,
                        shrink_flags | HC_SHRINK_ABORT);
   }
-  TORCH_CHECK(res == hcSuccess, "hicoll: shrink of group '", cfg_.group_name, "' on rank ",
-              getRank(), " excluding ", c10::Join(",", excluded), " failed: ",
-              hcGetErrorString(res), ": ", hcGetLastError(comm_));
+  TORCH_CHECK(res == hcSuccess, "hicoll: shrink of group '", cfg_.group_name, "' on rank ", getRank(), " excluding ",
+              c10::Join(",", excluded), " failed: ", hcGetErrorString(res), ": ", hcGetLastError(comm_));
   Config cfg = cfg_;
   if (opts) cfg.timeout = opts->timeout;
   cfg.global_ranks.clear();
@@ -335,13 +336,11 @@ c10::intrusive_ptr<c10d::Backend> HicollBackend::shrink(
   for (int r = 0; r < getSize(); ++r) {
     if (std::binary_search(excluded.begin(), excluded.end(), r)) continue;
     if (r == getRank()) new_rank = static_cast<int>(cfg.global_ranks.size());
-    cfg.global_ranks.push_back(static_cast<size_t>(r) < cfg_.global_ranks.size()
-                                   ? cfg_.global_ranks[r]
-                                   : static_cast<uint64_t>(r));
+    cfg.global_ranks.push_back(static_cast<size_t>(r) < cfg_.global_ranks.size() ? cfg_.global_ranks[r]
+                                                                                 : static_cast<uint64_t>(r));
   }
   // The survivors' fallback rendezvous on keys of their own (no dead rank takes part).
-  auto store = c10::make_intrusive<c10d::PrefixStore>(
-      c10::str("shrink/", c10::Join(",", excluded), "/"), store_);
+  auto store = c10::make_intrusive<c10d::PrefixStore>(c10::str("shrink/", c10::Join(",", excluded), "/"), store_);
   const int new_size = static_cast<int>(cfg.global_ranks.size());
   return track(c10::make_intrusive<HicollBackend>(store, new_rank, new_size, std::move(cfg), newcomm));
 }
@@ -355,20 +354,17 @@ void HicollBackend::countHicoll(const char* op) {
   hicoll_calls_[op]++;
 }
 
-void HicollBackend::countFallback(const char* op, c10::DeviceType device,
-                                  const std::string& reason) {
+void HicollBackend::countFallback(const char* op, c10::DeviceType device, const std::string& reason) {
   bool announce = false;
   {
     std::lock_guard<std::mutex> lock(stats_mu_);
     fallback_calls_[op]++;
     fallback_reasons_[op] = reason;
-    announce = log_level_ >= 3 ||
-               (log_level_ >= 2 && announced_.insert(std::string(op) + '\0' + reason).second);
+    announce = log_level_ >= 3 || (log_level_ >= 2 && announced_.insert(std::string(op) + '\0' + reason).second);
   }
   if (announce) {
-    std::fprintf(stderr, "hicoll [rank %d] INFO torch: %s on group '%s' runs on the %s fallback: %s\n",
-                 getRank(), op, cfg_.group_name.c_str(),
-                 device == c10::kCPU ? "gloo" : "nccl", reason.c_str());
+    std::fprintf(stderr, "hicoll [rank %d] INFO torch: %s on group '%s' runs on the %s fallback: %s\n", getRank(), op,
+                 cfg_.group_name.c_str(), device == c10::kCPU ? "gloo" : "nccl", reason.c_str());
   }
 }
 
@@ -454,8 +450,7 @@ void HicollBackend::workerLoop() {
     }
     if (!broken.empty()) {
       work->complete(std::make_exception_ptr(c10::DistBackendError(
-          {__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
-          "hicoll: communicator failed earlier: " + broken)));
+          {__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, "hicoll: communicator failed earlier: " + broken)));
     } else {
       std::lock_guard<std::mutex> call(call_mu_);
       work->execute();
@@ -478,12 +473,9 @@ std::chrono::milliseconds HicollBackend::opTimeout(std::chrono::milliseconds req
   return requested == c10d::kUnsetTimeout ? cfg_.timeout : requested;
 }
 
-HicollBackend::WorkPtr HicollBackend::submit(c10d::OpType type, const char* op,
-                                             std::vector<at::Tensor> outputs,
-                                             std::chrono::milliseconds timeout,
-                                             const std::vector<at::Tensor>& probe,
-                                             std::optional<std::string> reason, RunFn run,
-                                             FallbackCall fb) {
+HicollBackend::WorkPtr HicollBackend::submit(c10d::OpType type, const char* op, std::vector<at::Tensor> outputs,
+                                             std::chrono::milliseconds timeout, const std::vector<at::Tensor>& probe,
+                                             std::optional<std::string> reason, RunFn run, FallbackCall fb) {
   const auto device = probe.empty() ? c10::kCPU : probe.front().device().type();
   seq_++;
   if (reason && device != c10::kCPU) {
@@ -531,9 +523,8 @@ HicollBackend::WorkPtr HicollBackend::submit(c10d::OpType type, const char* op,
       return WorkPtr();
     };
   }
-  auto work = c10::make_intrusive<HicollWork>(getRank(), type, std::move(outputs), timeout,
-                                              seq_.load(), std::move(hicoll_run),
-                                              [fallback] { return fallback(nullptr); });
+  auto work = c10::make_intrusive<HicollWork>(getRank(), type, std::move(outputs), timeout, seq_.load(),
+                                              std::move(hicoll_run), [fallback] { return fallback(nullptr); });
   enqueue(work);
   return work;
 }
@@ -542,11 +533,10 @@ HicollBackend::WorkPtr HicollBackend::submit(c10d::OpType type, const char* op,
 // CUDA tensors, NCCL-style: hicoll enqueues the call on the caller's current stream (it starts
 // after the work already there, later work waits for it) and the Work completes with an event
 // recorded after it. Contiguous copies and copies back are stream-ordered around it too.
-HicollBackend::WorkPtr HicollBackend::runOnStream(c10d::OpType type, const char* op,
-                                                  std::vector<at::Tensor> outputs,
+HicollBackend::WorkPtr HicollBackend::runOnStream(c10d::OpType type, const char* op, std::vector<at::Tensor> outputs,
                                                   std::chrono::milliseconds timeout,
-                                                  const std::vector<at::Tensor>& probe,
-                                                  const RunFn& run, const FallbackCall& fb) {
+                                                  const std::vector<at::Tensor>& probe, const RunFn& run,
+                                                  const FallbackCall& fb) {
   const c10::Device device = probe.front().device();
   // hicoll's device engine binds the communicator to the current device at its first device
   // call (and refuses buffers of another GPU later): make it the tensors' device.
@@ -559,8 +549,7 @@ HicollBackend::WorkPtr HicollBackend::runOnStream(c10d::OpType type, const char*
   std::unique_lock<std::mutex> call(call_mu_);
   {
     std::lock_guard<std::mutex> lock(q_mu_);
-    TORCH_CHECK(!stopping_ && comm_, "hicoll: process group '", cfg_.group_name,
-                "' was shut down");
+    TORCH_CHECK(!stopping_ && comm_, "hicoll: process group '", cfg_.group_name, "' was shut down");
     if (!broken_.empty()) {
       C10_THROW_ERROR(DistBackendError, "hicoll: communicator failed earlier: " + broken_);
     }
@@ -589,18 +578,15 @@ HicollBackend::WorkPtr HicollBackend::runOnStream(c10d::OpType type, const char*
       }
     }
   }
-  auto work =
-      c10::make_intrusive<HicollCudaWork>(getRank(), type, std::move(outputs), device, seq_.load());
+  auto work = c10::make_intrusive<HicollCudaWork>(getRank(), type, std::move(outputs), device, seq_.load());
   work->recordOn(stream);
   return work;
 }
 #endif
 
-HicollBackend::WorkPtr HicollBackend::forward(c10d::OpType type, const char* op,
-                                              const std::vector<at::Tensor>& probe,
-                                              std::vector<at::Tensor> outputs,
-                                              std::chrono::milliseconds timeout, bool p2p,
-                                              FallbackCall fb) {
+HicollBackend::WorkPtr HicollBackend::forward(c10d::OpType type, const char* op, const std::vector<at::Tensor>& probe,
+                                              std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout,
+                                              bool p2p, FallbackCall fb) {
   const auto device = probe.empty() ? c10::kCPU : probe.front().device().type();
   const std::string reason = "not implemented by hicoll";
   if (p2p || device != c10::kCPU) {

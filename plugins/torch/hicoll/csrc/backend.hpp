@@ -9,10 +9,10 @@
 // hicoll has no call for), store_bridge.cc, work.cc, tensor_ops.cc.
 #pragma once
 
+#include <torch/version.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
-#include <torch/version.h>
 
 #include <atomic>
 #include <chrono>
@@ -33,8 +33,7 @@
 #include "work.hpp"
 
 #define HICOLL_TORCH_AT_LEAST(major, minor) \
-  (TORCH_VERSION_MAJOR > (major) ||         \
-   (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+  (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 // Backend::split / getBackendOptions / setTimeout / getError (torch >= 2.8).
 #define HICOLL_TORCH_HAS_SPLIT HICOLL_TORCH_AT_LEAST(2, 8)
 // Backend::shrink / supportsShrinking (seen in torch 2.11 headers; absent in 2.7), and
@@ -51,8 +50,8 @@ namespace hicoll_torch {
 // Makes the fallback backend ("gloo" for device "cpu", "nccl" for "cuda") for a group given by
 // (store, rank, size). Implemented in Python (torch.distributed owns those classes); it is a
 // collective over the group, so every rank calls it at the same point of the program.
-using FallbackFactory = std::function<c10::intrusive_ptr<c10d::Backend>(
-    const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, const std::string& device)>;
+using FallbackFactory = std::function<c10::intrusive_ptr<c10d::Backend>(const c10::intrusive_ptr<c10d::Store>& store,
+                                                                        int rank, int size, const std::string& device)>;
 
 // Thrown inside a work's run function when hicoll returns hcUnsupported.
 struct Declined {
@@ -78,8 +77,7 @@ class HicollBackend : public c10d::Backend {
   ~HicollBackend() override;
 
   // Around an existing communicator (shrink): `store` is already this group's own.
-  HicollBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, Config cfg,
-                hcComm_t comm);
+  HicollBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, Config cfg, hcComm_t comm);
 
   // Makes `b` known to shutdownAll (every backend the plugin makes goes through it).
   static c10::intrusive_ptr<HicollBackend> track(c10::intrusive_ptr<HicollBackend> b);
@@ -93,24 +91,30 @@ class HicollBackend : public c10d::Backend {
   void abort() override;
   void shutdown() override;
 #if HICOLL_TORCH_HAS_SPLIT
-  void setTimeout(std::chrono::milliseconds timeout) override { cfg_.timeout = timeout; }
+  void setTimeout(std::chrono::milliseconds timeout) override {
+    cfg_.timeout = timeout;
+  }
   c10d::ErrorType getError() override;
-  bool supportsSplitting() const override { return true; }
+  bool supportsSplitting() const override {
+    return true;
+  }
   c10::intrusive_ptr<Options> getBackendOptions() override;
-  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store,
-                                          const std::vector<int>& ranks,
+  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
                                           const c10::intrusive_ptr<Options>& opts) override;
 #endif
   // FSDP2's set_allocate_memory_from_process_group_for_comm(True): CPU communication buffers
   // in node memory (hcMemAlloc), which the node's ranks read where they lie; freed (kept for
   // reuse) when torch frees the tensor. Device buffers are not offered (deviceIdx >= 0).
-  bool supportsTensorAlloc(c10::DeviceIndex deviceIdx) override { return deviceIdx < 0; }
+  bool supportsTensorAlloc(c10::DeviceIndex deviceIdx) override {
+    return deviceIdx < 0;
+  }
   at::Tensor allocateTensor(long size, at::TensorOptions options = {}) override;
 #if HICOLL_TORCH_HAS_SHRINK
-  bool supportsShrinking() const override { return true; }
+  bool supportsShrinking() const override {
+    return true;
+  }
   // Survivors only, after a failure: hcCommShrink, then a backend around the new communicator.
-  c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<int64_t>& ranks_to_exclude,
-                                           int shrink_flags,
+  c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<int64_t>& ranks_to_exclude, int shrink_flags,
                                            const c10::intrusive_ptr<Options>& opts) override;
 #endif
 
@@ -119,24 +123,24 @@ class HicollBackend : public c10d::Backend {
                                            const c10d::BroadcastOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
-      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                     const c10d::AllreduceCoalescedOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                            std::vector<at::Tensor>& inputs,
                                            const c10d::AllgatherOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
                                                  const c10d::AllgatherOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
-      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                 std::vector<at::Tensor>& inputs,
+                                                                 const c10d::AllgatherOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
                                                 std::vector<std::vector<at::Tensor>>& inputs,
                                                 const c10d::ReduceScatterOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
-      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
-      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                 std::vector<at::Tensor>& inputs,
+                                                                 const c10d::ReduceScatterOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
   // hcAllGatherQuantized (int8, one fp32 scale per `block` elements) of CPU float32 /
@@ -144,29 +148,24 @@ class HicollBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> allgatherQuantized(at::Tensor& output, at::Tensor& input, int64_t block);
   // hcReduceScatterQuantized (int8 partials across nodes; sum, avg, pre-multiplied sum) of CPU
   // float32 / bfloat16 / float16 tensors; hicoll.torch.QuantizedReduceScatter calls it.
-  c10::intrusive_ptr<c10d::Work> reducescatterQuantized(at::Tensor& output, at::Tensor& input,
-                                                        const c10d::ReduceOp& op, int64_t block);
+  c10::intrusive_ptr<c10d::Work> reducescatterQuantized(at::Tensor& output, at::Tensor& input, const c10d::ReduceOp& op,
+                                                        int64_t block);
 
   // Composed from hicoll's calls (composed.cc).
-  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
-                                        const c10d::ReduceOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
-      std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
-      const c10d::AllgatherOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
-                                        std::vector<at::Tensor>& inputs,
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                                         const c10d::GatherOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
-                                         std::vector<std::vector<at::Tensor>>& inputs,
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
                                          const c10d::ScatterOptions& opts) override;
 
   // hcAllToAllv (alltoall.cc): CPU tensors; CUDA ones go to NCCL.
   c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
-                                               std::vector<int64_t>& output_splits,
-                                               std::vector<int64_t>& input_splits,
+                                               std::vector<int64_t>& output_splits, std::vector<int64_t>& input_splits,
                                                const c10d::AllToAllOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
-                                          std::vector<at::Tensor>& inputs,
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& opts) override;
 
   // Forwarded to the fallback backend (forwarded.cc).
@@ -183,8 +182,12 @@ class HicollBackend : public c10d::Backend {
   std::map<std::string, std::string> fallbackReasons() const;
   hcStats stats() const;
   hcConfig_t config() const;  // hcCommGetConfig
-  const std::string& groupName() const { return cfg_.group_name; }
-  uint64_t incarnation() const { return incarnation_; }
+  const std::string& groupName() const {
+    return cfg_.group_name;
+  }
+  uint64_t incarnation() const {
+    return incarnation_;
+  }
 
  private:
   using WorkPtr = c10::intrusive_ptr<c10d::Work>;
@@ -193,8 +196,8 @@ class HicollBackend : public c10d::Backend {
   // current CUDA stream for CUDA tensors (caller's thread).
   using RunFn = std::function<void(hcStream_t)>;
 
-  void start();  // starts the worker
-  void readConfig();  // logging and forced fallbacks from the communicator's configuration
+  void start();         // starts the worker
+  void readConfig();    // logging and forced fallbacks from the communicator's configuration
   void revokeOthers();  // hcCommRevoke on every other live group of this process
 
   std::chrono::milliseconds opTimeout(std::chrono::milliseconds requested) const;
@@ -204,21 +207,19 @@ class HicollBackend : public c10d::Backend {
   // Queues `run` on the worker (hicoll path, CPU tensors), runs it on the caller's current
   // stream (CUDA tensors), or, when `reason` is set, makes the fallback call. `probe` holds
   // the inputs (their device decides; with `outputs`, they are recorded on the stream).
-  WorkPtr submit(c10d::OpType type, const char* op, std::vector<at::Tensor> outputs,
-                 std::chrono::milliseconds timeout, const std::vector<at::Tensor>& probe,
-                 std::optional<std::string> reason, RunFn run, FallbackCall fb);
+  WorkPtr submit(c10d::OpType type, const char* op, std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout,
+                 const std::vector<at::Tensor>& probe, std::optional<std::string> reason, RunFn run, FallbackCall fb);
 #ifdef HICOLL_PLUGIN_CUDA
   WorkPtr runOnStream(c10d::OpType type, const char* op, std::vector<at::Tensor> outputs,
-                      std::chrono::milliseconds timeout, const std::vector<at::Tensor>& probe,
-                      const RunFn& run, const FallbackCall& fb);
+                      std::chrono::milliseconds timeout, const std::vector<at::Tensor>& probe, const RunFn& run,
+                      const FallbackCall& fb);
 #endif
   // Waits until every queued host call has run (issue order between host and device calls).
   void drainQueue();
   // Ops hicoll does not implement: CPU collectives go through the queue (issue order), p2p and
   // CUDA calls straight to the fallback (stream semantics, non-blocking p2p pairs).
   WorkPtr forward(c10d::OpType type, const char* op, const std::vector<at::Tensor>& probe,
-                  std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout, bool p2p,
-                  FallbackCall fb);
+                  std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout, bool p2p, FallbackCall fb);
   c10::intrusive_ptr<c10d::Backend> fallbackBackend(c10::DeviceType device);
   void countFallback(const char* op, c10::DeviceType device, const std::string& reason);
   void countHicoll(const char* op);
@@ -236,8 +237,7 @@ class HicollBackend : public c10d::Backend {
   // Engine calls (contiguous tensors: CPU ones on the worker thread with stream NULL, CUDA
   // ones on the caller's thread with its current stream).
   void doAllGather(const at::Tensor& in, const at::Tensor& out, hcStream_t s);
-  void doReduceScatter(const at::Tensor& in, const at::Tensor& out, const c10d::ReduceOp& op,
-                       hcStream_t s);
+  void doReduceScatter(const at::Tensor& in, const at::Tensor& out, const c10d::ReduceOp& op, hcStream_t s);
   void doAllReduce(const at::Tensor& t, const c10d::ReduceOp& op, hcStream_t s);
   void doBroadcast(const at::Tensor& t, int root, hcStream_t s);
   // Host tensors, contiguous; bytes to and from each rank, packed in rank order.
@@ -277,7 +277,7 @@ class HicollBackend : public c10d::Backend {
   std::condition_variable idle_cv_;  // the queue is empty and the worker idle
   std::deque<c10::intrusive_ptr<HicollWork>> queue_;
   std::vector<c10::intrusive_ptr<HicollWork>> retired_;  // run by the worker, not yet dropped
-  bool busy_ = false;                // the worker is running a call
+  bool busy_ = false;                                    // the worker is running a call
   bool stopping_ = false;
   std::string broken_;  // set after hcRemoteError / hcTimeout: the communicator is unusable
   c10d::ErrorType error_ = c10d::ErrorType::SUCCESS;

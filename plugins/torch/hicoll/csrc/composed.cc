@@ -17,8 +17,8 @@ using c10d::ReduceOp;
 c10::intrusive_ptr<c10d::Work> HicollBackend::reduce(std::vector<at::Tensor>& tensors,
                                                      const c10d::ReduceOptions& opts) {
   TORCH_CHECK(tensors.size() == 1, "hicoll: reduce takes one tensor per process");
-  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < getSize(), "hicoll: reduce root ",
-              opts.rootRank, " outside a group of ", getSize());
+  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < getSize(), "hicoll: reduce root ", opts.rootRank,
+              " outside a group of ", getSize());
   auto reason = declineReason("allreduce", tensors, &opts.reduceOp);
   const at::Tensor t = tensors[0];
   const bool root = opts.rootRank == getRank();
@@ -39,18 +39,16 @@ c10::intrusive_ptr<c10d::Work> HicollBackend::reduce(std::vector<at::Tensor>& te
     if (root) scaleAfterSum(tensors[0], opts.reduceOp, size);
     return w;
   };
-  return submit(OpType::REDUCE, "reduce", tensors, opTimeout(opts.timeout), tensors, reason, run,
-                fb);
+  return submit(OpType::REDUCE, "reduce", tensors, opTimeout(opts.timeout), tensors, reason, run, fb);
 }
 
 // gather = AllGather into a scratch buffer (every rank receives the whole output, not only
 // the root): fine for the small tensors DCP and the object collectives gather.
 c10::intrusive_ptr<c10d::Work> HicollBackend::gather(std::vector<std::vector<at::Tensor>>& outputs,
-                                                     std::vector<at::Tensor>& inputs,
-                                                     const c10d::GatherOptions& opts) {
+                                                     std::vector<at::Tensor>& inputs, const c10d::GatherOptions& opts) {
   TORCH_CHECK(inputs.size() == 1, "hicoll: gather takes one input tensor per process");
-  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < getSize(), "hicoll: gather root ",
-              opts.rootRank, " outside a group of ", getSize());
+  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < getSize(), "hicoll: gather root ", opts.rootRank,
+              " outside a group of ", getSize());
   const at::Tensor input = inputs[0];
   const bool root = opts.rootRank == getRank();
   std::vector<at::Tensor> outs;
@@ -59,8 +57,8 @@ c10::intrusive_ptr<c10d::Work> HicollBackend::gather(std::vector<std::vector<at:
                 "hicoll: gather: the root needs one list of ", getSize(), " output tensors");
     for (const auto& o : outputs[0]) {
       TORCH_CHECK(o.numel() == input.numel() && o.scalar_type() == input.scalar_type(),
-                  "hicoll: gather: output tensors must match the input (", input.numel(), " x ",
-                  input.scalar_type(), "), got ", o.numel(), " x ", o.scalar_type());
+                  "hicoll: gather: output tensors must match the input (", input.numel(), " x ", input.scalar_type(),
+                  "), got ", o.numel(), " x ", o.scalar_type());
     }
     outs = outputs[0];
   } else {
@@ -74,9 +72,7 @@ c10::intrusive_ptr<c10d::Work> HicollBackend::gather(std::vector<std::vector<at:
     doAllGather(in, flat, s);
     if (!outs.empty()) unflattenInto(flat, outs);
   };
-  auto fb = [outputs, inputs, opts](c10d::Backend& b) mutable {
-    return b.gather(outputs, inputs, opts);
-  };
+  auto fb = [outputs, inputs, opts](c10d::Backend& b) mutable { return b.gather(outputs, inputs, opts); };
   return submit(OpType::GATHER, "gather", outs, opTimeout(opts.timeout), {input}, reason, run, fb);
 }
 
@@ -86,8 +82,8 @@ c10::intrusive_ptr<c10d::Work> HicollBackend::scatter(std::vector<at::Tensor>& o
                                                       std::vector<std::vector<at::Tensor>>& inputs,
                                                       const c10d::ScatterOptions& opts) {
   TORCH_CHECK(outputs.size() == 1, "hicoll: scatter takes one output tensor per process");
-  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < getSize(), "hicoll: scatter root ",
-              opts.rootRank, " outside a group of ", getSize());
+  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < getSize(), "hicoll: scatter root ", opts.rootRank,
+              " outside a group of ", getSize());
   const at::Tensor output = outputs[0];
   const int root = static_cast<int>(opts.rootRank);
   std::vector<at::Tensor> ins;
@@ -96,8 +92,8 @@ c10::intrusive_ptr<c10d::Work> HicollBackend::scatter(std::vector<at::Tensor>& o
                 "hicoll: scatter: the root needs one list of ", getSize(), " input tensors");
     for (const auto& t : inputs[0]) {
       TORCH_CHECK(t.numel() == output.numel() && t.scalar_type() == output.scalar_type(),
-                  "hicoll: scatter: input tensors must match the output (", output.numel(),
-                  " x ", output.scalar_type(), "), got ", t.numel(), " x ", t.scalar_type());
+                  "hicoll: scatter: input tensors must match the output (", output.numel(), " x ", output.scalar_type(),
+                  "), got ", t.numel(), " x ", t.scalar_type());
     }
     ins = inputs[0];
   } else {
@@ -107,33 +103,29 @@ c10::intrusive_ptr<c10d::Work> HicollBackend::scatter(std::vector<at::Tensor>& o
   auto reason = declineReason("broadcast", concat({output}, ins), nullptr);
   auto run = [this, output, ins, root](hcStream_t s) {
     const int64_t n = output.numel();
-    at::Tensor flat = ins.empty() ? at::empty({getSize() * n}, output.options().memory_format(
-                                                                   at::MemoryFormat::Contiguous))
-                                  : flatCat(ins);
+    at::Tensor flat = ins.empty()
+                          ? at::empty({getSize() * n}, output.options().memory_format(at::MemoryFormat::Contiguous))
+                          : flatCat(ins);
     doBroadcast(flat, root, s);
     output.copy_(flat.narrow(0, getRank() * n, n).view(output.sizes()));
   };
-  auto fb = [outputs, inputs, opts](c10d::Backend& b) mutable {
-    return b.scatter(outputs, inputs, opts);
-  };
-  return submit(OpType::SCATTER, "scatter", {output}, opTimeout(opts.timeout), {output}, reason,
-                run, fb);
+  auto fb = [outputs, inputs, opts](c10d::Backend& b) mutable { return b.scatter(outputs, inputs, opts); };
+  return submit(OpType::SCATTER, "scatter", {output}, opTimeout(opts.timeout), {output}, reason, run, fb);
 }
 
 // all_gather_coalesced = one AllGather of every input's bytes packed into one buffer (inputs
 // may have different dtypes), unpacked into outputs[rank][i].
-c10::intrusive_ptr<c10d::Work> HicollBackend::allgather_coalesced(
-    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions& opts) {
-  TORCH_CHECK(static_cast<int>(outputs.size()) == getSize(), "hicoll: allgather_coalesced: ",
-              outputs.size(), " output lists for a group of ", getSize());
+c10::intrusive_ptr<c10d::Work> HicollBackend::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                                  std::vector<at::Tensor>& inputs,
+                                                                  const c10d::AllgatherOptions& opts) {
+  TORCH_CHECK(static_cast<int>(outputs.size()) == getSize(), "hicoll: allgather_coalesced: ", outputs.size(),
+              " output lists for a group of ", getSize());
   std::vector<at::Tensor> outs;
   for (const auto& list : outputs) {
-    TORCH_CHECK(list.size() == inputs.size(), "hicoll: allgather_coalesced: an output list has ",
-                list.size(), " tensors for ", inputs.size(), " inputs");
+    TORCH_CHECK(list.size() == inputs.size(), "hicoll: allgather_coalesced: an output list has ", list.size(),
+                " tensors for ", inputs.size(), " inputs");
     for (size_t i = 0; i < list.size(); ++i) {
-      TORCH_CHECK(list[i].numel() == inputs[i].numel() &&
-                      list[i].scalar_type() == inputs[i].scalar_type(),
+      TORCH_CHECK(list[i].numel() == inputs[i].numel() && list[i].scalar_type() == inputs[i].scalar_type(),
                   "hicoll: allgather_coalesced: output ", i, " does not match input ", i);
     }
     outs.insert(outs.end(), list.begin(), list.end());
@@ -155,18 +147,15 @@ c10::intrusive_ptr<c10d::Work> HicollBackend::allgather_coalesced(
       int64_t off = r * block;
       for (const auto& o : outputs[r]) {
         const int64_t nb = o.numel() * o.element_size();
-        throughContiguous(o, false, [&](const at::Tensor& c) {
-          c.view({-1}).view(at::kByte).copy_(flat.narrow(0, off, nb));
-        });
+        throughContiguous(o, false,
+                          [&](const at::Tensor& c) { c.view({-1}).view(at::kByte).copy_(flat.narrow(0, off, nb)); });
         off += nb;
       }
     }
   };
-  auto fb = [outputs, inputs, opts](c10d::Backend& b) mutable {
-    return b.allgather_coalesced(outputs, inputs, opts);
-  };
-  return submit(OpType::ALLGATHER_COALESCED, "allgather_coalesced", outs, opTimeout(opts.timeout),
-                inputs, reason, run, fb);
+  auto fb = [outputs, inputs, opts](c10d::Backend& b) mutable { return b.allgather_coalesced(outputs, inputs, opts); };
+  return submit(OpType::ALLGATHER_COALESCED, "allgather_coalesced", outs, opTimeout(opts.timeout), inputs, reason, run,
+                fb);
 }
 
 }  // namespace hicoll_torch

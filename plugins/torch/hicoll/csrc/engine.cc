@@ -8,8 +8,7 @@ namespace hicoll_torch {
 
 using c10d::ReduceOp;
 
-std::optional<std::string> HicollBackend::declineReason(const char* coll,
-                                                        const std::vector<at::Tensor>& ts,
+std::optional<std::string> HicollBackend::declineReason(const char* coll, const std::vector<at::Tensor>& ts,
                                                         const ReduceOp* op) const {
   if (forced_.count("all") || forced_.count(coll)) {
     return c10::str("HICOLL_FORCE_FALLBACK names ", forced_.count("all") ? "all" : coll);
@@ -36,8 +35,7 @@ std::optional<std::string> HicollBackend::declineReason(const char* coll,
   const auto rt = at::isComplexType(st) ? c10::toRealValueType(st) : st;
   if (!reduceType(rt)) return c10::str("no hicoll reduction for dtype ", st);
   switch (op->op_) {
-    case ReduceOp::SUM:
-      return std::nullopt;
+    case ReduceOp::SUM: return std::nullopt;
     case ReduceOp::AVG:
       if (st == at::kBool) return std::string("AVG of bool tensors");
       return std::nullopt;
@@ -49,16 +47,14 @@ std::optional<std::string> HicollBackend::declineReason(const char* coll,
     case ReduceOp::MAX:
       if (at::isComplexType(st)) return c10::str(redOpName(op->op_), " of complex tensors");
       return std::nullopt;
-    default:
-      return c10::str("ReduceOp ", redOpName(op->op_), " is not a hicoll reduction");
+    default: return c10::str("ReduceOp ", redOpName(op->op_), " is not a hicoll reduction");
   }
 }
 
 void HicollBackend::check(hcResult_t res, const char* what, hcStream_t stream) {
   if (res == hcSuccess) return;
-  std::string msg = c10::str("hicoll: ", what, " failed on rank ", getRank(), " of ", getSize(),
-                             " (group '", cfg_.group_name, "'): ", hcGetErrorString(res), ": ",
-                             hcGetLastError(comm_));
+  std::string msg = c10::str("hicoll: ", what, " failed on rank ", getRank(), " of ", getSize(), " (group '",
+                             cfg_.group_name, "'): ", hcGetErrorString(res), ": ", hcGetLastError(comm_));
   if (res == hcUnsupported || (stream && res == hcInvalidUsage)) throw Declined{msg};
   if (res == hcRemoteError || res == hcTimeout) {
     std::lock_guard<std::mutex> lock(q_mu_);
@@ -93,23 +89,19 @@ void HicollBackend::withRedOp(const ReduceOp& op, at::ScalarType st,
       hcRedOpDestroy(r, comm_);
       return;
     }
-    default:
-      throw Declined{c10::str("ReduceOp ", redOpName(op.op_))};
+    default: throw Declined{c10::str("ReduceOp ", redOpName(op.op_))};
   }
 }
 
 void HicollBackend::doAllGather(const at::Tensor& in, const at::Tensor& out, hcStream_t s) {
   // Bytes are bytes: any dtype (float8, complex, bool...) gathers as uint8.
-  check(hcAllGather(in.data_ptr(), out.data_ptr(), in.nbytes(), hcUint8, comm_, s), "allgather",
-        s);
+  check(hcAllGather(in.data_ptr(), out.data_ptr(), in.nbytes(), hcUint8, comm_, s), "allgather", s);
 }
 
-void HicollBackend::doReduceScatter(const at::Tensor& in, const at::Tensor& out,
-                                    const ReduceOp& op, hcStream_t s) {
+void HicollBackend::doReduceScatter(const at::Tensor& in, const at::Tensor& out, const ReduceOp& op, hcStream_t s) {
   const at::Tensor rin = realView(in), rout = realView(out);
   withRedOp(op, in.scalar_type(), [&](hcRedOp_t r, hcDataType_t dt) {
-    check(hcReduceScatter(rin.data_ptr(), rout.data_ptr(), static_cast<size_t>(rout.numel()), dt, r,
-                          comm_, s),
+    check(hcReduceScatter(rin.data_ptr(), rout.data_ptr(), static_cast<size_t>(rout.numel()), dt, r, comm_, s),
           "reducescatter", s);
   });
 }
@@ -117,14 +109,12 @@ void HicollBackend::doReduceScatter(const at::Tensor& in, const at::Tensor& out,
 void HicollBackend::doAllReduce(const at::Tensor& t, const ReduceOp& op, hcStream_t s) {
   const at::Tensor rt = realView(t);
   withRedOp(op, t.scalar_type(), [&](hcRedOp_t r, hcDataType_t dt) {
-    check(hcAllReduce(rt.data_ptr(), rt.data_ptr(), static_cast<size_t>(rt.numel()), dt, r, comm_, s),
-          "allreduce", s);
+    check(hcAllReduce(rt.data_ptr(), rt.data_ptr(), static_cast<size_t>(rt.numel()), dt, r, comm_, s), "allreduce", s);
   });
 }
 
 void HicollBackend::doBroadcast(const at::Tensor& t, int root, hcStream_t s) {
-  check(hcBroadcast(t.data_ptr(), t.data_ptr(), t.nbytes(), hcUint8, root, comm_, s), "broadcast",
-        s);
+  check(hcBroadcast(t.data_ptr(), t.data_ptr(), t.nbytes(), hcUint8, root, comm_, s), "broadcast", s);
 }
 
 }  // namespace hicoll_torch

@@ -42,8 +42,7 @@ int StoreBridge::get(void* ctx, const char* key, void* value, size_t len, int ti
     store->wait({key}, std::chrono::milliseconds(std::max(timeout_ms, 1)));
     auto v = store->get(key);
     if (v.size() != len) {
-      std::fprintf(stderr, "hicoll torch: store key '%s' has %zu bytes, expected %zu\n", key,
-                   v.size(), len);
+      std::fprintf(stderr, "hicoll torch: store key '%s' has %zu bytes, expected %zu\n", key, v.size(), len);
       return 2;
     }
     if (len) std::memcpy(value, v.data(), len);

@@ -45,14 +45,18 @@ double premulFactor(const ReduceOp& op) {
   return sup->tensor_factor.defined() ? sup->tensor_factor.item<double>() : sup->double_factor;
 }
 
-at::Tensor realView(const at::Tensor& t) { return t.is_complex() ? at::view_as_real(t) : t; }
+at::Tensor realView(const at::Tensor& t) {
+  return t.is_complex() ? at::view_as_real(t) : t;
+}
 
 std::vector<at::Tensor> concat(std::vector<at::Tensor> a, const std::vector<at::Tensor>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
 }
 
-std::string deviceName(c10::DeviceType d) { return c10::DeviceTypeName(d, /*lower_case=*/true); }
+std::string deviceName(c10::DeviceType d) {
+  return c10::DeviceTypeName(d, /*lower_case=*/true);
+}
 
 at::Tensor flatCat(const std::vector<at::Tensor>& ts) {
   std::vector<at::Tensor> parts;
@@ -70,8 +74,7 @@ void unflattenInto(const at::Tensor& flat, const std::vector<at::Tensor>& ts) {
 }
 
 bool needsSumEmulation(const c10d::Backend& b, const ReduceOp& op) {
-  return b.getBackendName() == "gloo" &&
-         (op.op_ == ReduceOp::AVG || op.op_ == ReduceOp::PREMUL_SUM);
+  return b.getBackendName() == "gloo" && (op.op_ == ReduceOp::AVG || op.op_ == ReduceOp::PREMUL_SUM);
 }
 
 void scaleAfterSum(const at::Tensor& t, const ReduceOp& op, int size) {
@@ -88,8 +91,7 @@ void scaleAfterSum(const at::Tensor& t, const ReduceOp& op, int size) {
 }
 
 c10::intrusive_ptr<c10d::Work> emulatedReduceScatter(c10d::Backend& b, const at::Tensor& output,
-                                                     const at::Tensor& flat_input,
-                                                     const ReduceOp& op,
+                                                     const at::Tensor& flat_input, const ReduceOp& op,
                                                      std::chrono::milliseconds timeout) {
   std::vector<at::Tensor> tmp{flat_input.reshape({-1}).clone()};
   c10d::AllreduceOptions ao;

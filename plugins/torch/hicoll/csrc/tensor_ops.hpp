@@ -33,9 +33,8 @@ void unflattenInto(const at::Tensor& flat, const std::vector<at::Tensor>& ts);
 // copy: filled from t when `read`, empty otherwise) and writes the result back into t.
 template <class F>
 void throughContiguous(const at::Tensor& t, bool read, F&& fn) {
-  const at::Tensor c = t.is_contiguous()
-                           ? t
-                           : (read ? t.contiguous() : at::empty_like(t, at::MemoryFormat::Contiguous));
+  const at::Tensor c =
+      t.is_contiguous() ? t : (read ? t.contiguous() : at::empty_like(t, at::MemoryFormat::Contiguous));
   fn(c);
   if (!c.is_same(t)) t.copy_(c);
 }
@@ -46,8 +45,7 @@ void scaleAfterSum(const at::Tensor& t, const c10d::ReduceOp& op, int size);
 // Reduce-scatter on gloo as SUM allreduce of a copy, then this rank's block, scaled. (Gloo's
 // own reduce-scatter writes its output after its Work completes, so it cannot be scaled.)
 c10::intrusive_ptr<c10d::Work> emulatedReduceScatter(c10d::Backend& b, const at::Tensor& output,
-                                                     const at::Tensor& flat_input,
-                                                     const c10d::ReduceOp& op,
+                                                     const at::Tensor& flat_input, const c10d::ReduceOp& op,
                                                      std::chrono::milliseconds timeout);
 
 }  // namespace hicoll_torch

@@ -10,25 +10,18 @@
 
 namespace hicoll_torch {
 
-HicollWork::HicollWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
-                       std::chrono::milliseconds timeout, uint64_t seq, Step run, Step fallback)
-    : Work(rank, type, nullptr),
-      outputs_(std::move(outputs)),
-      timeout_(timeout),
-      seq_(seq),
-      run_(std::move(run)),
+HicollWork::HicollWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout,
+                       uint64_t seq, Step run, Step fallback)
+    : Work(rank, type, nullptr), outputs_(std::move(outputs)), timeout_(timeout), seq_(seq), run_(std::move(run)),
       fallback_(std::move(fallback)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(
-          c10::ListType::create(c10::TensorType::get()))) {}
+      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
 
 bool HicollWork::wait(std::chrono::milliseconds timeout) {
   const auto limit = timeout == kNoTimeout ? timeout_ : timeout;
   std::unique_lock<std::mutex> lock(mutex_);
   if (!cv_.wait_for(lock, limit, [&] { return completed_; })) {
-    C10_THROW_ERROR(DistBackendError,
-                    c10::str("hicoll: rank ", rank_, " timed out after ", limit.count(),
-                             " ms waiting for ", c10d::opTypeToString(opType_), " (seq ", seq_,
-                             ")"));
+    C10_THROW_ERROR(DistBackendError, c10::str("hicoll: rank ", rank_, " timed out after ", limit.count(),
+                                               " ms waiting for ", c10d::opTypeToString(opType_), " (seq ", seq_, ")"));
   }
   if (exception_) std::rethrow_exception(exception_);
   return true;
@@ -54,15 +47,12 @@ void HicollWork::complete(std::exception_ptr err) {
 }
 
 #ifdef HICOLL_PLUGIN_CUDA
-HicollCudaWork::HicollCudaWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
-                               c10::Device device, uint64_t seq)
-    : Work(rank, type, nullptr),
-      outputs_(std::move(outputs)),
-      device_(device),
-      seq_(seq),
+HicollCudaWork::HicollCudaWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, c10::Device device,
+                               uint64_t seq)
+    : Work(rank, type, nullptr), outputs_(std::move(outputs)), device_(device), seq_(seq),
       event_(cudaEventDisableTiming),
-      future_(c10::make_intrusive<c10::ivalue::Future>(
-          c10::ListType::create(c10::TensorType::get()), std::vector<c10::Device>{device})) {}
+      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
+                                                       std::vector<c10::Device>{device})) {}
 
 void HicollCudaWork::recordOn(const c10::cuda::CUDAStream& stream) {
   c10::cuda::CUDAStreamGuard guard(stream);
@@ -72,7 +62,9 @@ void HicollCudaWork::recordOn(const c10::cuda::CUDAStream& stream) {
   future_->markCompleted(c10::IValue(outputs_));
 }
 
-bool HicollCudaWork::isCompleted() { return event_.query(); }
+bool HicollCudaWork::isCompleted() {
+  return event_.query();
+}
 
 void HicollCudaWork::synchronize() {
   c10::cuda::CUDAGuard guard(device_);
@@ -87,9 +79,8 @@ bool HicollCudaWork::wait(std::chrono::milliseconds timeout) {
     while (!event_.query()) {
       if (std::chrono::steady_clock::now() > deadline) {
         C10_THROW_ERROR(DistBackendError,
-                        c10::str("hicoll: rank ", rank_, " timed out after ", timeout.count(),
-                                 " ms waiting for ", c10d::opTypeToString(opType_), " (seq ",
-                                 seq_, ") on ", device_));
+                        c10::str("hicoll: rank ", rank_, " timed out after ", timeout.count(), " ms waiting for ",
+                                 c10d::opTypeToString(opType_), " (seq ", seq_, ") on ", device_));
       }
       std::this_thread::sleep_for(std::chrono::microseconds(100));
     }

@@ -21,8 +21,8 @@ namespace hicoll_torch {
 class HicollWork : public c10d::Work {
  public:
   using Step = std::function<c10::intrusive_ptr<c10d::Work>()>;
-  HicollWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
-             std::chrono::milliseconds timeout, uint64_t seq, Step run, Step fallback);
+  HicollWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout,
+             uint64_t seq, Step run, Step fallback);
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
   std::vector<at::Tensor> result() override { return outputs_; }
@@ -51,8 +51,7 @@ class HicollWork : public c10d::Work {
 // getFuture() is a CUDA-aware future completed on that stream, as ProcessGroupNCCL's.
 class HicollCudaWork : public c10d::Work {
  public:
-  HicollCudaWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, c10::Device device,
-                 uint64_t seq);
+  HicollCudaWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, c10::Device device, uint64_t seq);
   // Records the completion event and completes the future on `stream` (the current stream).
   void recordOn(const c10::cuda::CUDAStream& stream);
   bool isCompleted() override;
