@@ -4,8 +4,9 @@
 # then the torch plugin's pytest suite, then the sanitizer tier (scripts/sanitize.sh).
 #
 #   bash scripts/test.sh --quick   the loop while working, on an existing build: rebuild what
-#                                  changed, the unit and thread tiers and a multi-process smoke
-#                                  set (a few minutes on 2 cores; not what CI runs)
+#                                  changed, the format check (scripts/format.sh), the unit and
+#                                  thread tiers and a multi-process smoke set (a few minutes on
+#                                  2 cores; not what CI runs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = "--quick" ]; then
@@ -14,7 +15,8 @@ if [ "${1:-}" = "--quick" ]; then
   smoke='Collectives.EveryTypeOpAndSizeMatchesTheReference/2x2_contiguous|Agreement.CountsThatDiffer'
   smoke+='|Failure.KilledRankBecomesAnErrorOnEveryOtherRankWithinTheTimeout|NodeMemory.AllocatorContract'
   smoke+='|Resources.FiftyIdleSplitsStaySmall|Concurrent.SecondThreadIsRefusedNamingBothCalls'
-  echo "== test --quick: ctest -L 'unit|threads' and the multi-process smoke set"
+  echo "== test --quick: the format check, ctest -L 'unit|threads' and the multi-process smoke set"
+  bash scripts/format.sh --check
   cd build
   ctest -j 2 -L 'unit|threads' -E '^(install_|build_)' --timeout 300 --output-on-failure
   ctest -j 2 -R "$smoke" --timeout 300 --output-on-failure
