@@ -87,7 +87,7 @@ def backend_conversion() -> dict[str, tuple[str, str]]:
 def bindings_config() -> dict[str, tuple[str, str]]:
     """csrc/bindings.cc .def("config", ...): field -> (text | int, dict key)."""
     src = strip_c_comments(read(PLUGIN, "hicoll", "csrc", "bindings.cc"))
-    m = re.search(r"\.def\(\"config\",(.*?)\}\s*,\s*\"", src, re.S)
+    m = re.search(r"\.def\(\s*\"config\",(.*?)\}\s*,\s*\"", src, re.S)
     assert m, 'no .def("config", ...) in csrc/bindings.cc'
     out = {}
     for kind, ctype in (("text", "const char*"), ("int", "long long")):
