@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -17,6 +18,22 @@ REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
 
 
 def free_port() -> int:
+    """A port free now, below the kernel's ephemeral range: a port bind(0) hands out is
+    ephemeral, and any outgoing connection on the machine may take it before rank 0 listens
+    (EADDRINUSE in torch's TCPStore)."""
+    try:
+        low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(max(1024, low - 12000), low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
