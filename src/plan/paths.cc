@@ -11,12 +11,6 @@ constexpr uint32_t bit(hcColl_t c) {
 constexpr uint32_t kAgRsAr = bit(hcCollAllGather) | bit(hcCollReduceScatter) | bit(hcCollAllReduce);
 constexpr uint32_t kAll = kAgRsAr | bit(hcCollBroadcast) | bit(hcCollBarrier) | bit(hcCollAllToAll);
 
-// nccl-tests' size of the call (an AllToAll's count is what this rank sends in all).
-size_t callBytes(const Identity& id, const CollArgs& a) {
-  const size_t b = a.count * hcTypeSize(a.dtype);
-  return a.coll == hcCollAllReduce || a.coll == hcCollAllToAll ? b : b * static_cast<size_t>(id.nranks);
-}
-
 }  // namespace
 
 const std::vector<PathInfo>& pathTable() {

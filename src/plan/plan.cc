@@ -9,6 +9,11 @@
 
 namespace hicoll {
 
+size_t callBytes(const Identity& id, const CollArgs& a) {
+  const size_t b = a.count * hcTypeSize(a.dtype);
+  return a.coll == hcCollAllReduce || a.coll == hcCollAllToAll ? b : b * static_cast<size_t>(id.nranks);
+}
+
 const char* ruleName(Rule r) {
   switch (r) {
     case Rule::Hierarchical: return "hierarchical";
@@ -59,10 +64,8 @@ bool inPlace(const View& c, const CollArgs& a) {
   }
 }
 
-// nccl-tests' size of the call (an AllToAll's count is what this rank sends in all).
 size_t callBytes(const View& c, const CollArgs& a) {
-  const size_t b = a.count * hcTypeSize(a.dtype);
-  return a.coll == hcCollAllReduce || a.coll == hcCollAllToAll ? b : b * static_cast<size_t>(c.id.nranks);
+  return hicoll::callBytes(c.id, a);
 }
 
 // Whether a is a quantized ReduceScatter that quantizes (the images of a quantized AllGather

@@ -105,6 +105,10 @@ struct PlanContext {
 bool allReduceIsSmall(size_t count, size_t elem_bytes, int nranks, size_t small_bytes, const Capabilities& caps);
 size_t allReduceBlock(size_t count, int nranks, const Capabilities& caps);  // elements per rank
 
+// nccl-tests' size of a call (AllGather: the whole output; an AllToAll's count is what this
+// rank sends in all): what the cost model predicts for.
+size_t callBytes(const Identity& id, const CollArgs& a);
+
 // The model's view of a communicator: its nodes, hosts and the plan's chunking.
 Shape modelShape(const Identity& id, const PlanContext& ctx, size_t chunk_bytes, size_t net_window);
 

@@ -144,8 +144,8 @@ int algorithms(const CallSpec& spec) {
   CollPlan plan;
   const std::vector<PathVerdict> verdicts = explainCall(id, ctx, a, caps, &plan);
   std::printf("# %s of %zu bytes (%s, %zu per rank), %d node(s) x %d rank(s), %s buffers\n", collName(coll),
-              per_rank ? a.count * e * W : a.count * e, spec.dtype.c_str(), per_rank ? a.count * e : a.count * e,
-              spec.nodes, spec.local, spec.device ? "device" : "host");
+              per_rank ? a.count * e * W : a.count * e, spec.dtype.c_str(), a.count * e, spec.nodes, spec.local,
+              spec.device ? "device" : "host");
   std::printf("# model figures: %s; %d rank(s) share %d core(s) per host; chunk %zu bytes, window %zu\n",
               ctx.model.source.c_str(), ctx.host_ranks, ctx.host_cores, plan.chunk_bytes, plan.net_window);
   std::printf("%-2s %-18s %-8s %13s %-8s %s\n", "", "path", "applies", "predicted_us", "bound", "why not");
