@@ -1,5 +1,6 @@
 #include "base/config.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
@@ -149,6 +150,12 @@ bool Config::listHas(Knob k, const std::string& word) const {
   for (const std::string& w : splitWords(str(k), ','))
     if (w == word || w == "all") return true;
   return false;
+}
+
+size_t Config::netChunkCap() const {
+  const int64_t net = num(Knob::NetChunkBytes);
+  const bool model_chunk = algoAuto() && isDefault(Knob::NetChunkBytes);
+  return static_cast<size_t>(model_chunk ? std::max(net, num(Knob::ChunkBytes)) : net);
 }
 
 void Config::derive() {

@@ -60,6 +60,10 @@ class Config {
   uint32_t forceFallbackMask() const { return force_fallback_mask_; }
   bool algoRing() const { return algo_ring_; }
   bool algoAuto() const { return algo_auto_; }
+  // The largest message a net chunk may be: HICOLL_NET_CHUNK_SIZE, or under HICOLL_ALGO=auto
+  // with that knob at its default up to HICOLL_CHUNK_SIZE (the model may raise the chunk:
+  // plan/cost_model.h, modelChunking).
+  size_t netChunkCap() const;
   // Values that must agree across ranks (KnobScope::Agree), hashed; 0 for the others. Ranks
   // compare them per knob, so a difference names the knob.
   std::vector<uint64_t> consistencyHashes() const;

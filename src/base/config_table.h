@@ -91,8 +91,9 @@
     "With ofi_rxm: 1 sets FI_OFI_RXM_EAGER_LIMIT (unless set) to the largest net chunk "                             \
     "(HICOLL_NET_CHUNK_SIZE, or HICOLL_CHUNK_SIZE where the model may raise it), so each "                           \
     "chunk is one eager message (rxm over tcp places it in the receive buffer) instead of "                          \
-    "rendezvous, which left links idle (perf/results/2026-11-30.md). Applies when this process initializes "         \
-    "libfabric; the limit must be the same on every rank (creation fails naming it otherwise).")                     \
+    "rendezvous, which left links idle (perf/results/2026-11-30.md). Set when libhicoll loads, from the "            \
+    "environment (hcConfig_t does not change it), and read by libfabric when this process first initializes it; "    \
+    "the limit must be the same on every rank (creation fails naming it otherwise).")                                \
   X(SocketIfname, "HICOLL_SOCKET_IFNAME", String, "", "", 0, 0, Local,                                               \
     "Interface the hcGetUniqueId rendezvous listener binds to. Default: loopback.")                                  \
   X(CommId, "HICOLL_COMM_ID", String, "", "", 0, 0, Local,                                                           \

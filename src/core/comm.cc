@@ -233,11 +233,8 @@ std::unique_ptr<hcComm> createComm(std::unique_ptr<Bootstrap> bs, std::shared_pt
   // HICOLL_CHUNK_SIZE (plan/cost_model.h, modelChunking): such chunks go eager too.
   OfiOptions oo;
   oo.provider = pc.cfg.str(Knob::OfiProvider);
-  const size_t net_chunk = static_cast<size_t>(pc.cfg.num(Knob::NetChunkBytes));
   const bool model_chunk = pc.cfg.algoAuto() && pc.cfg.isDefault(Knob::NetChunkBytes);
-  const size_t chunk_cap =
-      model_chunk ? std::max(net_chunk, static_cast<size_t>(pc.cfg.num(Knob::ChunkBytes))) : net_chunk;
-  if (pc.cfg.str(Knob::OfiRxmEager) == "1") oo.rxm_eager_bytes = chunk_cap;
+  const size_t chunk_cap = pc.cfg.netChunkCap();
   mine.rxm_eager = ofiEagerLimit(oo);
   mine.probe = shmProbe();
   std::vector<RankInfo> all(id.nranks);
@@ -307,6 +304,7 @@ void hcComm::release() {
   device.reset();
   links.close();
   agree.reset();
+  p2p.reset();
   buf.release();
   std::vector<hicoll::RedOp>().swap(api.premul_ops);
   api.keepalive.reset();

@@ -6,13 +6,16 @@
 #include <mutex>
 #include <string>
 
+#include "base/config.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "transport/ofi/fi_resources.h"
 
 namespace hicoll::ofi {
 namespace {
 
 constexpr const char* kLibName = "libfabric.so.1";
+bool g_eager_set_by_hicoll = false;
 
 template <class F>
 void resolve(void* lib, const char* name, F& out) {
@@ -20,17 +23,36 @@ void resolve(void* lib, const char* name, F& out) {
   HC_CHECK(out != nullptr, hcUnsupported, "ofi: {} has no symbol {}: {}", kLibName, name, dlerror());
 }
 
+// setenv is not safe while other threads read the environment (glibc reallocates environ
+// under a concurrent getenv: a SIGSEGV seen with threads as ranks), so hicoll writes every
+// variable it sets once, when the library loads, before any thread of its own exists.
+__attribute__((constructor)) void setProcessEnvironment() {
+  // The PSM libraries honour these; without them they take over the process's signals.
+  setenv("IPATH_NO_BACKTRACE", "1", 0);
+  setenv("HFI_NO_BACKTRACE", "1", 0);
+  if (std::getenv("FI_OFI_RXM_EAGER_LIMIT")) return;  // the user's value wins
+  try {
+    const Config cfg = Config::fromEnv();
+    if (resolveProvider(cfg.str(Knob::OfiProvider)).find("rxm") == std::string::npos) return;
+    if (cfg.str(Knob::OfiRxmEager) != "1") return;
+    setenv("FI_OFI_RXM_EAGER_LIMIT", std::to_string(cfg.netChunkCap()).c_str(), 0);
+    g_eager_set_by_hicoll = true;
+  } catch (...) {
+    // A knob that does not parse is reported, naming it, when a communicator is created.
+  }
+}
+
 }  // namespace
+
+bool rxmEagerLimitSetByHicoll() {
+  return g_eager_set_by_hicoll;
+}
 
 const FabricLib& fabricLib() {
   static std::once_flag once;
   static FabricLib lib{};
   static std::string error;
   std::call_once(once, [] {
-    // The PSM libraries honour these; without them they take over the process's signals.
-    // libfabric's own variables (FI_*) are left to the user.
-    setenv("IPATH_NO_BACKTRACE", "1", 0);
-    setenv("HFI_NO_BACKTRACE", "1", 0);
     void* h = dlopen(kLibName, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
       error = fmt::format("ofi: cannot load {} ({}): install libfabric (Debian: libfabric1) to run across nodes",

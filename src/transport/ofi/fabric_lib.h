@@ -20,6 +20,10 @@ struct FabricLib {
   decltype(&::fi_version) version;
 };
 
+// Whether FI_OFI_RXM_EAGER_LIMIT is hicoll's (set when libhicoll loaded, from the
+// environment's knobs: HICOLL_OFI_RXM_EAGER, the net chunk) rather than the user's.
+bool rxmEagerLimitSetByHicoll();
+
 // Loads it on first use; throws hcUnsupported naming the library when it cannot.
 const FabricLib& fabricLib();
 

@@ -102,23 +102,20 @@ bool ifaceIpv4(const std::string& iface, sockaddr_in* out) {
 // keep a few chunks in flight per peer, and measured on 1 Gbit/s netns links, chunks sent as
 // rendezvous messages left the links idle part of the time (2x1 ReduceScatter 518 ms against
 // 281 eager). Over tcp, eager messages larger than rxm's bounce buffers are received straight
-// into the posted buffer, so raising the limit costs no memory. The first caller in the process
-// decides (libfabric reads the variable once); a value in the environment always wins.
-void applyRxmEagerLimit(const std::string& provider, size_t bytes) {
-  static std::mutex mu;
-  std::lock_guard<std::mutex> lock(mu);
+// into the posted buffer, so raising the limit costs no memory. hicoll sets it when it loads
+// (fabric_lib.cc); this says which value libfabric will run with.
+void logRxmEagerLimit(const std::string& provider) {
+  static std::once_flag once;
   if (provider.find("rxm") == std::string::npos) return;
-  if (const char* env = std::getenv("FI_OFI_RXM_EAGER_LIMIT")) {
-    HC_INFO("ofi: FI_OFI_RXM_EAGER_LIMIT={} (from the environment)", env);
-    return;
-  }
-  if (bytes == 0) return;
-  const std::string v = std::to_string(bytes);
-  setenv("FI_OFI_RXM_EAGER_LIMIT", v.c_str(), 0);
-  HC_INFO(
-      "ofi: FI_OFI_RXM_EAGER_LIMIT={} set by hicoll (HICOLL_OFI_RXM_EAGER=1: net chunks go eager; "
-      "effective if libfabric was not initialized earlier in this process)",
-      v);
+  std::call_once(once, [] {
+    const char* env = std::getenv("FI_OFI_RXM_EAGER_LIMIT");
+    if (!env) return;
+    HC_INFO("ofi: FI_OFI_RXM_EAGER_LIMIT={} ({})", env,
+            ofi::rxmEagerLimitSetByHicoll()
+                ? "set by hicoll from HICOLL_OFI_RXM_EAGER=1 and the net chunk: net chunks go eager; effective if "
+                  "libfabric was not initialized earlier in this process"
+                : "from the environment");
+  });
 }
 
 std::string resolveProvider(const OfiOptions& opt) {
@@ -341,7 +338,7 @@ InfoPtr OfiTransport::getInfo(const std::string& iface, const sockaddr_in* src, 
 
 void OfiTransport::open(const OfiOptions& opt) {
   provider_ = resolveProvider(opt);
-  applyRxmEagerLimit(provider_, opt.rxm_eager_bytes);
+  logRxmEagerLimit(provider_);
   sockaddr_in src{};
   const bool have_src = !opt.iface.empty() && ifaceIpv4(opt.iface, &src);
   // FI_MR_LOCAL only when no provider works without it; the interface's address first.
@@ -1018,11 +1015,11 @@ std::string interfaceIpv4(const std::string& iface) {
 
 size_t ofiEagerLimit(const OfiOptions& opt) {
   if (resolveProvider(opt).find("rxm") == std::string::npos) return 0;
-  // As applyRxmEagerLimit will leave it: the environment's value, or the one hicoll sets.
-  // (Never throws: communicator creation asks before its ranks have exchanged anything.)
+  // The environment's value (the user's, or the one hicoll set when it loaded). (Never throws:
+  // communicator creation asks before its ranks have exchanged anything.)
   if (const char* env = std::getenv("FI_OFI_RXM_EAGER_LIMIT"); env && *env)
     return static_cast<size_t>(std::strtoull(env, nullptr, 10));
-  return opt.rxm_eager_bytes ? opt.rxm_eager_bytes : size_t{16384};  // rxm's own default
+  return size_t{16384};  // rxm's own default
 }
 
 namespace ofi_detail {

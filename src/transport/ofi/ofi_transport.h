@@ -25,9 +25,6 @@ struct OfiOptions {
   std::string provider;  // e.g. "tcp;ofi_rxm" (FI_PROVIDER env, when set, takes precedence); "" = tcp;ofi_rxm
   std::string iface;     // e.g. "lo"; "" = provider's choice (for tcp;ofi_rxm this is hints->domain_attr->name)
   long timeout_ms = 120000;
-  // With ofi_rxm: the FI_OFI_RXM_EAGER_LIMIT to set when the environment has none (0: leave
-  // rxm's default). libfabric reads it once, when the process first initializes it.
-  size_t rxm_eager_bytes = 0;
   // Called while a post waits for queue space (it may throw: a peer known to be gone).
   std::function<void()> while_blocked;
   // The number of the call this rank is in (CallClock, base/deadline.h); empty: every notice is due.
@@ -49,8 +46,8 @@ std::unique_ptr<Transport> makeOfiTransport(Bootstrap& bs, const OfiOptions& opt
 std::string interfaceIpv4(const std::string& iface);
 
 // The largest message a transport opened with opt sends eagerly: with rxm the eager limit it
-// will run with (FI_OFI_RXM_EAGER_LIMIT from the environment, else opt.rxm_eager_bytes, which
-// open sets, else rxm's 16 KiB); 0 for providers without one. Larger messages still arrive,
+// will run with (FI_OFI_RXM_EAGER_LIMIT from the environment, which hicoll sets when it loads
+// unless the user did, else rxm's 16 KiB); 0 for providers without one. Larger messages still arrive,
 // by rxm's slower protocols.
 size_t ofiEagerLimit(const OfiOptions& opt);
 

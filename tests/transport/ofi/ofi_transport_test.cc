@@ -14,10 +14,13 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 #include "base/deadline.h"
 #include "base/error.h"
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/store.h"
+#include "transport/ofi/fabric_lib.h"
 #include "transport/ofi/fi_resources.h"
 #include "transport/ofi/ofi_detail.h"
 #include "transport/ofi/ofi_transport.h"
@@ -678,36 +681,61 @@ TEST(OfiProvider, OneRuleForEveryUser) {
   else unsetenv("FI_PROVIDER");
 }
 
-// HICOLL_OFI_RXM_EAGER: the transport sets FI_OFI_RXM_EAGER_LIMIT for rxm only, only when the
-// environment has none, and the first setting stays; messages at and above it arrive intact.
-TEST(OfiTransport, RxmEagerLimitIsSetOnceForRxmOnly) {
-  if (std::getenv("FI_OFI_RXM_EAGER_LIMIT") || providerOverridden())
-    GTEST_SKIP() << "FI_OFI_RXM_EAGER_LIMIT or FI_PROVIDER already set";
-  auto exchange = [](Rank& r) {
-    for (size_t len : {size_t{262144}, size_t{300000}}) {
-      auto out = makeData(len, 7 + r.rank), in = std::vector<uint8_t>(len);
-      wait(r.t, {r.t.irecv(1 - r.rank, in.data(), len, 2), r.t.isend(1 - r.rank, out.data(), len, 2)});
-      EXPECT_EQ(in, makeData(len, 8 - r.rank)) << len << " bytes";
-    }
-  };
-  auto opt = [](const std::string& prov, size_t eager) {
-    OfiOptions o = loopback(prov);
-    o.rxm_eager_bytes = eager;
-    return o;
-  };
-  if (providerAvailable("net")) {
-    runRanks(2, exchange, opt("net", 262144));
-    EXPECT_EQ(std::getenv("FI_OFI_RXM_EAGER_LIMIT"), nullptr) << "set for a provider without rxm";
+// HICOLL_OFI_RXM_EAGER: FI_OFI_RXM_EAGER_LIMIT is set when the library loads (a setenv after
+// threads exist races their getenv), for rxm only, unless the user set it. Each case runs this
+// test binary again with the environment under test and HC_EAGER_PROBE=1, where the test only
+// prints what it found.
+TEST(OfiTransport, RxmEagerLimitIsSetAtLoadForRxmOnly) {
+  if (std::getenv("HC_EAGER_PROBE")) {
+    const char* v = std::getenv("FI_OFI_RXM_EAGER_LIMIT");
+    std::printf("EAGER=%s BY_HICOLL=%d\n", v ? v : "none", ofi::rxmEagerLimitSetByHicoll() ? 1 : 0);
+    return;
   }
-  runRanks(2, exchange, opt("tcp;ofi_rxm", 0));
-  EXPECT_EQ(std::getenv("FI_OFI_RXM_EAGER_LIMIT"), nullptr) << "set with HICOLL_OFI_RXM_EAGER=0";
-  runRanks(2, exchange, opt("tcp;ofi_rxm", 262144));
-  const char* v = std::getenv("FI_OFI_RXM_EAGER_LIMIT");
-  ASSERT_NE(v, nullptr);
-  EXPECT_STREQ(v, "262144");
-  runRanks(2, exchange, opt("tcp;ofi_rxm", 65536));
-  EXPECT_STREQ(std::getenv("FI_OFI_RXM_EAGER_LIMIT"), "262144") << "the first setting stays";
-  unsetenv("FI_OFI_RXM_EAGER_LIMIT");
+  struct Case {
+    const char* env;
+    const char* expect;
+  };
+  const Case cases[] = {
+      {"", "EAGER=1048576 BY_HICOLL=1"},  // the model may raise the chunk to HICOLL_CHUNK_SIZE
+      {"HICOLL_NET_CHUNK_SIZE=65536", "EAGER=65536 BY_HICOLL=1"},
+      {"HICOLL_ALGO=ring", "EAGER=262144 BY_HICOLL=1"},
+      {"HICOLL_CHUNK_SIZE=2M", "EAGER=2097152 BY_HICOLL=1"},
+      {"HICOLL_OFI_RXM_EAGER=0", "EAGER=none BY_HICOLL=0"},
+      {"FI_PROVIDER=net", "EAGER=none BY_HICOLL=0"},
+      {"HICOLL_OFI_PROVIDER=net", "EAGER=none BY_HICOLL=0"},
+      {"FI_OFI_RXM_EAGER_LIMIT=4096", "EAGER=4096 BY_HICOLL=0"},
+      {"HICOLL_NET_CHUNK_SIZE=junk", "EAGER=none BY_HICOLL=0"},  // reported at creation, not at load
+  };
+  char self[4096] = {};
+  ASSERT_GT(readlink("/proc/self/exe", self, sizeof self - 1), 0);
+  for (const Case& c : cases) {
+    const std::string cmd = std::string("env -u FI_OFI_RXM_EAGER_LIMIT -u FI_PROVIDER -u HICOLL_OFI_PROVIDER ") +
+                            "-u HICOLL_NET_CHUNK_SIZE -u HICOLL_CHUNK_SIZE -u HICOLL_ALGO -u HICOLL_OFI_RXM_EAGER " +
+                            "HC_EAGER_PROBE=1 " + c.env + " " + self +
+                            " --gtest_filter=OfiTransport.RxmEagerLimitIsSetAtLoadForRxmOnly 2>&1";
+    std::string out;
+    if (FILE* p = popen(cmd.c_str(), "r")) {
+      char buf[512];
+      while (std::fgets(buf, sizeof buf, p)) out += buf;
+      pclose(p);
+    }
+    EXPECT_NE(out.find(c.expect), std::string::npos) << "with '" << c.env << "': expected " << c.expect << ", got\n"
+                                                     << out;
+  }
+}
+
+// Messages at and above the eager limit hicoll sets arrive intact.
+TEST(OfiTransport, RxmMessagesAroundTheEagerLimitArrive) {
+  runRanks(
+      2,
+      [](Rank& r) {
+        for (size_t len : {size_t{262144}, size_t{300000}, size_t{1048576}, size_t{1048577}}) {
+          auto out = makeData(len, 7 + r.rank), in = std::vector<uint8_t>(len);
+          wait(r.t, {r.t.irecv(1 - r.rank, in.data(), len, 2), r.t.isend(1 - r.rank, out.data(), len, 2)});
+          EXPECT_EQ(in, makeData(len, 8 - r.rank)) << len << " bytes";
+        }
+      },
+      loopback("tcp;ofi_rxm"));
 }
 
 TEST(OfiTransport, SingleRankSendsToItself) {
