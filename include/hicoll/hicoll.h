@@ -352,6 +352,65 @@ HC_API hcResult_t hcAllToAllv(const void* sendbuff, const size_t* sendcounts, co
 HC_API hcResult_t hcAllToAll(const void* sendbuff, void* recvbuff, size_t count, hcDataType_t datatype, hcComm_t comm,
                              hcStream_t stream);
 
+/* Point-to-point (as ncclSend / ncclRecv, with MPI's requests). count elements of datatype go
+ * from one rank to one peer; peer may be the calling rank itself (the data is copied; a send to
+ * self completes at once). Host buffers only (stream NULL): device buffers are hcUnsupported
+ * for now.
+ *   Matching: the messages a rank sends a peer match that peer's receives from it in the order
+ *   each side posted them. Sender and receiver must pass the same size in bytes: a size that
+ *   differs fails the call on both ranks (hcInvalidUsage, naming the peer and both sizes; over
+ *   shared memory the sender sees hcRemoteError with the receiver's message). Within a node,
+ *   point-to-point and collectives share each pair's queue: a pair must post them in the same
+ *   order on both ranks (a message of the other kind is an error naming both), as in NCCL.
+ *   Errors: as for collectives. A dead or failed peer fails the wait promptly, every wait is
+ *   bounded by HICOLL_TIMEOUT_MS, and a failed point-to-point call (a size that differs, a
+ *   timeout, a dead peer) leaves the communicator failed. Bad arguments (a peer outside
+ *   [0, nranks), a NULL buffer with a nonzero count) are hcInvalidArgument and post nothing.
+ *   The network: on a communicator that spans nodes the first call that needs the network
+ *   opens it, collectively: a collective, or a point-to-point call with a rank of another node
+ *   (or from any source). Every rank must make one such call before a later one can complete;
+ *   calling hcBarrier after creation is the simple way.
+ *   Progress: operations move while this rank is inside a point-to-point call (hcTest, hcWait,
+ *   the blocking calls, hcGroupEnd) and, within a node, inside a collective.
+ *   Threads: the calls below take the communicator like any call (one thread at a time,
+ *   "Ordering" above); hcTest and hcWait refused that way return hcInvalidUsage without
+ *   revoking the communicator, and the request stays valid. */
+#define HICOLL_HAS_P2P 1
+typedef struct hcRequest* hcRequest_t;
+
+/* Blocking: returns once sendbuff may be reused (the receiver has taken or acknowledged the
+ * message) or recvbuff holds the data. Between hcGroupStart and hcGroupEnd they only post, and
+ * hcGroupEnd completes them. stream must be NULL. */
+HC_API hcResult_t hcSend(const void* sendbuff, size_t count, hcDataType_t datatype, int peer, hcComm_t comm,
+                         hcStream_t stream);
+HC_API hcResult_t hcRecv(void* recvbuff, size_t count, hcDataType_t datatype, int peer, hcComm_t comm,
+                         hcStream_t stream);
+/* Non-blocking: post and return a request; the buffer must stay untouched (send) or unread
+ * (receive) until the request completes. hcIrecvAny receives the next message from any rank
+ * (itself included) that no receive naming its sender waits for: a message goes to the earliest
+ * receive posted for its source, and only then to one from any source. */
+HC_API hcResult_t hcIsend(const void* sendbuff, size_t count, hcDataType_t datatype, int peer, hcComm_t comm,
+                          hcRequest_t* request);
+HC_API hcResult_t hcIrecv(void* recvbuff, size_t count, hcDataType_t datatype, int peer, hcComm_t comm,
+                          hcRequest_t* request);
+HC_API hcResult_t hcIrecvAny(void* recvbuff, size_t count, hcDataType_t datatype, hcComm_t comm, hcRequest_t* request);
+/* *done = 1 once the request is complete (it stays valid: hcWait frees it); makes progress. An
+ * error of the operation is returned by hcTest and again by hcWait. */
+HC_API hcResult_t hcTest(hcRequest_t request, int* done);
+/* Waits for completion (bounded by HICOLL_TIMEOUT_MS from the call) and frees the request,
+ * whatever the result (except a refused entry, see Threads above). */
+HC_API hcResult_t hcWait(hcRequest_t request);
+/* The rank the request's message came from (for hcIrecvAny), or the peer it names; hcInProgress
+ * while a receive from any source has not been matched yet. */
+HC_API hcResult_t hcRequestSource(hcRequest_t request, int* source);
+/* Groups (as ncclGroupStart / ncclGroupEnd), per thread, nestable: hcSend and hcRecv inside
+ * only post, so a batch to many peers in any order cannot deadlock; the outermost hcGroupEnd
+ * waits for all of them (on every communicator used, bounded by the smallest timeout) and
+ * returns the first error. Non-blocking calls inside a group are not waited for by it;
+ * collectives inside a group run at once, as outside one. */
+HC_API hcResult_t hcGroupStart(void);
+HC_API hcResult_t hcGroupEnd(void);
+
 /* Node memory (modelled on ncclMemAlloc): host memory the ranks of a node can map. A collective
  * whose buffers live here moves each byte within the node once, with plain loads and stores
  * (no process_vm_readv, no staging through the shared segment, no CMA permission needed when

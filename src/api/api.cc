@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "algorithms/host.h"
+#include "algorithms/p2p.h"
 #include "algorithms/quantize.h"
 #include "base/deadline.h"
 #include "base/error.h"
@@ -423,6 +424,104 @@ hcResult_t initWith(hcComm_t* out, const char* fn, const std::function<std::uniq
   return guard(nullptr, fn, [&] { *out = make().release(); });
 }
 
+// ---- Point-to-point (algorithms/p2p.h) ----
+
+// The engine, made at the first p2p call.
+P2p& p2pOf(hcComm& c) {
+  if (!c.p2p) c.p2p = std::make_shared<P2p>(c.id, c.links, c.health.timeout_ms);
+  return *c.p2p;
+}
+
+// Throws for arguments this rank can see are wrong (nothing is posted: the peer's call is left
+// to its timeout, as a send that never comes); returns the size in bytes.
+size_t p2pBytes(const hcComm& c, const void* buf, size_t count, hcDataType_t dt, int peer, hcStream_t stream,
+                const char* fn) {
+  HC_CHECK(dt >= 0 && dt < hcNumTypes, hcInvalidArgument, "{}: invalid datatype {}", fn, static_cast<int>(dt));
+  HC_CHECK(peer == -1 || (peer >= 0 && peer < c.id.nranks), hcInvalidArgument, "{}: peer {} is outside [0, {})", fn,
+           peer, c.id.nranks);
+  const size_t e = hcTypeSize(dt);
+  HC_CHECK(count <= SIZE_MAX / e, hcInvalidArgument, "{}: count {} overflows", fn, count);
+  HC_CHECK(count == 0 || buf, hcInvalidArgument, "{}: NULL buffer for {} elements", fn, count);
+  HC_CHECK(!stream && !isDevicePointer(buf), hcUnsupported,
+           "{}: point-to-point is not supported on device buffers yet (host buffers, stream NULL)", fn);
+  return count * e;
+}
+
+// Posts one operation (peer -1: from any source), opening the network first when it needs it.
+std::shared_ptr<P2pOp> postP2p(hcComm& c, bool send, void* buf, size_t bytes, int peer, const char* fn) {
+  const bool remote = peer < 0 ? c.id.topo.nnodes > 1 : !c.id.sameNode(peer);
+  if (remote) {
+    try {
+      c.ensureNetwork();
+    } catch (const Error& e) {
+      throw Error(e.code(), fmt::format("{}: opening the network: {}", fn, e.what()), Error::kFatal);
+    }
+    HC_CHECK(c.links.ofi->tagBits() >= p2ptag::kBitsNeeded, hcUnsupported,
+             "{}: the network's provider carries {} tag bits, point-to-point across nodes needs {}", fn,
+             c.links.ofi->tagBits(), p2ptag::kBitsNeeded);
+  }
+  try {
+    return p2pOf(c).post(send, peer, buf, bytes, fn);
+  } catch (const Error& e) {
+    throw Error(e.code(), fmt::format("{}: {}", fn, e.what()), Error::kFatal);
+  }
+}
+
+// The operations hcSend / hcRecv posted inside a group on this thread, for hcGroupEnd.
+struct Group {
+  int depth = 0;
+  std::vector<std::pair<hcComm*, std::shared_ptr<P2pOp>>> ops;
+};
+thread_local Group t_group;
+
+hcResult_t p2pBlocking(hcComm_t comm, const char* fn, bool send, void* buf, size_t count, hcDataType_t dt, int peer,
+                       hcStream_t stream) {
+  if (bad(comm, fn)) return hcInvalidArgument;
+  std::shared_ptr<P2pOp> op;
+  const hcResult_t r = entered(comm, fn, [&] {
+    const size_t bytes = p2pBytes(*comm, buf, count, dt, peer, stream, fn);
+    HC_CHECK(peer >= 0, hcInvalidArgument, "{}: peer {} is outside [0, {})", fn, peer, comm->id.nranks);
+    op = postP2p(*comm, send, buf, bytes, peer, fn);
+    if (t_group.depth == 0) p2pOf(*comm).wait({op.get()}, op->describe(comm->id).c_str());
+  });
+  if (r == hcSuccess && t_group.depth > 0) t_group.ops.emplace_back(comm, std::move(op));
+  return r;
+}
+
+// The first error of a group's wait over several communicators (one loop over all of them:
+// waiting for one at a time could leave a peer waiting for this rank's progress on another).
+hcResult_t waitGroupOps(const std::vector<std::pair<hcComm*, std::shared_ptr<P2pOp>>>& ops) {
+  std::vector<hcComm*> comms;
+  for (const auto& [c, op] : ops)
+    if (std::find(comms.begin(), comms.end(), c) == comms.end()) comms.push_back(c);
+  long timeout = 0;
+  for (hcComm* c : comms) {
+    if (bad(c, "hcGroupEnd")) return hcInvalidArgument;
+    timeout = timeout == 0 ? c->health.timeout_ms : std::min(timeout, c->health.timeout_ms);
+  }
+  std::vector<std::vector<P2pOp*>> of(comms.size());
+  for (const auto& [c, op] : ops)
+    of[static_cast<size_t>(std::find(comms.begin(), comms.end(), c) - comms.begin())].push_back(op.get());
+  const std::string what = fmt::format("hcGroupEnd ({} operations)", ops.size());
+  if (comms.size() == 1) return entered(comms[0], "hcGroupEnd", [&] { p2pOf(*comms[0]).wait(of[0], what.c_str()); });
+  const Deadline d(timeout);
+  Backoff backoff;
+  for (;;) {
+    bool all = true;
+    for (size_t i = 0; i < comms.size(); ++i) {
+      hcComm* c = comms[i];
+      const hcResult_t r = entered(c, "hcGroupEnd", [&] {
+        all &= p2pOf(*c).testAll(of[i], what.c_str());
+        c->links.checkPeers();
+        p2pOf(*c).checkDeadline(of[i], d, what.c_str());
+      });
+      if (r != hcSuccess) return r;
+    }
+    if (all) return hcSuccess;
+    backoff.pause();
+  }
+}
+
 }  // namespace
 
 extern "C" {
@@ -827,6 +926,134 @@ hcResult_t hcAllToAll(const void* sendbuff, void* recvbuff, size_t count, hcData
                      .stream = stream,
                      .send_counts = counts.data(),
                      .recv_counts = counts.data()});
+}
+
+}  // extern "C"
+
+// The request of a non-blocking call: its communicator and its operation (shared with the
+// engine until it completes).
+struct hcRequest {
+  static constexpr uint64_t kLive = 0x68637265714c4956ull, kDead = 0x6863726571444541ull;
+  uint64_t magic = kLive;
+  hcComm* comm;
+  std::shared_ptr<hicoll::P2pOp> op;
+};
+
+namespace {
+
+hcResult_t p2pPost(hcComm_t comm, const char* fn, bool send, void* buf, size_t count, hcDataType_t dt, int peer,
+                   hcRequest_t* req) {
+  if (bad(comm, fn)) return hcInvalidArgument;
+  if (!req) {
+    t_last_error = fmt::format("{}: request is NULL", fn);
+    return hcInvalidArgument;
+  }
+  *req = nullptr;
+  return entered(comm, fn, [&] {
+    const size_t bytes = p2pBytes(*comm, buf, count, dt, peer, nullptr, fn);
+    HC_CHECK(peer >= 0 || !send, hcInvalidArgument, "{}: peer {} is outside [0, {})", fn, peer, comm->id.nranks);
+    auto r = std::make_unique<hcRequest>();
+    r->comm = comm;
+    r->op = postP2p(*comm, send, buf, bytes, peer, fn);
+    *req = r.release();
+  });
+}
+
+bool badRequest(hcRequest_t req, const char* fn) {
+  if (req && req->magic == hcRequest::kLive) return false;
+  t_last_error = req ? fmt::format("{}: not a live request (freed by hcWait already?)", fn)
+                     : fmt::format("{}: request is NULL", fn);
+  return true;
+}
+
+}  // namespace
+
+extern "C" {
+
+hcResult_t hcSend(const void* sendbuff, size_t count, hcDataType_t datatype, int peer, hcComm_t comm,
+                  hcStream_t stream) {
+  return p2pBlocking(comm, "hcSend", true, const_cast<void*>(sendbuff), count, datatype, peer, stream);
+}
+
+hcResult_t hcRecv(void* recvbuff, size_t count, hcDataType_t datatype, int peer, hcComm_t comm, hcStream_t stream) {
+  return p2pBlocking(comm, "hcRecv", false, recvbuff, count, datatype, peer, stream);
+}
+
+hcResult_t hcIsend(const void* sendbuff, size_t count, hcDataType_t datatype, int peer, hcComm_t comm,
+                   hcRequest_t* request) {
+  return p2pPost(comm, "hcIsend", true, const_cast<void*>(sendbuff), count, datatype, peer, request);
+}
+
+hcResult_t hcIrecv(void* recvbuff, size_t count, hcDataType_t datatype, int peer, hcComm_t comm, hcRequest_t* request) {
+  if (peer < 0 && comm && comm->api.magic == ApiState::kLive) {
+    t_last_error =
+        fmt::format("hcIrecv: peer {} is outside [0, {}) (hcIrecvAny receives from any source)", peer, comm->id.nranks);
+    return hcInvalidArgument;
+  }
+  return p2pPost(comm, "hcIrecv", false, recvbuff, count, datatype, peer, request);
+}
+
+hcResult_t hcIrecvAny(void* recvbuff, size_t count, hcDataType_t datatype, hcComm_t comm, hcRequest_t* request) {
+  return p2pPost(comm, "hcIrecvAny", false, recvbuff, count, datatype, -1, request);
+}
+
+hcResult_t hcTest(hcRequest_t req, int* done) {
+  if (badRequest(req, "hcTest")) return hcInvalidArgument;
+  if (!done) {
+    t_last_error = "hcTest: done is NULL";
+    return hcInvalidArgument;
+  }
+  *done = 0;
+  if (bad(req->comm, "hcTest")) return hcInvalidArgument;
+  return entered(
+      req->comm, "hcTest", [&] { *done = p2pOf(*req->comm).test(*req->op) ? 1 : 0; }, /*communicates=*/false);
+}
+
+hcResult_t hcWait(hcRequest_t req) {
+  if (badRequest(req, "hcWait")) return hcInvalidArgument;
+  std::unique_ptr<hcRequest> owned(req);  // freed on every return but a refused entry
+  hcComm* comm = req->comm;
+  if (bad(comm, "hcWait")) {
+    req->magic = hcRequest::kDead;
+    return hcInvalidArgument;
+  }
+  CallGate gate(*comm, "hcWait");
+  if (!gate.owned()) {
+    owned.release();
+    return refuse(*comm, "hcWait", gate.busy(), /*revoke_comm=*/false);
+  }
+  req->magic = hcRequest::kDead;
+  return guard(comm, "hcWait", [&] {
+    P2pOp& op = *req->op;
+    if (!op.done()) p2pOf(*comm).wait({&op}, op.describe(comm->id).c_str());
+  });
+}
+
+hcResult_t hcRequestSource(hcRequest_t req, int* source) {
+  if (badRequest(req, "hcRequestSource")) return hcInvalidArgument;
+  if (!source) {
+    t_last_error = "hcRequestSource: source is NULL";
+    return hcInvalidArgument;
+  }
+  *source = req->op->source;
+  return *source >= 0 ? hcSuccess : hcInProgress;
+}
+
+hcResult_t hcGroupStart(void) {
+  ++t_group.depth;
+  return hcSuccess;
+}
+
+hcResult_t hcGroupEnd(void) {
+  if (t_group.depth == 0) {
+    t_last_error = "hcGroupEnd: no hcGroupStart on this thread";
+    return hcInvalidUsage;
+  }
+  if (--t_group.depth > 0) return hcSuccess;
+  const auto ops = std::move(t_group.ops);
+  t_group.ops.clear();
+  if (ops.empty()) return hcSuccess;
+  return waitGroupOps(ops);
 }
 
 }  // extern "C"

@@ -22,6 +22,7 @@
 
 namespace hicoll {
 struct AgreeState;  // algorithms/agree.h: the agreement's messages, made at the first call
+class P2p;          // algorithms/p2p.h: point-to-point messages, made at the first p2p call
 
 // What the API layer keeps of a communicator: whether the handle is live, the one call in
 // progress, the lock of its teardown, the reduction ops it made.
@@ -52,6 +53,7 @@ struct hcComm {
   // Before links: a receive may be posted into its messages when a call fails, and the
   // endpoint must close first.
   std::shared_ptr<hicoll::AgreeState> agree;
+  std::shared_ptr<hicoll::P2p> p2p;  // likewise: its envelope receives stay posted
   hicoll::Links links{id};
   std::unique_ptr<hicoll::DeviceEngine> device;
 

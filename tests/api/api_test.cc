@@ -270,6 +270,52 @@ TEST(Api, InvalidArgumentsAreRejectedWithAMessage) {
   });
 }
 
+// Point-to-point arguments this rank can see are wrong: refused with a message, nothing posted,
+// the communicator still usable (a send and receive between the two threads then work).
+TEST(Api, PointToPointArgumentsAreRejectedWithAMessage) {
+  onThreads(2, [](int rank, hcComm_t c) {
+    std::vector<int32_t> buf(16, rank), in(16, -1);
+    const int peer = 1 - rank;
+    auto last = [&] { return std::string(hcGetLastError(c)); };
+    EXPECT_EQ(hcSend(buf.data(), 16, hcInt32, 2, c, nullptr), hcInvalidArgument);
+    EXPECT_NE(last().find("peer 2 is outside [0, 2)"), std::string::npos) << last();
+    EXPECT_EQ(hcRecv(buf.data(), 16, hcInt32, -1, c, nullptr), hcInvalidArgument);
+    EXPECT_EQ(hcSend(nullptr, 16, hcInt32, peer, c, nullptr), hcInvalidArgument);
+    EXPECT_NE(last().find("NULL buffer"), std::string::npos) << last();
+    EXPECT_EQ(hcSend(buf.data(), 16, static_cast<hcDataType_t>(42), peer, c, nullptr), hcInvalidArgument);
+    EXPECT_EQ(hcSend(buf.data(), 16, hcInt32, peer, c, reinterpret_cast<void*>(1)), hcUnsupported);
+    EXPECT_NE(last().find("device buffers"), std::string::npos) << last();
+    hcRequest_t r = nullptr;
+    EXPECT_EQ(hcIsend(buf.data(), 16, hcInt32, peer, c, nullptr), hcInvalidArgument);
+    EXPECT_EQ(hcIrecv(buf.data(), 16, hcInt32, -3, c, &r), hcInvalidArgument);
+    EXPECT_EQ(r, nullptr);
+    int done = 0;
+    EXPECT_EQ(hcTest(nullptr, &done), hcInvalidArgument);
+    EXPECT_EQ(hcWait(nullptr), hcInvalidArgument);
+    EXPECT_EQ(hcGroupEnd(), hcInvalidUsage);
+    EXPECT_NE(std::string(hcGetLastError(nullptr)).find("hcGroupStart"), std::string::npos);
+    EXPECT_EQ(hcSend(buf.data(), 16, hcInt32, peer, nullptr, nullptr), hcInvalidArgument);
+    // Still usable: one exchange, values checked.
+    EXPECT_EQ(hcGroupStart(), hcSuccess);
+    EXPECT_EQ(hcSend(buf.data(), 16, hcInt32, peer, c, nullptr), hcSuccess);
+    EXPECT_EQ(hcRecv(in.data(), 16, hcInt32, peer, c, nullptr), hcSuccess);
+    EXPECT_EQ(hcGroupEnd(), hcSuccess) << last();
+    EXPECT_EQ(in, std::vector<int32_t>(16, peer));
+  });
+  // A destroyed communicator is refused by name.
+  MapStore store;
+  hcStoreOps ops = store.ops();
+  hcComm_t c = nullptr;
+  ASSERT_EQ(hcCommInitRankStore(&c, 1, 0, &ops, "p2pstale"), hcSuccess);
+  int32_t x = 1;
+  hcRequest_t r = nullptr;
+  ASSERT_EQ(hcIrecv(&x, 1, hcInt32, 0, c, &r), hcSuccess);
+  ASSERT_EQ(hcCommDestroy(c), hcSuccess);
+  EXPECT_EQ(hcSend(&x, 1, hcInt32, 0, c, nullptr), hcInvalidArgument);
+  EXPECT_NE(std::string(hcGetLastError(nullptr)).find("destroyed"), std::string::npos) << hcGetLastError(nullptr);
+  EXPECT_EQ(hcWait(r), hcInvalidArgument);  // frees the request all the same
+}
+
 TEST(Api, PreMulSumLifecycle) {
   onThreads(2, [](int, hcComm_t c) {
     float s = 0.25f;

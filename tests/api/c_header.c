@@ -18,6 +18,10 @@ int main(void) {
       c.sortBytes != HC_CONFIG_UNDEF_INT || c.quantMinNodes != HC_CONFIG_UNDEF_INT)
     return 7;
   if (hcCommGetConfig(NULL, &c) != hcInvalidArgument) return 8;
+  if (hcSend(NULL, 0, hcFloat32, 0, NULL, NULL) != hcInvalidArgument) return 9;
+  if (hcGroupStart() != hcSuccess || hcGroupEnd() != hcSuccess || hcGroupEnd() != hcInvalidUsage) return 10;
+  hcRequest_t req = NULL;
+  if (hcIrecvAny(NULL, 0, hcFloat32, NULL, &req) != hcInvalidArgument || hcWait(req) != hcInvalidArgument) return 11;
   printf("ok\n");
   return 0;
 }

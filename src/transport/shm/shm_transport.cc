@@ -462,6 +462,17 @@ ReqId ShmTransport::irecv(int peer, void* buf, size_t len, uint64_t tag) {
   return id;
 }
 
+bool ShmTransport::peek(int peer, uint64_t* tag, size_t* len) {
+  const int local = local_of_.at(peer);
+  const Pair& p = *pairs_[local];
+  const QueueShared& q = header(local).queue[me_];
+  if (q.head.load(std::memory_order_acquire) <= p.next_recv) return false;
+  const Desc& d = q.desc[p.next_recv % kQueueDepth];
+  *tag = d.tag;
+  *len = d.len;
+  return true;
+}
+
 // Posts descriptors while the queue has room; without CMA, also feeds the bounce ring.
 bool ShmTransport::progressSend(int local) {
   Pair& p = *pairs_[local];

@@ -55,6 +55,10 @@ class ShmTransport : public Transport {
   bool test(ReqId req) override;
   void progress() override;
   void abort() override;
+  // The next message from peer that no receive has taken yet (its tag and length; false when
+  // it has posted none): a receive from any source looks before it takes, and a mismatch's
+  // message names what was sent. With receives posted to peer, it is the first one's.
+  bool peek(int peer, uint64_t* tag, size_t* len);
 
   // Direct access for the hierarchical algorithms; `local` indexes this node's ranks.
   int localSize() const { return static_cast<int>(local_ranks_.size()); }

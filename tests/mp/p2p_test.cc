@@ -1,0 +1,377 @@
+// Tier 3: point-to-point (hcSend / hcRecv, hcIsend / hcIrecv / hcIrecvAny, groups) between
+// forked ranks on 1-2 simulated nodes, so both the shared-memory queue (a pair on one node) and
+// libfabric (a pair across nodes) carry them: values checked byte by byte, sizes from 0 to
+// 4 MiB, order, a grouped ring, any source, self, a size that differs, a killed peer, and p2p
+// between collectives on the same communicator.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../common/mp.h"
+
+namespace hctest {
+namespace {
+
+double since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The byte i of message k from s to d (salt varies it per case).
+uint8_t byteOf(int s, int d, size_t i, int k) {
+  return static_cast<uint8_t>(s * 37 + d * 11 + k * 5 + i * 13 + (i >> 8) * 7);
+}
+std::vector<uint8_t> pattern(int s, int d, size_t n, int k) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = byteOf(s, d, i, k);
+  return v;
+}
+// Wrong bytes of what arrived from s (first three printed).
+int wrongBytes(const std::vector<uint8_t>& got, int s, int d, int k, int me) {
+  int wrong = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (got[i] != byteOf(s, d, i, k) && wrong++ < 3)
+      std::fprintf(stderr, "rank %d: byte %zu of message %d from rank %d is %d, not %d\n", me, i, k, s, got[i],
+                   byteOf(s, d, i, k));
+  return wrong;
+}
+
+int fail(int me, const char* what, hcComm_t comm) {
+  std::fprintf(stderr, "rank %d: %s failed: %s\n", me, what, hcGetLastError(comm));
+  return 1;
+}
+
+Job jobOf(int nodes, int per_node, int timeout_ms = 30000) {
+  Job job;
+  job.nranks = nodes * per_node;
+  job.node = contiguous(nodes, per_node);
+  job.env["HICOLL_TIMEOUT_MS"] = std::to_string(timeout_ms);
+  job.timeout_s = 60;
+  return job;
+}
+
+void expectAllZero(const std::vector<int>& st, const char* what) {
+  for (size_t r = 0; r < st.size(); ++r) EXPECT_EQ(st[r], 0) << what << " rank " << r;
+}
+
+const size_t kSizes[] = {0, 1, 8, 64 << 10, 4 << 20};
+
+// Ping-pong with `peer` at every size: the lower rank sends first, the other echoes its own
+// pattern back; both check every byte.
+int pingPong(hcComm_t comm, int me, int peer, int k0) {
+  int f = 0, k = k0;
+  for (size_t n : kSizes) {
+    ++k;
+    std::vector<uint8_t> out = pattern(me, peer, n, k), in(n, 0xee);
+    const bool first = me < peer;
+    for (int leg = 0; leg < 2; ++leg) {
+      const bool sending = (leg == 0) == first;
+      const hcResult_t r = sending ? hcSend(out.data(), n, hcUint8, peer, comm, nullptr)
+                                   : hcRecv(in.data(), n, hcUint8, peer, comm, nullptr);
+      if (r != hcSuccess) return fail(me, sending ? "hcSend" : "hcRecv", comm) + 100;
+    }
+    f += wrongBytes(in, peer, me, k, me);
+  }
+  return f;
+}
+
+// 1x2: the pair on one node (shared memory). 2x2: first the pairs of each node, then the pairs
+// across nodes (libfabric). Values checked both ways at every size; then 8-byte round trips timed.
+TEST(P2p, PingPongEverySizeWithinAndAcrossNodes) {
+  for (auto [nodes, per] : {std::pair{1, 2}, std::pair{2, 2}}) {
+    Job job = jobOf(nodes, per);
+    auto st = run(job, [&](int me, hcComm_t comm) {
+      int f = pingPong(comm, me, me ^ 1, 0);                // same node
+      if (nodes == 2) f += pingPong(comm, me, me ^ 2, 10);  // across nodes
+      // Latency of 8-byte round trips with each partner (printed, not asserted).
+      for (int peer : nodes == 2 ? std::vector<int>{me ^ 1, me ^ 2} : std::vector<int>{me ^ 1}) {
+        uint64_t x = static_cast<uint64_t>(me), y = 0;
+        const int iters = 2000;
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < iters && f == 0; ++i) {
+          if (me < peer) {
+            if (hcSend(&x, 8, hcUint8, peer, comm, nullptr) || hcRecv(&y, 8, hcUint8, peer, comm, nullptr)) ++f;
+          } else {
+            if (hcRecv(&y, 8, hcUint8, peer, comm, nullptr) || hcSend(&x, 8, hcUint8, peer, comm, nullptr)) ++f;
+          }
+        }
+        if (y != static_cast<uint64_t>(peer)) ++f;
+        if (me < peer)
+          std::fprintf(stderr, "[%dx%d] ping-pong rank %d <-> %d: %.2f us per 8-byte round trip\n", nodes, per, me,
+                       peer, since(t0) * 1e6 / iters);
+      }
+      return f;
+    });
+    expectAllZero(st, nodes == 1 ? "1x2" : "2x2");
+  }
+}
+
+// Several messages to one peer arrive in the order they were posted, sizes differing (so a
+// reordering would also be a size mismatch), non-blocking sends, blocking receives.
+TEST(P2p, MessagesToOnePeerArriveInPostingOrder) {
+  for (auto [nodes, per] : {std::pair{1, 2}, std::pair{2, 1}}) {
+    Job job = jobOf(nodes, per);
+    auto st = run(job, [&](int me, hcComm_t comm) {
+      const int peer = 1 - me, n = 6;
+      int f = 0;
+      if (me == 0) {
+        std::vector<std::vector<uint8_t>> out;
+        std::vector<hcRequest_t> reqs(n);
+        for (int k = 0; k < n; ++k) out.push_back(pattern(me, peer, 1000 + 4096 * k, k));
+        for (int k = 0; k < n; ++k)
+          if (hcIsend(out[k].data(), out[k].size(), hcUint8, peer, comm, &reqs[k]) != hcSuccess)
+            return fail(me, "hcIsend", comm);
+        for (int k = n - 1; k >= 0; --k)  // waited in reverse: completion order is not the point
+          if (hcWait(reqs[k]) != hcSuccess) return fail(me, "hcWait", comm);
+      } else {
+        for (int k = 0; k < n; ++k) {
+          std::vector<uint8_t> in(1000 + 4096 * k);
+          if (hcRecv(in.data(), in.size(), hcUint8, peer, comm, nullptr) != hcSuccess) return fail(me, "hcRecv", comm);
+          f += wrongBytes(in, peer, me, k, me);
+        }
+      }
+      return f;
+    });
+    expectAllZero(st, nodes == 1 ? "1x2" : "2x1");
+  }
+}
+
+// Every rank sends 4 MiB to the next and receives from the previous inside one group: with
+// blocking calls outside a group every rank would wait in its send (the shared-memory send
+// completes when the receiver has taken it). 1x3 and 2x2 (a ring crossing nodes twice).
+TEST(P2p, GroupedRingExchangeDoesNotDeadlock) {
+  for (auto [nodes, per] : {std::pair{1, 3}, std::pair{2, 2}}) {
+    Job job = jobOf(nodes, per, 20000);
+    auto st = run(job, [&](int me, hcComm_t comm) {
+      int W = 0;
+      hcCommCount(comm, &W);
+      const int next = (me + 1) % W, prev = (me + W - 1) % W;
+      const size_t n = 4 << 20;
+      int f = 0;
+      for (int round = 0; round < 2; ++round) {
+        std::vector<uint8_t> out = pattern(me, next, n, round), in(n);
+        if (hcGroupStart() != hcSuccess) return 20;
+        // The receive first on even ranks, the send first on odd ones: order inside a group
+        // does not matter.
+        hcResult_t a = hcSuccess, b = hcSuccess;
+        if (me % 2 == 0) {
+          a = hcRecv(in.data(), n, hcUint8, prev, comm, nullptr);
+          b = hcSend(out.data(), n, hcUint8, next, comm, nullptr);
+        } else {
+          b = hcSend(out.data(), n, hcUint8, next, comm, nullptr);
+          a = hcRecv(in.data(), n, hcUint8, prev, comm, nullptr);
+        }
+        const hcResult_t e = hcGroupEnd();
+        if (a != hcSuccess || b != hcSuccess || e != hcSuccess) return fail(me, "grouped ring", comm);
+        f += wrongBytes(in, prev, me, round, me);
+      }
+      return f;
+    });
+    expectAllZero(st, nodes == 1 ? "1x3" : "2x2");
+  }
+}
+
+// hcIsend / hcIrecv completed by polling hcTest; the request names its peer; a completed
+// request stays valid until hcWait frees it.
+TEST(P2p, NonBlockingCompletedByPollingTest) {
+  for (auto [nodes, per] : {std::pair{1, 2}, std::pair{2, 1}}) {
+    Job job = jobOf(nodes, per);
+    auto st = run(job, [&](int me, hcComm_t comm) {
+      const int peer = 1 - me;
+      const size_t n = 256 << 10;
+      std::vector<uint8_t> out = pattern(me, peer, n, 7), in(n);
+      hcRequest_t rr = nullptr, sr = nullptr;
+      if (hcIrecv(in.data(), n, hcUint8, peer, comm, &rr) != hcSuccess) return fail(me, "hcIrecv", comm);
+      if (hcIsend(out.data(), n, hcUint8, peer, comm, &sr) != hcSuccess) return fail(me, "hcIsend", comm);
+      int rdone = 0, sdone = 0, polls = 0;
+      const auto t0 = std::chrono::steady_clock::now();
+      while ((!rdone || !sdone) && since(t0) < 10) {
+        if (!rdone && hcTest(rr, &rdone) != hcSuccess) return fail(me, "hcTest", comm);
+        if (!sdone && hcTest(sr, &sdone) != hcSuccess) return fail(me, "hcTest", comm);
+        ++polls;
+      }
+      if (!rdone || !sdone) return 30;
+      int src = -1;
+      if (hcRequestSource(rr, &src) != hcSuccess || src != peer) return 31;
+      int again = 0;
+      if (hcTest(rr, &again) != hcSuccess || again != 1) return 32;  // still valid, still done
+      if (hcWait(rr) != hcSuccess || hcWait(sr) != hcSuccess) return fail(me, "hcWait", comm);
+      if (hcTest(rr, &again) != hcInvalidArgument) return 33;  // freed
+      std::fprintf(stderr, "rank %d: done after %d polls\n", me, polls);
+      return wrongBytes(in, peer, me, 7, me);
+    });
+    expectAllZero(st, nodes == 1 ? "1x2" : "2x1");
+  }
+}
+
+// Rank 0 receives one message from every rank (itself included) with hcIrecvAny and learns
+// each source: the contents say who sent it, every source exactly once. 1x3 (shared memory) and
+// 2x2 (a local peer and two across nodes).
+TEST(P2p, ReceiveFromAnySourceNamesTheSource) {
+  for (auto [nodes, per] : {std::pair{1, 3}, std::pair{2, 2}}) {
+    Job job = jobOf(nodes, per);
+    auto st = run(job, [&](int me, hcComm_t comm) {
+      int W = 0;
+      hcCommCount(comm, &W);
+      if (hcBarrier(comm) != hcSuccess) return fail(me, "hcBarrier", comm);  // opens the network
+      const size_t n = 4096;
+      std::vector<uint8_t> out = pattern(me, 0, n, 3);
+      if (me != 0) {
+        if (hcSend(out.data(), n, hcUint8, 0, comm, nullptr) != hcSuccess) return fail(me, "hcSend", comm);
+        return 0;
+      }
+      if (hcSend(out.data(), n, hcUint8, 0, comm, nullptr) != hcSuccess) return fail(me, "hcSend to self", comm);
+      std::vector<std::vector<uint8_t>> in(W, std::vector<uint8_t>(n));
+      std::vector<hcRequest_t> reqs(W);
+      for (int i = 0; i < W; ++i)
+        if (hcIrecvAny(in[i].data(), n, hcUint8, comm, &reqs[i]) != hcSuccess) return fail(me, "hcIrecvAny", comm);
+      std::vector<int> seen;
+      int f = 0;
+      for (int i = 0; i < W; ++i) {
+        int done = 0, src = -1;
+        while (!done)
+          if (hcTest(reqs[i], &done) != hcSuccess) return fail(me, "hcTest", comm);
+        if (hcRequestSource(reqs[i], &src) != hcSuccess || src < 0 || src >= W) return 40;
+        if (hcWait(reqs[i]) != hcSuccess) return fail(me, "hcWait", comm);
+        f += wrongBytes(in[i], src, 0, 3, me);
+        seen.push_back(src);
+      }
+      std::sort(seen.begin(), seen.end());
+      for (int i = 0; i < W; ++i)
+        if (seen[i] != i) ++f;
+      return f;
+    });
+    expectAllZero(st, nodes == 1 ? "1x3" : "2x2");
+  }
+}
+
+// A send to self is a copy: blocking send then receive, and a receive posted before the send.
+TEST(P2p, SendToSelfCopies) {
+  Job job = jobOf(1, 2);
+  auto st = run(job, [&](int me, hcComm_t comm) {
+    const size_t n = 100000;
+    std::vector<uint8_t> out = pattern(me, me, n, 1), in(n), in2(n);
+    if (hcSend(out.data(), n, hcUint8, me, comm, nullptr) != hcSuccess) return fail(me, "hcSend self", comm);
+    if (hcRecv(in.data(), n, hcUint8, me, comm, nullptr) != hcSuccess) return fail(me, "hcRecv self", comm);
+    hcRequest_t r = nullptr;
+    if (hcIrecv(in2.data(), n, hcUint8, me, comm, &r) != hcSuccess) return fail(me, "hcIrecv self", comm);
+    std::vector<uint8_t> out2 = pattern(me, me, n, 2);
+    if (hcSend(out2.data(), n, hcUint8, me, comm, nullptr) != hcSuccess) return fail(me, "hcSend self 2", comm);
+    if (hcWait(r) != hcSuccess) return fail(me, "hcWait self", comm);
+    return wrongBytes(in, me, me, 1, me) + wrongBytes(in2, me, me, 2, me);
+  });
+  expectAllZero(st, "1x2");
+}
+
+// Rank 0 sends 100 int32, rank 1 expects 200: both fail fast, each naming the other rank and
+// both sizes in bytes; within a node (shared memory) and across nodes (libfabric).
+TEST(P2p, SizeMismatchFailsBothRanksNamingThePeer) {
+  for (auto [nodes, per] : {std::pair{1, 2}, std::pair{2, 1}}) {
+    Job job = jobOf(nodes, per, 20000);
+    auto st = run(job, [&](int me, hcComm_t comm) {
+      std::vector<int32_t> buf(200, me);
+      if (nodes == 2 && hcBarrier(comm) != hcSuccess) return fail(me, "hcBarrier", comm);
+      const auto t0 = std::chrono::steady_clock::now();
+      const hcResult_t r = me == 0 ? hcSend(buf.data(), 100, hcInt32, 1, comm, nullptr)
+                                   : hcRecv(buf.data(), 200, hcInt32, 0, comm, nullptr);
+      const double took = since(t0);
+      const std::string msg = hcGetLastError(comm);
+      std::fprintf(stderr, "[%dx%d rank %d] %s after %.2f s: %s\n", nodes, per, me, hcGetErrorString(r), took,
+                   msg.c_str());
+      if (r == hcSuccess) return 50;
+      if (took > 5) return 51;
+      if (msg.find("rank " + std::to_string(1 - me)) == std::string::npos) return 52;
+      if (msg.find("400 bytes") == std::string::npos || msg.find("800 bytes") == std::string::npos) return 53;
+      if (msg.find(me == 0 ? "hcSend" : "hcRecv") == std::string::npos) return 54;
+      // The communicator failed: later calls fail at once.
+      if (hcBarrier(comm) == hcSuccess) return 55;
+      return 0;
+    });
+    expectAllZero(st, nodes == 1 ? "1x2" : "2x1");
+  }
+}
+
+// The peer is killed while this rank waits in hcRecv: an error naming it long before the
+// timeout (30 s), within and across nodes.
+TEST(P2p, KilledPeerFailsTheReceiveFast) {
+  for (auto [nodes, per] : {std::pair{1, 2}, std::pair{2, 1}}) {
+    Job job = jobOf(nodes, per, 30000);
+    auto st = run(job, [&](int me, hcComm_t comm) {
+      int x = me, y = -1;
+      const int peer = 1 - me;
+      // One exchange that works (it opens the network across nodes).
+      hcGroupStart();
+      hcSend(&x, 1, hcInt32, peer, comm, nullptr);
+      hcRecv(&y, 1, hcInt32, peer, comm, nullptr);
+      if (hcGroupEnd() != hcSuccess || y != peer) return fail(me, "first exchange", comm);
+      if (me == 1) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        raise(SIGKILL);
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      const hcResult_t r = hcRecv(&y, 1, hcInt32, 1, comm, nullptr);
+      const double took = since(t0);
+      const std::string msg = hcGetLastError(comm);
+      std::fprintf(stderr, "[%dx%d rank 0] %s after %.2f s: %s\n", nodes, per, hcGetErrorString(r), took, msg.c_str());
+      if (r != hcRemoteError) return 60;
+      if (took > 5) return 61;
+      if (msg.find("rank 1") == std::string::npos) return 62;
+      return 0;
+    });
+    EXPECT_EQ(st[0], 0) << nodes << "x" << per;
+    EXPECT_EQ(st[1], 128 + SIGKILL) << nodes << "x" << per;
+  }
+}
+
+// P2p between collectives on one communicator, and a non-blocking pair left in flight across a
+// barrier (posted in the same order on both ranks): every value checked.
+TEST(P2p, InterleavedWithCollectives) {
+  Job job = jobOf(2, 2);
+  auto st = run(job, [&](int me, hcComm_t comm) {
+    const int W = 4, next = (me + 1) % W, prev = (me + W - 1) % W;
+    int f = 0;
+    for (int it = 0; it < 4; ++it) {
+      int64_t v = me + it, sum = 0;
+      if (hcAllReduce(&v, &sum, 1, hcInt64, hcSum, comm, nullptr) != hcSuccess) return fail(me, "hcAllReduce", comm);
+      if (sum != 6 + 4 * it) ++f;
+      std::vector<uint8_t> out = pattern(me, next, 70000, it), in(70000);
+      hcGroupStart();
+      hcSend(out.data(), out.size(), hcUint8, next, comm, nullptr);
+      hcRecv(in.data(), in.size(), hcUint8, prev, comm, nullptr);
+      if (hcGroupEnd() != hcSuccess) return fail(me, "group", comm);
+      f += wrongBytes(in, prev, me, it, me);
+      std::vector<int32_t> all(W, -1);
+      int32_t mine = me * 10 + it;
+      if (hcAllGather(&mine, all.data(), 1, hcInt32, comm, nullptr) != hcSuccess) return fail(me, "hcAllGather", comm);
+      for (int r = 0; r < W; ++r)
+        if (all[r] != r * 10 + it) ++f;
+      // A pair across the barrier: the node partner (me ^ 1).
+      const int partner = me ^ 1;
+      std::vector<uint8_t> po = pattern(me, partner, 5000, it + 20), pi(5000);
+      hcRequest_t rs = nullptr, rr = nullptr;
+      if (me < partner) {
+        if (hcIsend(po.data(), po.size(), hcUint8, partner, comm, &rs) ||
+            hcIrecv(pi.data(), pi.size(), hcUint8, partner, comm, &rr))
+          return fail(me, "post", comm);
+      } else {
+        if (hcIrecv(pi.data(), pi.size(), hcUint8, partner, comm, &rr) ||
+            hcIsend(po.data(), po.size(), hcUint8, partner, comm, &rs))
+          return fail(me, "post", comm);
+      }
+      if (hcBarrier(comm) != hcSuccess) return fail(me, "hcBarrier", comm);
+      if (hcWait(rs) != hcSuccess || hcWait(rr) != hcSuccess) return fail(me, "hcWait", comm);
+      f += wrongBytes(pi, partner, me, it + 20, me);
+    }
+    return f;
+  });
+  expectAllZero(st, "2x2");
+}
+
+}  // namespace
+}  // namespace hctest
