@@ -15,6 +15,19 @@ namespace hicoll {
 
 enum class PathId { Hierarchical, LatencyAllReduce, Ring, Pairwise, Quantized, Nccl };
 
+// What a path's rules look at: the call, the buffers and the plan's numbers so far (block,
+// split, chunking). With preference false only what makes the path impossible refuses it;
+// with preference true also that another path is preferred for this call (the AllReduce split
+// at HICOLL_ALLREDUCE_SMALL_BYTES), which the model may overrule.
+struct PlanInput {
+  const Identity& id;
+  const PlanContext& ctx;
+  const CollArgs& a;
+  const Capabilities& caps;
+  const CollPlan& p;
+  bool preference = true;
+};
+
 struct PathInfo {
   PathId id;
   const char* name;
@@ -24,8 +37,14 @@ struct PathInfo {
   bool modelled;        // the cost model predicts it (Algo below)
   Algo algo;
   const char* what;  // for people
+  // Whether its rules let it run in.a: a Verdict with no reason, or the Rule that refuses it
+  // (Rule::Hierarchical with a reason where another path is only preferred) and why. null for
+  // a variant the planner does not choose among the others (quantized: planQuantized).
+  Verdict (*allows)(const PlanInput& in);
 };
+// In the planner's order of preference: the first path whose rules allow a call is its plan.
 const std::vector<PathInfo>& pathTable();
+bool runsOn(const PathInfo& path, hcColl_t coll, const Capabilities& caps);
 
 struct PathVerdict {
   const PathInfo* path;

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/error.h"
 #include "base/quant_format.h"
+#include "plan/paths.h"
 
 namespace hicoll {
 
@@ -188,22 +190,39 @@ CollPlan planRules(const View& c, const CollArgs& a, const Capabilities& caps) {
     p.block_bytes = a.count * e;
   }
 
-  if (c.ctx.cfg.forceFallbackMask() & (1u << a.coll))
-    return fallback(p, Rule::Forced, fmt::format("HICOLL_FORCE_FALLBACK={}", c.ctx.cfg.str(Knob::ForceFallback)));
   if (a.coll == hcCollAllToAll) {
     // No level aggregates an AllToAll's blocks (each has one destination): one flat path, on
-    // any topology and buffer size, with no scratch or sort buffer.
+    // any topology and buffer size, with no scratch or sort buffer (device buffers: the engine
+    // has none and sends it to NCCL).
+    if (c.ctx.cfg.forceFallbackMask() & (1u << a.coll))
+      return fallback(p, Rule::Forced, fmt::format("HICOLL_FORCE_FALLBACK={}", c.ctx.cfg.str(Knob::ForceFallback)));
     p.path = hcPathRing;
     p.rule = Rule::Pairwise;
     return p;
   }
-  if (!caps.device && c.ctx.cfg.algoRing() && a.coll != hcCollBarrier) {
+  // The paths in their order of preference: the first whose rules allow the call takes it. A
+  // preferred path refused by a rule (not by a preference) is why the call falls back, unless
+  // the user asked for the ring.
+  Verdict refused;
+  const PathInfo* taken = nullptr;
+  const PlanInput in{c.id, c.ctx, a, caps, p};
+  for (const PathInfo& path : pathTable()) {
+    if (!path.allows || !runsOn(path, a.coll, caps)) continue;
+    Verdict v = path.allows(in);
+    if (v.ok()) {
+      taken = &path;
+      break;
+    }
+    if (refused.ok() && v.rule != Rule::Hierarchical) refused = std::move(v);
+  }
+  HC_CHECK(taken, hcInternalError, "no path runs {} on {} buffers", collName(a.coll), caps.device ? "device" : "host");
+  if (!refused.ok()) {
+    if (refused.rule != Rule::RingRequested) return fallback(p, refused.rule, std::move(refused.reason));
     p.path = hcPathRing;
-    p.rule = Rule::RingRequested;
+    p.rule = refused.rule;
     return p;
   }
-  const Verdict hier = hierarchicalRules(c.id, c.ctx, a, caps, p);
-  if (hier.rule != Rule::Hierarchical) return fallback(p, hier.rule, hier.reason);
+  p.path = taken->counted_as;
   if (model_decides) modelChoice(c, a, caps, p);
   return p;
 }

@@ -117,7 +117,8 @@ Shape modelShape(const Identity& id, const PlanContext& ctx, size_t chunk_bytes,
 // hicoll_info --algorithms ask it.
 struct Verdict {
   Rule rule = Rule::Hierarchical;
-  std::string reason;
+  std::string reason;  // "" when the path may run the call
+  bool ok() const { return reason.empty(); }
 };
 Verdict hierarchicalRules(const Identity& id, const PlanContext& ctx, const CollArgs& a, const Capabilities& caps,
                           const CollPlan& p);

@@ -124,7 +124,7 @@ TEST(ExplainCall, KnobsThatDecideShowInTheVerdicts) {
     const auto v = hicoll::explainCall(c.id, c.ctx, call(hcCollAllGather, 4096), {}, nullptr);
     EXPECT_EQ(chosenOf(v).path->id, PathId::Ring);
     for (const PathVerdict& x : v)
-      if (x.path->id == PathId::Hierarchical) EXPECT_EQ(x.why_not, "") << "requested away, not refused";
+      if (x.path->id == PathId::Hierarchical) EXPECT_EQ(x.why_not, "HICOLL_ALGO=ring") << "the user's word refuses it";
   }
   {
     Comm c(2, 2, {{"HICOLL_QUANT_MIN_NODES", "3"}});
