@@ -561,6 +561,8 @@ bool ShmTransport::progressRecv(int local) {
 }
 
 void ShmTransport::progress() {
+  // After abort nothing moves: a receive posted before it is cancelled, not filled.
+  if (aborted_.load(std::memory_order_relaxed)) HC_THROW(hcRemoteError, "shm: the communicator was aborted");
   for (int i = 0; i < localSize(); ++i) {
     if (!pairs_[i]->sends.empty()) progressSend(i);
     if (!pairs_[i]->recvs.empty()) progressRecv(i);
@@ -570,6 +572,7 @@ void ShmTransport::progress() {
 bool ShmTransport::test(ReqId id) {
   auto it = reqs_.find(id);
   HC_CHECK(it != reqs_.end(), hcInternalError, "shm: unknown request {}", id);
+  if (aborted_.load(std::memory_order_relaxed)) HC_THROW(hcRemoteError, "shm: the communicator was aborted");
   if (!it->second->done) {
     progress();
     if (!it->second->done) {
