@@ -16,6 +16,7 @@
 
 #include <unistd.h>
 
+#include "../../common/thread_ranks.h"
 #include "base/deadline.h"
 #include "base/error.h"
 #include "bootstrap/bootstrap.h"
@@ -98,40 +99,15 @@ struct Rank {
   bool close_at_once = false;  // set by fn to skip the final barrier
 };
 void runRanks(int n, const std::function<void(Rank&)>& fn, const OfiOptions& opt, const OfiTuning& tuning = {}) {
-  auto store = makeInMemoryStore();
-  std::mutex mu;
-  std::vector<std::string> errors;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        Bootstrap bs(store, "ofi-test", r, n, kTimeoutMs);
-        auto t = ofi_detail::makeOfiTransport(bs, opt, tuning);
-        Rank ctx{r, n, bs, *t};
-        fn(ctx);
-        if (!ctx.close_at_once) bs.barrier();
-      } catch (const std::exception& e) {
-        std::lock_guard<std::mutex> lk(mu);
-        errors.push_back(fmt::format("rank {}: {}", r, e.what()));
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
-  for (auto& e : errors) ADD_FAILURE() << e;
+  hctest::onRankThreads(n, "ofi-test", kTimeoutMs, [&](int r, Bootstrap& bs) {
+    auto t = ofi_detail::makeOfiTransport(bs, opt, tuning);
+    Rank ctx{r, n, bs, *t};
+    fn(ctx);
+    if (!ctx.close_at_once) bs.barrier();
+  });
 }
 
-// Calls f, which must throw hicoll::Error with `code`; returns its message.
-template <class F>
-std::string expectError(F&& f, hcResult_t code) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "expected hicoll::Error with code " << code;
-  return "";
-}
+using hctest::expectError;
 
 class OfiProviderTest : public ::testing::TestWithParam<std::string> {
  protected:

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "../../common/thread_ranks.h"
 #include "base/deadline.h"
 #include "base/error.h"
 #include "base/identity.h"
@@ -70,47 +71,22 @@ inline void runRanks(int n, const std::function<void(Rank&)>& fn, const ShmOptio
   if (node.empty()) node.assign(n, 0);
   std::vector<std::string> labels, hosts(n, "host");
   for (int r = 0; r < n; ++r) labels.push_back("n" + std::to_string(node[r]));
-  auto store = makeInMemoryStore();
-  std::mutex mu;
-  std::vector<std::string> errors;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        Identity id;
-        id.rank = r;
-        id.nranks = n;
-        id.topo = Topology::build(labels, hosts);
-        Bootstrap bs(store, "shm-test", r, n, kTimeoutMs);
-        std::vector<int> local;
-        for (int p = 0; p < n; ++p)
-          if (node[p] == node[r]) local.push_back(p);
-        auto t = std::make_unique<ShmTransport>(bs, local, opt);
-        Rank ctx{r, n, bs, t, id};
-        fn(ctx);
-        if (!ctx.close_at_once) bs.barrier();
-      } catch (const std::exception& e) {
-        std::lock_guard<std::mutex> lk(mu);
-        errors.push_back("rank " + std::to_string(r) + ": " + e.what());
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
-  for (auto& e : errors) ADD_FAILURE() << e;
+  hctest::onRankThreads(n, "shm-test", kTimeoutMs, [&](int r, Bootstrap& bs) {
+    Identity id;
+    id.rank = r;
+    id.nranks = n;
+    id.topo = Topology::build(labels, hosts);
+    std::vector<int> local;
+    for (int p = 0; p < n; ++p)
+      if (node[p] == node[r]) local.push_back(p);
+    auto t = std::make_unique<ShmTransport>(bs, local, opt);
+    Rank ctx{r, n, bs, t, id};
+    fn(ctx);
+    if (!ctx.close_at_once) bs.barrier();
+  });
 }
 
-// Calls f, which must throw hicoll::Error with `code`; returns its message.
-template <class F>
-std::string expectError(F&& f, hcResult_t code) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "expected hicoll::Error with code " << code;
-  return "";
-}
+using hctest::expectError;
 
 // Every rank's value, in rank order.
 template <class T>
