@@ -249,7 +249,8 @@ def scenario_work_api() -> dict:
 
 
 def scenario_fallback() -> dict:
-    """Ops hicoll does not run go to gloo; counted, with reasons; results still right."""
+    """Ops hicoll does not run go to gloo; counted, with reasons; results still right; the
+    ones it composes or runs itself are not counted there."""
     init()
     n = WORLD
     # send/recv ring
@@ -305,8 +306,8 @@ def scenario_fallback() -> dict:
     dist.all_gather_object(objs, {"rank": RANK})
     assert objs == [{"rank": r} for r in range(n)], objs
     counts, reasons = ht.fallback_counts(), ht.fallback_reasons()
-    for op in ("send", "recv"):
-        assert counts.get(op, 0) >= 1, (op, counts)
+    for op in ("send", "recv"):  # point-to-point runs on hicoll (scenario_p2p)
+        assert op not in counts and ht.hicoll_counts().get(op, 0) >= 1, (op, counts)
     for op in ("gather", "scatter", "reduce", "allgather_coalesced"):
         assert op not in counts and ht.hicoll_counts().get(op, 0) >= 1, (op, counts)
     assert counts["allreduce"] == 2, counts
@@ -314,6 +315,62 @@ def scenario_fallback() -> dict:
     dist.barrier()
     dist.destroy_process_group()
     return {"fallback_counts": counts, "reasons": reasons}
+
+
+def scenario_p2p(big: int = 1 << 20) -> dict:
+    """send / recv / isend / irecv / batch_isend_irecv / recv from any source on hicoll, values
+    checked, nothing on the fallback: a pair that both send first (big tensors), several dtypes,
+    a non-contiguous receive, a collective between them."""
+    init()
+    n = WORLD
+    nxt, prv = (RANK + 1) % n, (RANK - 1) % n
+    for peer in range(1, n):  # blocking ping-pong, rank 0 with each
+        if RANK == 0:
+            t = torch.arange(5, dtype=torch.float32) + peer
+            dist.send(t, peer)
+            r = torch.empty(5)
+            dist.recv(r, peer)
+            check(r, t * 2, f"ping-pong with {peer}")
+        elif RANK == peer:
+            r = torch.empty(5)
+            dist.recv(r, 0)
+            dist.send(r * 2, 0)
+    for size in (0, 1, 4099, big):  # every rank sends first: the Works complete independently
+        out, inp = torch.full((size,), float(RANK)), torch.empty(size)
+        reqs = [dist.isend(out, nxt), dist.irecv(inp, prv)]
+        for q in reqs:
+            q.wait()
+        check(inp, torch.full((size,), float(prv)), f"isend/irecv of {size}")
+    a, b = torch.arange(6, dtype=torch.int64) + 10 * RANK, torch.empty(6, dtype=torch.int64)
+    c, d = torch.full((3,), RANK, dtype=torch.bfloat16), torch.empty(3, dtype=torch.bfloat16)
+    src_nc, nc = (torch.arange(12.0) + RANK).view(4, 3), torch.zeros(4, 6)[:, ::2]
+    ops = [dist.P2POp(dist.isend, a, nxt), dist.P2POp(dist.irecv, b, prv),
+           dist.P2POp(dist.isend, c, prv), dist.P2POp(dist.irecv, d, nxt),
+           dist.P2POp(dist.isend, src_nc, nxt), dist.P2POp(dist.irecv, nc, prv)]
+    for q in dist.batch_isend_irecv(ops):
+        q.wait()
+    check(b, torch.arange(6, dtype=torch.int64) + 10 * prv, "batch int64")
+    check(d, torch.full((3,), nxt, dtype=torch.bfloat16), "batch bfloat16")
+    check(nc, (torch.arange(12.0) + prv).view(4, 3), "batch non-contiguous receive")
+    if RANK == 0:  # from any source: each other rank once
+        seen = []
+        for _ in range(n - 1):
+            r = torch.empty(2)
+            src = dist.recv(r)
+            check(r, torch.full((2,), float(src)), f"recv from any source ({src})")
+            seen.append(src)
+        assert sorted(seen) == list(range(1, n)), seen
+    else:
+        dist.send(torch.full((2,), float(RANK)), 0)
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    check(t, torch.full((3,), float(n)), "all_reduce after point-to-point")
+    counts, calls = ht.fallback_counts(), ht.hicoll_counts()
+    for op in ("send", "recv", "recvAnysource"):
+        assert op not in counts, (op, counts, ht.fallback_reasons())
+    dist.barrier()
+    dist.destroy_process_group()
+    return {"hicoll_counts": calls, "fallback_counts": counts}
 
 
 def alltoall_block(src: int, dst: int, rows: int, dtype: torch.dtype, cols: int = 3) -> torch.Tensor:

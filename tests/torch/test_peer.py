@@ -15,7 +15,7 @@ from torch.testing._internal.distributed.distributed_test import (  # noqa: E402
     TestDistBackend,
 )
 
-# The collectives hicoll implements (plus one that exercises the gloo fallback: marked *).
+# The collectives and point-to-point calls hicoll implements.
 SELECTED = [
     "test_all_gather", "test_all_gather_complex", "test_all_gather_group",
     "test_all_gather_full_group", "test_all_gather_object_subgroup",
@@ -26,7 +26,7 @@ SELECTED = [
     "test_all_reduce_full_group_min", "test_all_reduce_complex_unsupported_ops",
     "test_barrier", "test_barrier_group", "test_barrier_full_group",
     "test_get_backend", "test_get_rank", "test_get_rank_size_group",
-    "test_irecv",  # *
+    "test_irecv", "test_isend", "test_send_recv", "test_send_recv_any_source", "test_send_recv_with_tag",
     "test_gather", "test_scatter", "test_reduce_sum",  # composed from hicoll calls
 ]
 

@@ -29,7 +29,18 @@ def test_work_api():
 
 def test_fallback_to_gloo():
     res = launch("fallback", 4, 2, env={"HICOLL_DEBUG": "INFO"})
-    assert res[0]["fallback_counts"]["send"] == 1
+    assert res[0]["fallback_counts"] == {"allreduce": 2}, res[0]["fallback_counts"]
+
+
+@pytest.mark.parametrize("world,nodes,layout", [(2, 1, "block"), (2, 2, "block"), (4, 2, "interleaved")],
+                         ids=lambda v: str(v))
+def test_point_to_point(world, nodes, layout):
+    res = launch("p2p", world, nodes, layout)
+    for r in res:
+        assert not r["fallback_counts"], r["fallback_counts"]
+    # rank 0: the ping-pongs, 4 isend / irecv pairs, 3 of each in the batch, n - 1 from any source
+    c = res[0]["hicoll_counts"]
+    assert c["send"] == (world - 1) + 4 + 3 and c["recvAnysource"] == world - 1, c
 
 
 @pytest.mark.parametrize("world,nodes,layout", [(2, 1, "block"), (3, 1, "block"), (4, 2, "interleaved")],

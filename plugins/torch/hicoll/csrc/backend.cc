@@ -132,6 +132,10 @@ HicollBackend::HicollBackend(const c10::intrusive_ptr<c10d::Store>& store, int r
 }
 
 void HicollBackend::start() {
+  // A group across nodes opens its network now (one barrier): a point-to-point call needs the
+  // endpoint of every rank, and a rank that is in no call cannot open its own.
+  hcStats s = HC_STATS_INITIALIZER;
+  if (hcCommGetStats(comm_, &s) == hcSuccess && s.nnodes > 1) check(hcBarrier(comm_), "barrier (opening the network)");
   worker_ = std::thread([this] { workerLoop(); });
 }
 
@@ -436,28 +440,68 @@ void HicollBackend::workerLoop() {
   // reference to a tensor that has a Python object takes the GIL -- which, on a thread other
   // than the main one during interpreter shutdown, ends the thread (pthread_exit) and so the
   // process (std::terminate). Finished Works go to retired_, dropped by callers' threads.
+  // Point-to-point Works stay in `inflight` after their call posted them and are polled between
+  // queued calls, and while the queue is empty at a growing interval (spins first: a pipeline's
+  // next message is usually microseconds away).
+  std::vector<c10::intrusive_ptr<HicollWork>> inflight;
+  int idle_polls = 0;
   for (;;) {
     c10::intrusive_ptr<HicollWork> work;
     std::string broken;
     {
       std::unique_lock<std::mutex> lock(q_mu_);
-      q_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;
-      work = std::move(queue_.front());
-      queue_.pop_front();
-      broken = broken_;
-      busy_ = true;
+      if (inflight.empty()) {
+        q_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      } else if (queue_.empty() && !stopping_ && idle_polls > 64) {
+        const auto pause = std::chrono::microseconds(std::min(1000, 10 * (idle_polls - 64)));
+        q_cv_.wait_for(lock, pause, [&] { return stopping_ || !queue_.empty(); });
+      }
+      if (queue_.empty() && stopping_) {
+        lock.unlock();
+        for (auto& w : inflight) {
+          w->complete(std::make_exception_ptr(c10::DistBackendError(
+              {__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+              "hicoll: process group shut down with this send/recv in flight")));
+        }
+        lock.lock();
+        for (auto& w : inflight) retired_.push_back(std::move(w));
+        return;
+      }
+      if (!queue_.empty()) {
+        work = std::move(queue_.front());
+        queue_.pop_front();
+        broken = broken_;
+        busy_ = true;
+      }
     }
-    if (!broken.empty()) {
-      work->complete(std::make_exception_ptr(c10::DistBackendError(
-          {__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, "hicoll: communicator failed earlier: " + broken)));
-    } else {
+    std::vector<c10::intrusive_ptr<HicollWork>> done;
+    if (work) {
+      if (!broken.empty()) {
+        work->complete(std::make_exception_ptr(c10::DistBackendError(
+            {__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, "hicoll: communicator failed earlier: " + broken)));
+      } else {
+        std::lock_guard<std::mutex> call(call_mu_);
+        work->execute();
+      }
+      (work->pending() ? inflight : done).push_back(std::move(work));
+    }
+    if (!inflight.empty()) {
       std::lock_guard<std::mutex> call(call_mu_);
-      work->execute();
+      const size_t before = inflight.size();
+      for (size_t i = 0; i < inflight.size();) {
+        if (inflight[i]->pollOnce()) {
+          done.push_back(std::move(inflight[i]));
+          inflight[i] = std::move(inflight.back());
+          inflight.pop_back();
+        } else {
+          ++i;
+        }
+      }
+      idle_polls = inflight.size() < before || work ? 0 : idle_polls + 1;
     }
     {
       std::lock_guard<std::mutex> lock(q_mu_);
-      retired_.push_back(std::move(work));
+      for (auto& w : done) retired_.push_back(std::move(w));
       busy_ = false;
     }
     idle_cv_.notify_all();
@@ -586,10 +630,10 @@ HicollBackend::WorkPtr HicollBackend::runOnStream(c10d::OpType type, const char*
 
 HicollBackend::WorkPtr HicollBackend::forward(c10d::OpType type, const char* op, const std::vector<at::Tensor>& probe,
                                               std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout,
-                                              bool p2p, FallbackCall fb) {
+                                              FallbackCall fb) {
   const auto device = probe.empty() ? c10::kCPU : probe.front().device().type();
   const std::string reason = "not implemented by hicoll";
-  if (p2p || device != c10::kCPU) {
+  if (device != c10::kCPU) {
     seq_++;
     countFallback(op, device, reason);
     return fb(*fallbackBackend(device));

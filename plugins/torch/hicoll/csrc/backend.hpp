@@ -168,12 +168,14 @@ class HicollBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& opts) override;
 
-  // Forwarded to the fallback backend (forwarded.cc).
-  c10::intrusive_ptr<c10d::Work> allreduce_sparse(std::vector<at::Tensor>& tensors,
-                                                  const c10d::AllreduceOptions& opts) override;
+  // Point-to-point (p2p.cc): CPU tensors with tag 0 on hicoll, the rest on the fallback.
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
+
+  // Forwarded to the fallback backend (forwarded.cc).
+  c10::intrusive_ptr<c10d::Work> allreduce_sparse(std::vector<at::Tensor>& tensors,
+                                                  const c10d::AllreduceOptions& opts) override;
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override;
 
   // Observability for Python (hicoll.torch.fallback_counts and friends).
@@ -216,11 +218,14 @@ class HicollBackend : public c10d::Backend {
 #endif
   // Waits until every queued host call has run (issue order between host and device calls).
   void drainQueue();
-  // Ops hicoll does not implement: CPU collectives go through the queue (issue order), p2p and
-  // CUDA calls straight to the fallback (stream semantics, non-blocking p2p pairs).
+  // Ops hicoll does not implement: CPU calls go through the queue (issue order), CUDA calls
+  // straight to the fallback (stream semantics).
   WorkPtr forward(c10d::OpType type, const char* op, const std::vector<at::Tensor>& probe,
-                  std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout, bool p2p, FallbackCall fb);
+                  std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout, FallbackCall fb);
   c10::intrusive_ptr<c10d::Backend> fallbackBackend(c10::DeviceType device);
+  // send / recv / recvAnysource (peer -1): posted by the worker, polled to completion there.
+  WorkPtr pointToPoint(c10d::OpType type, const char* op, std::vector<at::Tensor>& tensors, int peer, int tag,
+                       FallbackCall fb);
   void countFallback(const char* op, c10::DeviceType device, const std::string& reason);
   void countHicoll(const char* op);
   void enqueue(const c10::intrusive_ptr<HicollWork>& work);

@@ -34,7 +34,18 @@ void HicollWork::execute() {
   } catch (...) {
     err = std::current_exception();
   }
-  complete(err);
+  if (err || !poll_ || inner_) complete(err);  // (a p2p call that went to the fallback is done too)
+}
+
+bool HicollWork::pollOnce() {
+  try {
+    if (!poll_(&source_)) return false;
+  } catch (...) {
+    complete(std::current_exception());
+    return true;
+  }
+  complete(nullptr);
+  return true;
 }
 
 void HicollWork::complete(std::exception_ptr err) {

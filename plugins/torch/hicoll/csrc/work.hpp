@@ -28,8 +28,18 @@ class HicollWork : public c10d::Work {
   std::vector<at::Tensor> result() override { return outputs_; }
   uint64_t getSequencenumber() const override { return seq_; }
 
+  // A point-to-point Work: run posts the operation; the worker then polls it (with the other
+  // operations in flight, between queued calls) until it is done, so a pair that both send
+  // first does not wait on one queue. poll returns true when done and sets *source to the rank
+  // the message came from (receives); it throws the operation's error.
+  using Poll = std::function<bool(int* source)>;
+  void setPoll(Poll poll) { poll_ = std::move(poll); }
+  int sourceRank() const override { return source_; }
+
   // Worker thread only.
-  void execute();
+  void execute();  // runs the call; a point-to-point one is then pending() until polled done
+  bool pending() { return static_cast<bool>(poll_) && !isCompleted(); }
+  bool pollOnce();  // true once the Work is complete (done or failed)
   // Done, with an error or not: the Work first, then its future, so whoever the future
   // wakes sees isCompleted().
   void complete(std::exception_ptr error);
@@ -40,6 +50,8 @@ class HicollWork : public c10d::Work {
   uint64_t seq_;
   Step run_;
   Step fallback_;
+  Poll poll_;
+  int source_ = -1;
   c10::intrusive_ptr<c10d::Work> inner_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
