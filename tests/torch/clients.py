@@ -327,9 +327,50 @@ def deepspeed_zero3(backend: str) -> dict:
     return res
 
 
+def _pipeline(backend: str, schedule: str) -> dict:
+    """torch.distributed.pipelining: one stage per rank (each a Linear + ReLU of a model every
+    rank builds from one seed), 4 microbatches per step, the last stage's loss broadcast."""
+    from torch.distributed import pipelining as pp
+    init(backend)
+    torch.manual_seed(0)
+    blocks = [torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU()) for _ in range(WORLD)]
+    block = blocks[RANK]
+    stage = pp.PipelineStage(block, RANK, WORLD, torch.device("cpu"))
+    cls = {"gpipe": pp.ScheduleGPipe, "1f1b": pp.Schedule1F1B}[schedule]
+    sched = cls(stage, n_microbatches=4, loss_fn=torch.nn.functional.mse_loss)
+    opt = torch.optim.SGD(block.parameters(), lr=0.05)
+    last = WORLD - 1
+    losses = []
+    for s in range(STEPS):
+        g = torch.Generator().manual_seed(1000 * s)
+        x, y = torch.randn(8, 16, generator=g), torch.randn(8, 16, generator=g)
+        opt.zero_grad()
+        mb_losses: list = []
+        if RANK == 0:
+            sched.step(x)
+        elif RANK == last:
+            sched.step(target=y, losses=mb_losses)
+        else:
+            sched.step()
+        opt.step()
+        loss = torch.stack(mb_losses).mean().detach().reshape(1) if RANK == last else torch.zeros(1)
+        dist.broadcast(loss, src=last)
+        losses.append(loss.item())
+    return finish(losses)
+
+
+def pipeline_gpipe(backend: str) -> dict:
+    return _pipeline(backend, "gpipe")
+
+
+def pipeline_1f1b(backend: str) -> dict:
+    return _pipeline(backend, "1f1b")
+
+
 CLIENTS = {"ddp": ddp, "fsdp1": fsdp1, "fsdp2_hsdp_dcp": fsdp2_hsdp_dcp, "hf_trainer": hf_trainer,
            "accelerate": accelerate_ddp, "lightning_ddp": lightning_ddp,
-           "lightning_model_parallel": lightning_model_parallel, "deepspeed_zero3": deepspeed_zero3}
+           "lightning_model_parallel": lightning_model_parallel, "deepspeed_zero3": deepspeed_zero3,
+           "pipeline_gpipe": pipeline_gpipe, "pipeline_1f1b": pipeline_1f1b}
 
 
 def run(clients: list[str] | None = None) -> dict:
