@@ -359,6 +359,41 @@ def _pipeline(backend: str, schedule: str) -> dict:
     return finish(losses)
 
 
+def pipeline_fsdp2(backend: str) -> dict:
+    """PP x FSDP2: 2 stages (1F1B) x WORLD / 2-way FSDP2 (a (pp, dp) device mesh: the stages
+    talk across nodes, the shards within one); each dp replica trains on its slice."""
+    from torch.distributed import pipelining as pp
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    init(backend)
+    dp = WORLD // 2
+    mesh = init_device_mesh("cpu", (2, dp), mesh_dim_names=("pp", "dp"))
+    stage_idx, dp_rank = mesh["pp"].get_local_rank(), mesh["dp"].get_local_rank()
+    torch.manual_seed(0)
+    blocks = [torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 16))
+              for _ in range(2)]
+    block = fully_shard(blocks[stage_idx], mesh=mesh["dp"])
+    stage = pp.PipelineStage(block, stage_idx, 2, torch.device("cpu"), group=mesh.get_group("pp"))
+    sched = pp.Schedule1F1B(stage, n_microbatches=2, loss_fn=torch.nn.functional.mse_loss)
+    opt = torch.optim.SGD(block.parameters(), lr=0.05)
+    losses = []
+    for s in range(STEPS):
+        g = torch.Generator().manual_seed(1000 * s)
+        x, y = torch.randn(4 * dp, 16, generator=g), torch.randn(4 * dp, 16, generator=g)
+        x, y = x[4 * dp_rank:4 * dp_rank + 4], y[4 * dp_rank:4 * dp_rank + 4]
+        opt.zero_grad()
+        mb_losses: list = []
+        if stage_idx == 0:
+            sched.step(x)
+        else:
+            sched.step(target=y, losses=mb_losses)
+        opt.step()
+        loss = torch.stack(mb_losses).mean().detach().reshape(1) if stage_idx == 1 else torch.zeros(1)
+        dist.all_reduce(loss)  # the dp replicas' losses, from the last stage
+        losses.append(loss.item() / dp)
+    return finish(losses)
+
+
 def pipeline_gpipe(backend: str) -> dict:
     return _pipeline(backend, "gpipe")
 
@@ -370,7 +405,7 @@ def pipeline_1f1b(backend: str) -> dict:
 CLIENTS = {"ddp": ddp, "fsdp1": fsdp1, "fsdp2_hsdp_dcp": fsdp2_hsdp_dcp, "hf_trainer": hf_trainer,
            "accelerate": accelerate_ddp, "lightning_ddp": lightning_ddp,
            "lightning_model_parallel": lightning_model_parallel, "deepspeed_zero3": deepspeed_zero3,
-           "pipeline_gpipe": pipeline_gpipe, "pipeline_1f1b": pipeline_1f1b}
+           "pipeline_gpipe": pipeline_gpipe, "pipeline_1f1b": pipeline_1f1b, "pipeline_fsdp2": pipeline_fsdp2}
 
 
 def run(clients: list[str] | None = None) -> dict:
