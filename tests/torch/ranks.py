@@ -373,6 +373,31 @@ def scenario_p2p(big: int = 1 << 20) -> dict:
     return {"hicoll_counts": calls, "fallback_counts": counts}
 
 
+def scenario_monitored_barrier(late: tuple = (2, 3)) -> dict:
+    """monitored_barrier on hicoll: passes when every rank comes; when ranks come late, rank 0
+    names them (wait_all_ranks) within the timeout and every rank's call fails."""
+    init()
+    for wait_all in (False, True):
+        dist.monitored_barrier(timeout=datetime.timedelta(seconds=20), wait_all_ranks=wait_all)
+    counts = ht.fallback_counts()
+    assert "monitoredBarrier" not in counts, counts
+    if RANK in late:
+        time.sleep(4)
+    t0, err = time.time(), ""
+    try:
+        dist.monitored_barrier(timeout=datetime.timedelta(seconds=1.5), wait_all_ranks=True)
+    except Exception as e:  # noqa: BLE001 -- checked below
+        err = str(e)
+    elapsed = time.time() - t0
+    assert err, "a monitored barrier with late ranks passed"
+    if RANK == 0:
+        names = ", ".join(str(r) for r in late)
+        assert f"rank{'s' if len(late) > 1 else ''} {names} failed to pass monitoredBarrier in 1500 ms" in err, err
+        assert elapsed < 1.5 + 2.0, elapsed
+    dist.destroy_process_group()
+    return {"error": err, "elapsed": elapsed}
+
+
 def alltoall_block(src: int, dst: int, rows: int, dtype: torch.dtype, cols: int = 3) -> torch.Tensor:
     """The rows rank src sends rank dst: a function of both (exact in every dtype)."""
     v = (torch.arange(rows * cols).view(rows, cols) + 7 * src + 3 * dst) % 100

@@ -32,6 +32,11 @@ def test_fallback_to_gloo():
     assert res[0]["fallback_counts"] == {"allreduce": 2}, res[0]["fallback_counts"]
 
 
+def test_monitored_barrier_names_the_late_ranks():
+    res = launch("monitored_barrier", 4, 2)
+    assert "ranks 2, 3 failed to pass monitoredBarrier" in res[0]["error"], res[0]["error"]
+
+
 @pytest.mark.parametrize("world,nodes,layout", [(2, 1, "block"), (2, 2, "block"), (4, 2, "interleaved")],
                          ids=lambda v: str(v))
 def test_point_to_point(world, nodes, layout):

@@ -172,11 +172,12 @@ class HicollBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
+  // On send / recv, as gloo's: names the ranks that did not arrive; a failure revokes the group.
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override;
 
   // Forwarded to the fallback backend (forwarded.cc).
   c10::intrusive_ptr<c10d::Work> allreduce_sparse(std::vector<at::Tensor>& tensors,
                                                   const c10d::AllreduceOptions& opts) override;
-  void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override;
 
   // Observability for Python (hicoll.torch.fallback_counts and friends).
   std::map<std::string, int64_t> hicollCounts() const;

@@ -14,9 +14,4 @@ c10::intrusive_ptr<c10d::Work> HicollBackend::allreduce_sparse(std::vector<at::T
   return forward(OpType::_ALLREDUCE_SPARSE, "allreduce_sparse", tensors, tensors, opTimeout(opts.timeout), fb);
 }
 
-void HicollBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
-  countFallback("monitoredBarrier", c10::kCPU, "not implemented by hicoll");
-  fallbackBackend(c10::kCPU)->monitoredBarrier(opts, wait_all_ranks);
-}
-
 }  // namespace hicoll_torch
