@@ -959,6 +959,22 @@ hcResult_t p2pPost(hcComm_t comm, const char* fn, bool send, void* buf, size_t c
   });
 }
 
+// Frees what a finished request holds and keeps its shell, marked dead, so that a later call
+// with the stale handle is an error instead of a use after free (as retire() for
+// communicators); the oldest shells are freed.
+void retireRequest(hcRequest* req) {
+  struct Graveyard {
+    std::mutex mu;
+    std::deque<std::unique_ptr<hcRequest>> shells;
+  };
+  static Graveyard g;
+  req->magic = hcRequest::kDead;
+  req->op.reset();
+  std::lock_guard<std::mutex> lock(g.mu);
+  g.shells.emplace_back(req);
+  if (g.shells.size() > 4096) g.shells.pop_front();
+}
+
 bool badRequest(hcRequest_t req, const char* fn) {
   if (req && req->magic == hcRequest::kLive) return false;
   t_last_error = req ? fmt::format("{}: not a live request (freed by hcWait already?)", fn)
@@ -1011,22 +1027,19 @@ hcResult_t hcTest(hcRequest_t req, int* done) {
 
 hcResult_t hcWait(hcRequest_t req) {
   if (badRequest(req, "hcWait")) return hcInvalidArgument;
-  std::unique_ptr<hcRequest> owned(req);  // freed on every return but a refused entry
   hcComm* comm = req->comm;
   if (bad(comm, "hcWait")) {
-    req->magic = hcRequest::kDead;
+    retireRequest(req);
     return hcInvalidArgument;
   }
   CallGate gate(*comm, "hcWait");
-  if (!gate.owned()) {
-    owned.release();
-    return refuse(*comm, "hcWait", gate.busy(), /*revoke_comm=*/false);
-  }
-  req->magic = hcRequest::kDead;
-  return guard(comm, "hcWait", [&] {
+  if (!gate.owned()) return refuse(*comm, "hcWait", gate.busy(), /*revoke_comm=*/false);
+  const hcResult_t res = guard(comm, "hcWait", [&] {
     P2pOp& op = *req->op;
     if (!op.done()) p2pOf(*comm).wait({&op}, op.describe(comm->id).c_str());
   });
+  retireRequest(req);  // on every return but a refused entry
+  return res;
 }
 
 hcResult_t hcRequestSource(hcRequest_t req, int* source) {
