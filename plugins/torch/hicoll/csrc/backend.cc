@@ -459,9 +459,9 @@ void HicollBackend::workerLoop() {
       if (queue_.empty() && stopping_) {
         lock.unlock();
         for (auto& w : inflight) {
-          w->complete(std::make_exception_ptr(c10::DistBackendError(
-              {__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
-              "hicoll: process group shut down with this send/recv in flight")));
+          w->complete(std::make_exception_ptr(
+              c10::DistBackendError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+                                    "hicoll: process group shut down with this send/recv in flight")));
         }
         lock.lock();
         for (auto& w : inflight) retired_.push_back(std::move(w));

@@ -161,8 +161,8 @@ void HicollBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait
       if (!late.empty()) {
         std::string names;
         for (int r : late) names += c10::str(names.empty() ? "" : ", ", r);
-        fail(reqs, c10::str("hicoll: rank 0 of group '", cfg_.group_name, "': rank", late.size() > 1 ? "s " : " ", names,
-                            " failed to pass monitoredBarrier in ", timeout.count(), " ms"));
+        fail(reqs, c10::str("hicoll: rank 0 of group '", cfg_.group_name, "': rank", late.size() > 1 ? "s " : " ",
+                            names, " failed to pass monitoredBarrier in ", timeout.count(), " ms"));
       }
       for (int r = 1; r < n; ++r) check(hcIsend(&bytes[r], 1, hcUint8, r, comm_, &reqs[r]), "monitoredBarrier");
     } else {
@@ -183,8 +183,7 @@ void HicollBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait
     return WorkPtr();
   };
   // Bounded by its own deadline; the Work's wait allows it that and a margin.
-  submit(OpType::BARRIER, "monitoredBarrier", {}, timeout + std::chrono::seconds(5), {}, std::nullopt, run, fb)
-      ->wait();
+  submit(OpType::BARRIER, "monitoredBarrier", {}, timeout + std::chrono::seconds(5), {}, std::nullopt, run, fb)->wait();
 }
 
 }  // namespace hicoll_torch
