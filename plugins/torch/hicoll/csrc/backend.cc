@@ -475,7 +475,8 @@ void HicollBackend::workerLoop() {
       }
     }
     std::vector<c10::intrusive_ptr<HicollWork>> done;
-    if (work) {
+    const bool ran = static_cast<bool>(work);
+    if (ran) {
       if (!broken.empty()) {
         work->complete(std::make_exception_ptr(c10::DistBackendError(
             {__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, "hicoll: communicator failed earlier: " + broken)));
@@ -497,7 +498,7 @@ void HicollBackend::workerLoop() {
           ++i;
         }
       }
-      idle_polls = inflight.size() < before || work ? 0 : idle_polls + 1;
+      idle_polls = inflight.size() < before || ran ? 0 : idle_polls + 1;
     }
     {
       std::lock_guard<std::mutex> lock(q_mu_);
