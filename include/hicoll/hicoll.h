@@ -104,15 +104,22 @@ typedef enum {
 } hcDataType_t;
 
 /* Built-in reductions. fp16 and bf16 are reduced in fp32 arithmetic. hcAvg divides the sum by
- * the number of ranks (integer division, truncating, for integer types). A pre-multiplied sum
- * is made with hcRedOpCreatePreMulSum and has a value >= hcNumOps. */
+ * the number of ranks (integer division, truncating, for integer types). hcBand, hcBor and
+ * hcBxor (bitwise and, or, xor) are for the integer types only (uint8 0/1 serves as bool:
+ * and, or, parity); on fp16/bf16/fp32/fp64 the call fails with hcInvalidArgument naming the op
+ * and the datatype on every rank (NCCL has no bitwise ops: device calls that would run on the
+ * NCCL fallback fail with hcUnsupported). A pre-multiplied sum is made with
+ * hcRedOpCreatePreMulSum and has a value >= hcNumOps. */
 typedef enum {
   hcSum = 0,
   hcProd = 1,
   hcMax = 2,
   hcMin = 3,
   hcAvg = 4,
-  hcNumOps = 5,
+  hcBand = 5,
+  hcBor = 6,
+  hcBxor = 7,
+  hcNumOps = 8,
   hcMaxRedOp = 0x7fffffff
 } hcRedOp_t;
 

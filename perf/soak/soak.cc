@@ -75,6 +75,7 @@ Call draw(std::mt19937_64& g, int W, size_t max_bytes) {
   c.coll = colls[g() % 4];
   c.t = hctest::kAllTypes[g() % 10];
   c.op = static_cast<int>(g() % (hcNumOps + 1));
+  if (hctest::isBitwise(c.op) && hctest::isFloat(c.t)) c.op = hcSum;  // integer types only
   // Sizes log-uniform in [0, max_bytes] of the whole buffer, zero now and then.
   const size_t e = hcTypeSize(c.t);
   const double lg = std::uniform_real_distribution<double>(0, std::log2(static_cast<double>(max_bytes / e)))(g);
@@ -100,7 +101,7 @@ size_t runOne(hcComm_t comm, int rank, int W, const Call& c, int salt) {
     if (hcRedOpCreatePreMulSum(&op, s.data(), c.t, comm) != hcSuccess) return Wn + 1;
     kind = -1;
   }
-  const hcRedOp_t input_kind = kind == hcProd ? hcProd : hcSum;
+  const hcRedOp_t input_kind = kind == hcProd || hctest::isBitwise(kind) ? static_cast<hcRedOp_t>(kind) : hcSum;
   const size_t in_elems = c.coll == hcCollReduceScatter ? Wn : c.coll == hcCollAllGather ? n : n;
   const size_t out_elems = c.coll == hcCollAllGather ? Wn : n;
   std::vector<char> in(in_elems * e + 1), out(out_elems * e + 1, 0x5a);

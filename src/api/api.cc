@@ -238,6 +238,9 @@ RedOp resolveOp(hcComm& c, hcRedOp_t op) {
     case hcMax: return {OpKind::Max, 1.0, op};
     case hcMin: return {OpKind::Min, 1.0, op};
     case hcAvg: return {OpKind::Avg, 1.0, op};
+    case hcBand: return {OpKind::Band, 1.0, op};
+    case hcBor: return {OpKind::Bor, 1.0, op};
+    case hcBxor: return {OpKind::Bxor, 1.0, op};
     default: break;
   }
   long i = static_cast<long>(op) - hcNumOps;
@@ -293,6 +296,9 @@ void validate(hcComm& c, const CollArgs& a, const char* fn) {
     HC_CHECK(a.root >= 0 && a.root < c.id.nranks, hcInvalidArgument, "{}: root {} is outside [0, {})", fn, a.root,
              c.id.nranks);
   if (a.coll == hcCollAllToAll) return validateAllToAll(c, a, fn);
+  const bool reduces = a.coll == hcCollReduceScatter || a.coll == hcCollAllReduce;
+  HC_CHECK(!reduces || !isBitwise(a.op.kind) || isInteger(a.dtype), hcInvalidArgument,
+           "{}: reduction op {} is bitwise: integer datatypes only, not {}", fn, opName(a.op.kind), dtypeName(a.dtype));
   if (a.quant.block) {
     HC_CHECK(quant::quantizable(a.dtype), hcInvalidArgument,
              "{}: datatype {} cannot be quantized (float32, bfloat16 or float16)", fn, dtypeName(a.dtype));

@@ -34,6 +34,10 @@ const char* dtypeName(hcDataType_t t) {
   }
 }
 
+bool isInteger(hcDataType_t t) {
+  return t == hcInt8 || t == hcUint8 || t == hcInt32 || t == hcUint32 || t == hcInt64 || t == hcUint64;
+}
+
 const char* opName(OpKind k) {
   switch (k) {
     case OpKind::Sum: return "sum";
@@ -42,6 +46,9 @@ const char* opName(OpKind k) {
     case OpKind::Min: return "min";
     case OpKind::Avg: return "avg";
     case OpKind::PreMulSum: return "premulsum";
+    case OpKind::Band: return "band";
+    case OpKind::Bor: return "bor";
+    case OpKind::Bxor: return "bxor";
   }
   return "?";
 }
@@ -121,7 +128,7 @@ std::string describeCall(const CallDesc& d) {
   if (d.flags() & CallDesc::kDestroy) return fmt::format("hcCommDestroy (its barrier, call #{})", a.call);
   std::string what = collName(a.coll);
   if (reduces(a.coll)) {
-    what += fmt::format("({}", a.op.kind <= OpKind::PreMulSum ? opName(a.op.kind) : "?");
+    what += fmt::format("({}", a.op.kind <= OpKind::Bxor ? opName(a.op.kind) : "?");
     if (a.op.kind == OpKind::PreMulSum) what += fmt::format(" x {}", a.op.scalar);
     what += ")";
   }

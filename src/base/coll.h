@@ -9,7 +9,12 @@
 
 namespace hicoll {
 
-enum class OpKind { Sum, Prod, Max, Min, Avg, PreMulSum };
+// The wire value (CallDesc) is the enumerator's: new kinds go last.
+enum class OpKind { Sum, Prod, Max, Min, Avg, PreMulSum, Band, Bor, Bxor };
+// Bitwise and, or, xor: integer datatypes only.
+inline bool isBitwise(OpKind k) {
+  return k == OpKind::Band || k == OpKind::Bor || k == OpKind::Bxor;
+}
 
 struct RedOp {
   OpKind kind = OpKind::Sum;
@@ -84,6 +89,7 @@ std::string callMismatch(const std::string& peer, const CallDesc& theirs, int ra
 
 const char* collName(hcColl_t c);
 const char* dtypeName(hcDataType_t t);
+bool isInteger(hcDataType_t t);  // int8 .. uint64 (what the bitwise ops take)
 const char* opName(OpKind k);
 std::string describe(const CollArgs& a);  // "AllGather #12 of 4096 x float32"
 

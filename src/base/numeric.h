@@ -131,8 +131,10 @@ struct Unsigned<int64_t> {
   using type = uint64_t;
 };
 
-// The binary reductions. Integers wrap like NCCL's (no signed-overflow UB).
-enum class Op : int { Sum = 0, Prod = 1, Max = 2, Min = 3 };
+// The binary reductions. Integers wrap like NCCL's (no signed-overflow UB). The bitwise ops
+// are for integers only (the API refuses them on floating types, whose apply has no case for
+// them).
+enum class Op : int { Sum = 0, Prod = 1, Max = 2, Min = 3, Band = 4, Bor = 5, Bxor = 6 };
 
 template <class A>
 HC_HD A apply(Op op, A a, A b) {
@@ -141,6 +143,9 @@ HC_HD A apply(Op op, A a, A b) {
     case Op::Sum: return static_cast<A>(static_cast<U>(a) + static_cast<U>(b));
     case Op::Prod: return static_cast<A>(static_cast<U>(a) * static_cast<U>(b));
     case Op::Max: return b > a ? b : a;
+    case Op::Band: return static_cast<A>(a & b);
+    case Op::Bor: return static_cast<A>(a | b);
+    case Op::Bxor: return static_cast<A>(a ^ b);
     default: return b < a ? b : a;
   }
 }

@@ -330,6 +330,9 @@ void CudaDeviceEngine::enqueue(const CollArgs& a) {
   }
   const dev::DeviceChoice d = dev::decide(p_.id, p_.plan, dev::planArgs(run), status_, hier_.get());
   if (d.fallback) {
+    HC_CHECK(!isBitwise(a.op.kind), hcUnsupported,
+             "{}: NCCL has no {} reduction and this call would run on the NCCL fallback ({})", describe(a),
+             opName(a.op.kind), d.reason);
     HC_INFO("fallback: {} runs{} on NCCL: {}", describe(a), dev::quantizes(run) ? " exact" : "", d.reason);
     p_.stats.countCall(a.coll, hcPathFallback, d.reason);
     fallback().run(a);  // NCCL has no quantized form: the exact collective

@@ -53,6 +53,9 @@ ReduceJob HierEngine::reduction(const CollArgs& a, bool first_stage, bool last_s
     case OpKind::Prod: j.op = num::Op::Prod; break;
     case OpKind::Max: j.op = num::Op::Max; break;
     case OpKind::Min: j.op = num::Op::Min; break;
+    case OpKind::Band: j.op = num::Op::Band; break;
+    case OpKind::Bor: j.op = num::Op::Bor; break;
+    case OpKind::Bxor: j.op = num::Op::Bxor; break;
     default: j.op = num::Op::Sum; break;  // Sum, Avg, PreMulSum
   }
   j.premul = first_stage && a.op.kind == OpKind::PreMulSum;

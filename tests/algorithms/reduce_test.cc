@@ -2,9 +2,11 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "algorithms/reduce.h"
+#include "base/error.h"
 #include "base/numeric.h"
 
 namespace hicoll {
@@ -109,6 +111,118 @@ TEST(Reduce, IntegerSumsWrap) {
   spec.dtype = hcInt8;
   reduceN(spec, out.data(), srcs, 2, 1);
   EXPECT_EQ(out[0], static_cast<int8_t>(200));
+}
+
+// Bitwise and / or / xor on every integer type: edge values (0, all ones, the type's minimum
+// and maximum, alternating bits) and mixed bit patterns, 1 to 64 sources, several blocks and
+// a ragged tail, in place, with streamed stores; against the integer operators.
+template <class T>
+void checkBitwise(hcDataType_t dt) {
+  const size_t n = 3 * 512 + 77;
+  const T edges[] = {T(0),
+                     T(~T(0)),
+                     std::numeric_limits<T>::min(),
+                     std::numeric_limits<T>::max(),
+                     T(1),
+                     T(0x5555555555555555ull),
+                     T(0xaaaaaaaaaaaaaaaaull)};
+  const size_t ne = sizeof(edges) / sizeof(edges[0]);
+  for (int k : {1, 2, 3, 7, 64}) {
+    std::vector<std::vector<T>> src(static_cast<size_t>(k), std::vector<T>(n));
+    uint64_t x = 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(k);
+    for (int s = 0; s < k; ++s)
+      for (size_t i = 0; i < n; ++i) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        // The first elements pair every edge value with every other; then random bits.
+        src[s][i] = i < ne * ne ? edges[(s == 0 ? i / ne : i % ne)] : static_cast<T>(x);
+        if (i < ne * ne && s > 1) src[s][i] = edges[(i + static_cast<size_t>(s)) % ne] | src[1][i];
+      }
+    for (OpKind op : {OpKind::Band, OpKind::Bor, OpKind::Bxor}) {
+      std::vector<T> want(n);
+      for (size_t i = 0; i < n; ++i) {
+        T w = src[0][i];
+        for (int s = 1; s < k; ++s)
+          w = op == OpKind::Band ? T(w & src[s][i]) : op == OpKind::Bor ? T(w | src[s][i]) : T(w ^ src[s][i]);
+        want[i] = w;
+      }
+      for (int mode = 0; mode < 3; ++mode) {  // out of place, streamed, in place (dst = srcs[0])
+        std::vector<std::vector<T>> in = src;
+        std::vector<const void*> p;
+        for (auto& v : in) p.push_back(v.data());
+        std::vector<T> out(n, T(0x3c));
+        T* dst = mode == 2 ? in[0].data() : out.data();
+        ReduceSpec spec;
+        spec.dtype = dt;
+        spec.kind = op;
+        spec.stream_dst = mode == 1;
+        spec.avg_divisor = 3;  // only Avg divides
+        spec.premul_mask = ~0ull;
+        spec.scalar = 5;  // only PreMulSum scales
+        reduceN(spec, dst, p.data(), k, n);
+        for (size_t i = 0; i < n; ++i)
+          ASSERT_EQ(static_cast<uint64_t>(dst[i]), static_cast<uint64_t>(want[i]))
+              << dtypeName(dt) << " " << opName(op) << " of " << k << " sources, mode " << mode << ", element " << i;
+      }
+    }
+  }
+}
+
+TEST(Reduce, BitwiseOpsOnEveryIntegerType) {
+  checkBitwise<int8_t>(hcInt8);
+  checkBitwise<uint8_t>(hcUint8);
+  checkBitwise<int32_t>(hcInt32);
+  checkBitwise<uint32_t>(hcUint32);
+  checkBitwise<int64_t>(hcInt64);
+  checkBitwise<uint64_t>(hcUint64);
+}
+
+// uint8 0/1 as bool: and, or, parity (what torch's BAND / BOR / BXOR of bool tensors give).
+TEST(Reduce, BitwiseOnBoolsIsLogical) {
+  for (int bits = 0; bits < 16; ++bits) {
+    std::vector<std::vector<uint8_t>> in(4, std::vector<uint8_t>(1));
+    std::vector<const void*> p;
+    int ones = 0;
+    for (int s = 0; s < 4; ++s) {
+      in[s][0] = (bits >> s) & 1;
+      ones += in[s][0];
+      p.push_back(in[s].data());
+    }
+    for (OpKind op : {OpKind::Band, OpKind::Bor, OpKind::Bxor}) {
+      ReduceSpec spec;
+      spec.dtype = hcUint8;
+      spec.kind = op;
+      uint8_t out = 7;
+      reduceN(spec, &out, p.data(), 4, 1);
+      const int want = op == OpKind::Band ? ones == 4 : op == OpKind::Bor ? ones > 0 : ones % 2;
+      EXPECT_EQ(out, want) << opName(op) << " of " << bits;
+    }
+  }
+}
+
+// The device path's arithmetic (num::apply, the CUDA kernels' and the host streams'), the same
+// operators.
+TEST(Reduce, DeviceArithmeticBitwise) {
+  EXPECT_EQ(num::apply<int8_t>(num::Op::Band, int8_t(-128), int8_t(-1)), int8_t(-128));
+  EXPECT_EQ(num::apply<int8_t>(num::Op::Bor, int8_t(0x40), int8_t(-128)), int8_t(-64));
+  EXPECT_EQ(num::apply<int8_t>(num::Op::Bxor, int8_t(-1), int8_t(0x0f)), int8_t(-16));
+  EXPECT_EQ(num::apply<uint8_t>(num::Op::Bxor, uint8_t(0xff), uint8_t(0x0f)), uint8_t(0xf0));
+  EXPECT_EQ(num::apply<int32_t>(num::Op::Band, INT32_MIN, -1), INT32_MIN);
+  EXPECT_EQ(num::apply<uint32_t>(num::Op::Bor, 0x80000000u, 1u), 0x80000001u);
+  EXPECT_EQ(num::apply<int64_t>(num::Op::Bxor, INT64_MIN, INT64_MAX), int64_t(-1));
+  EXPECT_EQ(num::apply<uint64_t>(num::Op::Band, ~0ull, 0x8000000000000001ull), 0x8000000000000001ull);
+}
+
+// The API refuses bitwise ops on floating types; the reduction itself refuses them too, rather
+// than computing something.
+TEST(Reduce, BitwiseOnFloatingTypesIsRefused) {
+  for (hcDataType_t t : {hcFloat16, hcBfloat16, hcFloat32, hcFloat64}) {
+    std::vector<double> a(1, 1.0), out(1);
+    const void* srcs[] = {a.data(), a.data()};
+    ReduceSpec spec;
+    spec.dtype = t;
+    spec.kind = OpKind::Bor;
+    EXPECT_THROW(reduceN(spec, out.data(), srcs, 2, 1), Error) << dtypeName(t);
+  }
 }
 
 // Non-temporal stores write what plain stores write, on aligned and unaligned destinations and

@@ -8,7 +8,7 @@ namespace hctest {
 
 const hcDataType_t kAllTypes[10] = {hcInt8,   hcUint8,   hcInt32,   hcUint32,  hcInt64,
                                     hcUint64, hcFloat16, hcFloat32, hcFloat64, hcBfloat16};
-const hcRedOp_t kBuiltinOps[5] = {hcSum, hcProd, hcMax, hcMin, hcAvg};
+const hcRedOp_t kBuiltinOps[8] = {hcSum, hcProd, hcMax, hcMin, hcAvg, hcBand, hcBor, hcBxor};
 
 const char* typeName(hcDataType_t t) {
   static const char* names[] = {"int8",   "uint8", "int32", "uint32", "int64",
@@ -17,19 +17,53 @@ const char* typeName(hcDataType_t t) {
 }
 
 const char* opName(hcRedOp_t op) {
-  static const char* names[] = {"sum", "prod", "max", "min", "avg"};
+  static const char* names[] = {"sum", "prod", "max", "min", "avg", "band", "bor", "bxor"};
   return op >= 0 && op < hcNumOps ? names[op] : "premulsum";
 }
 
 static bool isSigned(hcDataType_t t) {
   return t == hcInt8 || t == hcInt32 || t == hcInt64;
 }
-static bool isFloat(hcDataType_t t) {
+bool isFloat(hcDataType_t t) {
   return t == hcFloat16 || t == hcFloat32 || t == hcFloat64 || t == hcBfloat16;
+}
+bool isBitwise(int op) {
+  return op == hcBand || op == hcBor || op == hcBxor;
+}
+
+static int valueBits(hcDataType_t t) {
+  switch (t) {
+    case hcInt8:
+    case hcUint8: return 8;
+    case hcInt32:
+    case hcUint32: return 32;
+    default: return 52;
+  }
+}
+
+// x's low bits bits wide, as the type reads them (sign-extended for signed types).
+static double bitsValue(hcDataType_t t, uint64_t x) {
+  const int bits = valueBits(t);
+  x &= (uint64_t{1} << bits) - 1;
+  if (isSigned(t) && (x >> (bits - 1)) & 1) return -static_cast<double>((uint64_t{1} << bits) - x);
+  return static_cast<double>(x);
+}
+
+static uint64_t mix(uint64_t x) {
+  x = (x + 1) * 0x9e3779b97f4a7c15ull;
+  x ^= x >> 29;
+  x *= 0xbf58476d1ce4e5b9ull;
+  return x ^ (x >> 32);
 }
 
 double inputValue(hcDataType_t t, hcRedOp_t op, int rank, size_t i, int salt) {
   const size_t h = (static_cast<size_t>(rank) * 7919u + i * 104729u + static_cast<size_t>(salt) * 31u) % 9973u;
+  if (isBitwise(op)) {
+    if (h % 31 == 0) return bitsValue(t, ~uint64_t{0});  // all ones (-1 when signed)
+    if (h % 37 == 0) return 0;
+    const uint64_t a = mix(h), b = mix(h + 9973u);
+    return bitsValue(t, op == hcBand ? a | b : op == hcBor ? a & b : a);
+  }
   if (op == hcProd) return (h % 5 == 0) ? 2.0 : 1.0;  // products stay exact (and wrap in 8 bits)
   double v = static_cast<double>(h % 9);              // 0..8
   if (isSigned(t) || isFloat(t)) v -= 4;              // -4..4
@@ -127,6 +161,17 @@ double expectedReduce(hcDataType_t t, int op, const std::vector<double>& vals, d
       for (double v : vals) s += v;
       if (isFloat(t)) return static_cast<double>(s / vals.size());
       return wrap(t, static_cast<int64_t>(wrap(t, s)) / static_cast<int64_t>(vals.size()));
+    }
+    case hcBand:
+    case hcBor:
+    case hcBxor: {
+      // Two's complement in int64 (the values are exact integers within 52 bits).
+      int64_t x = static_cast<int64_t>(vals[0]);
+      for (size_t i = 1; i < vals.size(); ++i) {
+        const int64_t v = static_cast<int64_t>(vals[i]);
+        x = op == hcBand ? x & v : op == hcBor ? x | v : x ^ v;
+      }
+      return wrap(t, x);
     }
     case -1: {
       long double s = 0;

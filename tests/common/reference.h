@@ -13,11 +13,16 @@
 namespace hctest {
 
 extern const hcDataType_t kAllTypes[10];
-extern const hcRedOp_t kBuiltinOps[5];
+extern const hcRedOp_t kBuiltinOps[8];
 const char* typeName(hcDataType_t t);
 const char* opName(hcRedOp_t op);  // builtin ops; "premulsum" for others
+bool isFloat(hcDataType_t t);
+bool isBitwise(int op);  // hcBand, hcBor, hcBxor: integer types only
 
-// The value rank r contributes at element i (salt varies it between calls).
+// The value rank r contributes at element i (salt varies it between calls). For the bitwise
+// ops: mixed bit patterns over the whole type (negative for signed types), mostly ones for
+// hcBand and mostly zeros for hcBor, with 0 and all ones among them; within 52 bits, so
+// doubles hold them exactly.
 double inputValue(hcDataType_t t, hcRedOp_t op_kind, int rank, size_t i, int salt);
 void store(void* buf, hcDataType_t t, size_t i, double v);
 double load(const void* buf, hcDataType_t t, size_t i);

@@ -104,6 +104,11 @@ std::vector<Case> matrix(int W, const std::vector<hcDataType_t>& types, const st
           cs.push_back({hcCollReduceScatter, dt, op, count, ip});
         for (OpKind op : {OpKind::Sum, OpKind::Max, OpKind::Avg, OpKind::PreMulSum})
           cs.push_back({hcCollAllReduce, dt, op, count, ip});
+        if (hicoll::isInteger(dt))
+          for (OpKind op : {OpKind::Band, OpKind::Bor, OpKind::Bxor}) {
+            cs.push_back({hcCollReduceScatter, dt, op, count, ip});
+            cs.push_back({hcCollAllReduce, dt, op, count, ip});
+          }
         cs.push_back({hcCollBroadcast, dt, OpKind::Sum, count, ip, 0});
         cs.push_back({hcCollBroadcast, dt, OpKind::Sum, count, ip, W - 1});
       }

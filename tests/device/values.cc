@@ -170,6 +170,9 @@ std::vector<char> expectedOutput(hcColl_t coll, hcDataType_t t, hicoll::OpKind o
     case hicoll::OpKind::Prod: j.op = hicoll::num::Op::Prod; break;
     case hicoll::OpKind::Max: j.op = hicoll::num::Op::Max; break;
     case hicoll::OpKind::Min: j.op = hicoll::num::Op::Min; break;
+    case hicoll::OpKind::Band: j.op = hicoll::num::Op::Band; break;
+    case hicoll::OpKind::Bor: j.op = hicoll::num::Op::Bor; break;
+    case hicoll::OpKind::Bxor: j.op = hicoll::num::Op::Bxor; break;
     default: j.op = hicoll::num::Op::Sum; break;
   }
   j.premul = op == hicoll::OpKind::PreMulSum;

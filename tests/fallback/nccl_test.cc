@@ -170,6 +170,33 @@ TEST(NcclMapping, DatatypesAndOps) {
   EXPECT_THROW(nccl::toNccl(static_cast<hcDataType_t>(42)), Error);
 }
 
+// NCCL has no bitwise ops: no enum is made up for them; a call fails hcUnsupported naming the
+// op, before NCCL is even loaded.
+TEST(NcclMapping, BitwiseOpsAreUnsupported) {
+  for (OpKind op : {OpKind::Band, OpKind::Bor, OpKind::Bxor}) {
+    try {
+      nccl::toNccl(op);
+      ADD_FAILURE() << hicoll::opName(op) << ": no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), hcUnsupported) << e.what();
+      EXPECT_NE(std::string(e.what()).find(hicoll::opName(op)), std::string::npos) << e.what();
+    }
+  }
+  Standin s;
+  nccl::Fallback fb(HCSTANDIN_PATH, 0, 1, soloOps());
+  for (hcColl_t coll : {hcCollAllReduce, hcCollReduceScatter}) {
+    try {
+      fb.run(args(coll, 4, hcInt32, OpKind::Bxor));
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), hcUnsupported) << e.what();
+      EXPECT_NE(std::string(e.what()).find("bxor"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_FALSE(fb.initialized());
+  EXPECT_TRUE(s.calls().empty());
+}
+
 TEST(NcclFallback, LazyAndForwardsExactly) {
   Standin s;
   {

@@ -66,7 +66,10 @@ const std::vector<hcDataType_t> kAllTypes = {hcInt8,   hcUint8,   hcInt32,   hcU
                                              hcUint64, hcFloat16, hcFloat32, hcFloat64, hcBfloat16};
 const std::vector<hcDataType_t> kSomeTypes = {hcFloat32, hcFloat16, hcBfloat16, hcInt8, hcUint64};
 
-std::vector<Case> matrix(int W, const std::vector<hcDataType_t>& types, const std::vector<size_t>& counts) {
+// bitwise: hcBand / hcBor / hcBxor on the integer types too (not where the calls run on NCCL,
+// which has no bitwise ops: bitwiseOnNccl).
+std::vector<Case> matrix(int W, const std::vector<hcDataType_t>& types, const std::vector<size_t>& counts,
+                         bool bitwise) {
   std::vector<Case> cs;
   for (hcDataType_t dt : types)
     for (size_t count : counts)
@@ -76,6 +79,11 @@ std::vector<Case> matrix(int W, const std::vector<hcDataType_t>& types, const st
           cs.push_back({hcCollReduceScatter, dt, op, count, ip});
         for (OpKind op : {OpKind::Sum, OpKind::Max, OpKind::Avg, OpKind::PreMulSum})
           cs.push_back({hcCollAllReduce, dt, op, count, ip});
+        if (bitwise && hicoll::isInteger(dt))
+          for (OpKind op : {OpKind::Band, OpKind::Bor, OpKind::Bxor}) {
+            cs.push_back({hcCollReduceScatter, dt, op, count, ip});
+            cs.push_back({hcCollAllReduce, dt, op, count, ip});
+          }
         cs.push_back({hcCollBroadcast, dt, OpKind::Sum, count, ip, W - 1});
       }
   return cs;
@@ -113,6 +121,9 @@ hcResult_t enqueue(const Case& c, const void* sp, void* rp, hcComm_t comm, cudaS
     case OpKind::Max: op = hcMax; break;
     case OpKind::Min: op = hcMin; break;
     case OpKind::Avg: op = hcAvg; break;
+    case OpKind::Band: op = hcBand; break;
+    case OpKind::Bor: op = hcBor; break;
+    case OpKind::Bxor: op = hcBxor; break;
     case OpKind::PreMulSum: {
       alignas(8) unsigned char scalar[8];
       hicoll::num::encodeScalar(hctest::testScalar(c.dt), c.dt, scalar);
@@ -472,6 +483,20 @@ int quantRsChecks(const Scenario& sc, int rank, int W, cudaStream_t s) {
   return bad ? 1 : 0;
 }
 
+// Where the calls run on NCCL: a bitwise op fails hcUnsupported naming it, and the communicator
+// goes on.
+int bitwiseOnNccl(int rank, char* dsend, char* drecv, cudaStream_t s) {
+  for (auto [op, name] : {std::pair{hcBand, "band"}, std::pair{hcBor, "bor"}, std::pair{hcBxor, "bxor"}}) {
+    const hcResult_t r = hcAllReduce(dsend, drecv, 5, hcInt32, op, g_comm, s);
+    if (r != hcUnsupported || std::strstr(hcGetLastError(g_comm), name) == nullptr) {
+      std::fprintf(stderr, "[rank %d] AllReduce %s on NCCL returned %s (want unsupported naming it): %s\n", rank, name,
+                   hcGetErrorString(r), hcGetLastError(g_comm));
+      return 1;
+    }
+  }
+  return 0;
+}
+
 int rankMain(const Scenario& sc, int rank, int W) {
   g_rank = rank;
   int ndev = 0;
@@ -487,7 +512,8 @@ int rankMain(const Scenario& sc, int rank, int W) {
   CK(cudaMalloc(&dsend, max_elems * 8));
   CK(cudaMalloc(&drecv, max_elems * 8));
   int bad = 0;
-  const auto cases = matrix(W, sc.types, sc.counts);
+  const bool on_nccl = sc.expect == hcPathFallback && sc.reason == "HICOLL_FORCE_FALLBACK";
+  const auto cases = matrix(W, sc.types, sc.counts, !on_nccl);
   const auto t0 = std::chrono::steady_clock::now();
   for (const Case& c : cases) {
     Stage st;
@@ -500,6 +526,7 @@ int rankMain(const Scenario& sc, int rank, int W) {
   if (rank == 0)
     std::printf("  %zu collectives (%zu datatypes, counts up to %zu) in %.1f s, %s\n", cases.size(), sc.types.size(),
                 sc.counts.back(), secs, bad ? "FAILURES" : "all match the reference");
+  if (!bad && on_nccl) bad += bitwiseOnNccl(rank, dsend, drecv, s);
   if (!bad && sc.ordering) bad += orderingChecks(rank, W, dsend, drecv, s);
   if (!bad && sc.repeat) bad += repeatChecks(rank, W, s);
   if (!bad && sc.quant) bad += quantChecks(sc, rank, W, s);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "../common/mp.h"
+#include "../common/reference.h"
 #include "checks.h"
 
 namespace hctest {
@@ -104,8 +105,9 @@ TEST(CollectivesPaths, RingReduceScatterManyChunks) {
     auto st = run(job, [&](int, hcComm_t comm) {
       int f = 0, salt = 0;
       for (size_t count : {1u, 1025u, 70001u}) {
-        for (int op = 0; op <= hcNumOps; ++op)
-          f += checkReduceScatter(comm, hcFloat32, static_cast<hcRedOp_t>(op), count, count == 1025, ++salt);
+        for (int op = 0; op <= hcNumOps; ++op)  // the bitwise ops on an integer type
+          f += checkReduceScatter(comm, isBitwise(op) ? hcInt64 : hcFloat32, static_cast<hcRedOp_t>(op), count,
+                                  count == 1025, ++salt);
         f += checkReduceScatter(comm, hcBfloat16, hcSum, count, true, ++salt);
         f += checkAllReduce(comm, hcInt64, hcSum, count * 5, false, ++salt);
         // The ring AllGather in chunks: many per block, ragged last ones, every step pipelined.

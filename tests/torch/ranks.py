@@ -248,9 +248,84 @@ def scenario_work_api() -> dict:
     return {"ok": True}
 
 
+BITWISE = {"BAND": torch.bitwise_and, "BOR": torch.bitwise_or, "BXOR": torch.bitwise_xor}
+
+
+def bitwise_input(rank: int, n: int, dtype: torch.dtype, case: int) -> torch.Tensor:
+    """Random bits over the whole type (negatives too), 0 / all ones / min / max first."""
+    g = torch.Generator().manual_seed(7000 * case + rank)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, (n,), generator=g).bool()
+    info = torch.iinfo(dtype)
+    t = torch.randint(info.min, info.max, (n,), generator=g, dtype=dtype)
+    edges = torch.tensor([0, info.min, info.max, -1 if info.min < 0 else info.max], dtype=dtype)
+    t[:min(n, 4)] = edges[(torch.arange(min(n, 4)) + rank) % 4]
+    return t
+
+
+def bitwise_checks(gloo) -> int:
+    """all_reduce / reduce_scatter_tensor / reduce with BAND / BOR / BXOR on int32, int64, uint8
+    and bool: on hicoll, equal to the reduction computed here and to gloo's (the group gloo);
+    on floating dtypes an error naming the op and the dtype on every rank, as gloo raises."""
+    n_ranks, last, checks, case = WORLD, WORLD - 1, 0, 0
+    for dtype in (torch.int32, torch.int64, torch.uint8, torch.bool):
+        for op, fn in BITWISE.items():
+            for n in (1, 7, 1029):
+                case += 1
+                ins = [bitwise_input(r, n * n_ranks, dtype, case) for r in range(n_ranks)]
+                want = ins[0]
+                for x in ins[1:]:
+                    want = fn(want, x)
+                what = f"{op} {dtype} n={n}"
+                t, g = ins[RANK].clone(), ins[RANK].clone()
+                dist.all_reduce(t, op=redop(op))
+                dist.all_reduce(g, op=redop(op), group=gloo)
+                check(t, want, f"all_reduce {what}")
+                check(t, g, f"all_reduce {what} vs gloo")
+                out, gout = torch.empty(n, dtype=dtype), torch.empty(n, dtype=dtype)
+                dist.reduce_scatter_tensor(out, ins[RANK].clone(), op=redop(op))
+                dist.reduce_scatter_tensor(gout, ins[RANK].clone(), op=redop(op), group=gloo)
+                check(out, want[RANK * n:(RANK + 1) * n], f"reduce_scatter_tensor {what}")
+                check(out, gout, f"reduce_scatter_tensor {what} vs gloo")
+                for dst in (0, last):
+                    t, g = ins[RANK].clone(), ins[RANK].clone()
+                    dist.reduce(t, dst=dst, op=redop(op))
+                    dist.reduce(g, dst=dst, op=redop(op), group=gloo)
+                    if RANK == dst:  # gloo leaves partial results on the other ranks
+                        check(t, want, f"reduce dst={dst} {what}")
+                        check(t, g, f"reduce dst={dst} {what} vs gloo")
+                    else:
+                        check(t, ins[RANK], f"reduce dst={dst} {what} (not the root: unchanged)")
+                checks += 7
+    for dtype, name in ((torch.float32, "float32"), (torch.bfloat16, "bfloat16"), (torch.float64, "float64")):
+        for op in BITWISE:
+            for call in ("all_reduce", "reduce_scatter_tensor"):
+                try:
+                    if call == "all_reduce":
+                        dist.all_reduce(torch.ones(3, dtype=dtype), op=redop(op))
+                    else:
+                        dist.reduce_scatter_tensor(torch.empty(2, dtype=dtype),
+                                                   torch.ones(2 * n_ranks, dtype=dtype), op=redop(op))
+                except RuntimeError as e:
+                    assert op.lower() in str(e) and name in str(e), str(e)
+                else:
+                    raise AssertionError(f"rank {RANK}: {call} {op} of {dtype} succeeded")
+                try:
+                    dist.all_reduce(torch.ones(3, dtype=dtype), op=redop(op), group=gloo)
+                    raise AssertionError(f"rank {RANK}: gloo ran {op} of {dtype}")
+                except RuntimeError as e:
+                    assert "non-integral" in str(e), str(e)
+                checks += 1
+    t = torch.full((3,), float(RANK))  # the group goes on
+    dist.all_reduce(t)
+    check(t, torch.full((3,), float(sum(range(n_ranks)))), "all_reduce after the refused ones")
+    return checks + 1
+
+
 def scenario_fallback() -> dict:
-    """Ops hicoll does not run go to gloo; counted, with reasons; results still right; the
-    ones it composes or runs itself are not counted there."""
+    """Nothing here goes to gloo: gather / scatter / reduce / all_gather_coalesced are composed
+    of hicoll's calls, BAND / BOR / BXOR run on hicoll (and equal gloo's results), results
+    right; fallback_counts() stays empty."""
     init()
     n = WORLD
     # send/recv ring
@@ -294,13 +369,8 @@ def scenario_fallback() -> dict:
     obj = [None]
     dist.scatter_object_list(obj, [f"to{r}" for r in range(n)] if RANK == 0 else None, src=0)
     assert obj == [f"to{RANK}"], obj
-    # A reduction hicoll declines (BAND) and a dtype it has no reduction for (int16).
-    t = torch.tensor([0b1111 ^ (1 << RANK)], dtype=torch.int32)
-    dist.all_reduce(t, op=dist.ReduceOp.BAND)
-    check(t, torch.tensor([0b1111 & ~sum(1 << r for r in range(n))], dtype=torch.int32), "BAND")
-    t = torch.tensor([1 << RANK], dtype=torch.int64)
-    dist.all_reduce(t, op=dist.ReduceOp.BOR)
-    check(t, torch.tensor([(1 << n) - 1]), "BOR")
+    # The bitwise reductions, against gloo on a gloo group of the same ranks.
+    bitwise = bitwise_checks(dist.new_group(backend="gloo"))
     # all_gather_object uses allgather on byte tensors (hicoll) -- still no fallback.
     objs = [None] * n
     dist.all_gather_object(objs, {"rank": RANK})
@@ -310,11 +380,10 @@ def scenario_fallback() -> dict:
         assert op not in counts and ht.hicoll_counts().get(op, 0) >= 1, (op, counts)
     for op in ("gather", "scatter", "reduce", "allgather_coalesced"):
         assert op not in counts and ht.hicoll_counts().get(op, 0) >= 1, (op, counts)
-    assert counts["allreduce"] == 2, counts
-    assert "BOR" in reasons["allreduce"], reasons
+    assert not counts, (counts, reasons)
     dist.barrier()
     dist.destroy_process_group()
-    return {"fallback_counts": counts, "reasons": reasons}
+    return {"fallback_counts": counts, "reasons": reasons, "bitwise_checks": bitwise}
 
 
 def scenario_p2p(big: int = 1 << 20) -> dict:

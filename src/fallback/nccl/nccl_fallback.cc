@@ -89,6 +89,9 @@ RedOp toNccl(OpKind k) {
     case OpKind::Max: return Max;
     case OpKind::Min: return Min;
     case OpKind::Avg: return Avg;
+    case OpKind::Band:
+    case OpKind::Bor:
+    case OpKind::Bxor: HC_THROW(hcUnsupported, "NCCL fallback: NCCL has no {} reduction (no bitwise ops)", opName(k));
     default: HC_THROW(hcInternalError, "NCCL fallback: {} is not a built-in NCCL op", opName(k));
   }
 }
@@ -146,6 +149,10 @@ void Fallback::check(Result r, const char* fn, const CollArgs& a) {
 }
 
 void Fallback::run(const CollArgs& a) {
+  // Before NCCL is loaded or its communicator made: every rank refuses alike.
+  HC_CHECK(!isBitwise(a.op.kind), hcUnsupported,
+           "NCCL fallback: {}: NCCL has no {} reduction (bitwise ops run on hicoll's own paths only)", describe(a),
+           opName(a.op.kind));
   if (!comm_) {
     HC_CHECK(init_code_ == hcSuccess, init_code_, "{}", init_error_);
     try {

@@ -14,7 +14,7 @@ namespace hicoll::nccl {
 
 // hicoll -> NCCL mappings (throw hcInvalidArgument for values NCCL has no match for).
 DataType toNccl(hcDataType_t t);
-RedOp toNccl(OpKind k);  // built-in ops only; PreMulSum is created per call
+RedOp toNccl(OpKind k);  // built-in ops only; PreMulSum is created per call; bitwise: hcUnsupported
 // How many leading elements of a one-rank reduction NCCL 2.19.1-2.29.2's oneRankReduce kernel
 // writes (the rest, fewer than 32, it skips); count itself for counts it covers.
 size_t oneRankKernelCovers(size_t count, size_t esize);
@@ -34,7 +34,8 @@ class Fallback {
 
   // Enqueues a on NCCL (a.stream is the cudaStream_t). The first call on every rank creates
   // the NCCL communicator (collective). Throws hicoll::Error naming the NCCL function, its
-  // error string and ncclGetLastError's text.
+  // error string and ncclGetLastError's text; hcUnsupported for a bitwise op (before any
+  // NCCL call).
   void run(const CollArgs& a);
   // The communicator is unusable: destroy it with ncclCommAbort.
   void abort() { aborted_ = true; }

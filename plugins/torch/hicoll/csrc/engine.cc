@@ -47,6 +47,12 @@ std::optional<std::string> HicollBackend::declineReason(const char* coll, const 
     case ReduceOp::MAX:
       if (at::isComplexType(st)) return c10::str(redOpName(op->op_), " of complex tensors");
       return std::nullopt;
+    // Integer and bool tensors (bool as uint8 0/1: and, or, parity, as gloo). Floating ones
+    // are not declined: gloo and NCCL raise for them, and so does hicoll (hcInvalidArgument
+    // naming the op and the dtype, on every rank).
+    case ReduceOp::BAND:
+    case ReduceOp::BOR:
+    case ReduceOp::BXOR: return std::nullopt;
     default: return c10::str("ReduceOp ", redOpName(op->op_), " is not a hicoll reduction");
   }
 }
@@ -75,6 +81,9 @@ void HicollBackend::withRedOp(const ReduceOp& op, at::ScalarType st,
     case ReduceOp::PRODUCT: return fn(is_bool ? hcMin : hcProd, dt);
     case ReduceOp::MIN: return fn(hcMin, dt);
     case ReduceOp::MAX: return fn(hcMax, dt);
+    case ReduceOp::BAND: return fn(hcBand, dt);
+    case ReduceOp::BOR: return fn(hcBor, dt);
+    case ReduceOp::BXOR: return fn(hcBxor, dt);
     case ReduceOp::PREMUL_SUM: {
       // The scalar is passed in the element type (fp16/bf16 factors are rounded like the data).
       const at::Tensor scalar = at::scalar_tensor(premulFactor(op), at::TensorOptions().dtype(rt));
