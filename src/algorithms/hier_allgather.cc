@@ -1,6 +1,7 @@
 // Hierarchical AllGather (README.md, "How it works"): a rail-aligned one-hop inter-node exchange into the sort
 // buffer, then the node's ranks read each other's sort buffers into rank order, pipelined in
-// chunks so the sort of chunk k overlaps the exchange of chunk k+1.
+// chunks so the sort of chunk k overlaps the exchange of chunk k+1. A block larger than the
+// scratch or sort buffer goes through them in pieces (plan.h, Pieces), one phase each.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -29,21 +30,20 @@ class Counters {
   size_t* p_;
 };
 
-}  // namespace
-
-void hierAllGather(Run& r, const void* send, void* recv, size_t count) {
+// One phase: bytes [off, off + len) of every rank's block of b bytes (in: this rank's block;
+// out: the rank-ordered output). The sort buffer holds a slot of len per node, the scratch
+// buffer len.
+void gatherPiece(Run& r, const char* block, char* out, size_t b, size_t off, size_t len) {
   const Identity& id = r.id;
-  const size_t b = count * r.esize;
-  if (b == 0) return;
   r.beginPhase();
   const Topology& t = id.topo;
   const int N = t.nnodes, L = r.shm.localSize(), n = id.node(), me = r.shm.localIndex();
-  const size_t C = std::min(b, r.chunkBytes());
-  const size_t K = (b + C - 1) / C;
-  auto chunkLen = [&](size_t k) { return std::min(C, b - k * C); };
-  char* out = static_cast<char*>(recv);
-  const char* in = static_cast<const char*>(send);
-  const bool in_place = in == out + static_cast<size_t>(id.rank) * b;
+  const size_t C = std::min(len, r.chunkBytes());
+  const size_t K = (len + C - 1) / C;
+  auto chunkLen = [&](size_t k) { return std::min(C, len - k * C); };
+  const char* in = block + off;
+  const bool in_place = block == out + static_cast<size_t>(id.rank) * b;
+  out += off;  // each rank's block at out + rank * b
   // Small blocks go through the shared segment: two memcpys beat a system call per peer.
   const bool small = b <= static_cast<size_t>(r.cfg.num(Knob::ShmEagerBytes));
   bool direct = r.shm.directRead() && !small;
@@ -52,14 +52,28 @@ void hierAllGather(Run& r, const void* send, void* recv, size_t count) {
   // buffer this phase's parity owns: a peer may still be reading the other half (the previous
   // phase), never this one (two phases back), so peers can read as soon as they see the post.
   const size_t half = r.buf.scratch_bytes / 2;
-  const bool early = !direct && b <= half && small;
+  const bool early = !direct && len <= half && small;
   const size_t slot = early ? (r.seq & 1) * half : 0;
-  if (early) std::memcpy(r.shm.scratch(me) + slot, in, b);
+  if (early) std::memcpy(r.shm.scratch(me) + slot, in, len);
 
   r.post(in, hcCollAllGather);
   r.waitAllPosted();
   // Every block in node memory (hcMemAlloc): peers read it where it is, with memcpy.
   if (!small && !direct && r.allPostedNodeMemory()) direct = true;
+  // One node, every block staged before its post: all are readable now, nothing to pipeline.
+  if (N == 1 && early) {
+    for (int l = 0; l < L; ++l) {
+      const int owner = t.rankAt(n, l);
+      char* dst = out + static_cast<size_t>(owner) * b;
+      if (l == me) {
+        if (!in_place) std::memcpy(dst, in, len);
+        continue;
+      }
+      std::memcpy(dst, r.shm.scratch(l) + slot, len);
+      r.countBytes(owner, len);
+    }
+    return r.finishNode(/*peers_read_only_segment=*/true);
+  }
 
   // Inter-node: block of (m, my local index) for every other node m into sort slot m.
   Run::Pending sends, recvs;  // recvs keyed by chunk
@@ -75,7 +89,7 @@ void hierAllGather(Run& r, const void* send, void* recv, size_t count) {
     for (int m = 0; m < N; ++m) {
       if (m == n) continue;
       int peer = t.rankAt(m, me);
-      r.recv(recvs, peer, my_sort + m * b + k * C, chunkLen(k), r.tag(0, static_cast<unsigned>(k)), k);
+      r.recv(recvs, peer, my_sort + m * len + k * C, chunkLen(k), r.tag(0, static_cast<unsigned>(k)), k);
       r.send(sends, peer, src_net + k * C, chunkLen(k), r.tag(0, static_cast<unsigned>(k)));
     }
   };
@@ -133,7 +147,7 @@ void hierAllGather(Run& r, const void* send, void* recv, size_t count) {
           const char* sort = r.shm.sort(l);
           for (int m = 0; m < N; ++m) {
             if (m == n) continue;
-            std::memcpy(out + static_cast<size_t>(t.rankAt(m, l)) * b + k * C, sort + m * b + k * C, chunkLen(k));
+            std::memcpy(out + static_cast<size_t>(t.rankAt(m, l)) * b + k * C, sort + m * len + k * C, chunkLen(k));
           }
           if (l != me) r.countBytes(t.rankAt(n, l), chunkLen(k) * (N - 1));
           moved = true;
@@ -148,6 +162,22 @@ void hierAllGather(Run& r, const void* send, void* recv, size_t count) {
   // (blocks staged from its start), are waited for: the next phase may write that half before
   // it posts (small blocks, AllToAll tables), and a peer still copying would see them change.
   r.finishNode(/*peers_read_only_segment=*/early);
+}
+
+}  // namespace
+
+void hierAllGather(Run& r, const void* send, void* recv, size_t count) {
+  const size_t b = count * r.esize;
+  if (b == 0) return;
+  // Every rank cuts alike: the knobs agree across ranks and the count is the call's.
+  const size_t cap = pieceCapBytes(hcCollAllGather, b, r.id.topo.nnodes, r.cfg, r.shm.directRead());
+  const Pieces pieces = splitBlock(count, r.esize, cap);
+  HC_CHECK(pieces.count > 0, hcInternalError, "AllGather block of {} bytes: no piece fits {} bytes", b, cap);
+  // Pieces run one after the other: the next one's receives land in the sort slots local
+  // peers read until they post it (the board's phase rule).
+  for (size_t p = 0; p < pieces.count; ++p)
+    gatherPiece(r, static_cast<const char*>(send), static_cast<char*>(recv), b, p * pieces.elems * r.esize,
+                pieces.lenOf(p, count) * r.esize);
 }
 
 }  // namespace hicoll

@@ -100,30 +100,26 @@ void pushReduceScatter(Run& r, const char* in, char* out, size_t count) {
   r.finishNode();
 }
 
-}  // namespace
-
-void hierReduceScatter(Run& r, const void* send, void* recv, size_t count) {
+// One phase across nodes: bytes [off, off + len) of every block (b bytes each) of this rank's
+// input; out: this rank's block. The sort buffer holds a slot of len per node. Returns whether
+// the partials crossed nodes quantized.
+bool reducePiece(Run& r, const char* in, char* out, size_t b, size_t off, size_t len) {
   const Identity& id = r.id;
-  const size_t b = count * r.esize;
-  if (b == 0) return;
   r.beginPhase();
   const Topology& t = id.topo;
   const int N = t.nnodes, L = r.shm.localSize(), n = id.node(), me = r.shm.localIndex();
-  const char* in = static_cast<const char*>(send);
-  char* out = static_cast<char*>(recv);
-  if (N == 1) return pushReduceScatter(r, in, out, count);
-  HC_CHECK(r.shm.directRead(), hcInternalError, "hierarchical ReduceScatter needs direct intra-node reads");
+  out += off;
   // Chunks are whole elements.
-  size_t C = std::min({b, r.chunkBytes(), r.buf.scratch_bytes});
+  size_t C = std::min({len, r.chunkBytes(), r.buf.scratch_bytes});
   C = std::max(r.esize, C / r.esize * r.esize);
-  const size_t K = (b + C - 1) / C;
-  auto chunkLen = [&](size_t k) { return std::min(C, b - k * C); };
+  const size_t K = (len + C - 1) / C;
+  auto chunkLen = [&](size_t k) { return std::min(C, len - k * C); };
   // hcReduceScatterQuantized: the partials cross nodes as int8 images (each no larger than its
   // chunk, so it lands where the chunk would); the node's own sums stay exact. Chunks too
   // small for an image to be smaller go exact (every rank decides alike from the call).
   const size_t qblock = r.a.quant.exact ? 0 : r.a.quant.block;
   auto imageLen = [&](size_t k) { return quant::packedBytes(chunkLen(k) / r.esize, qblock); };
-  const bool quantized = qblock && quant::chunkedImageBytes(b, C, r.esize, qblock) != 0;
+  const bool quantized = qblock && quant::chunkedImageBytes(len, C, r.esize, qblock) != 0;
   auto wireLen = [&](size_t k) { return quantized ? imageLen(k) : chunkLen(k); };
   std::vector<char> image(quantized ? quant::packedBytes(C / r.esize, qblock) : 0);
 
@@ -142,21 +138,21 @@ void hierReduceScatter(Run& r, const void* send, void* recv, size_t count) {
 
   // Sum over the node of chunk k of the block owned by rank `owner` into dst.
   auto nodePartial = [&](int owner, size_t k, void* dst, bool final_step) {
-    const size_t off = static_cast<size_t>(owner) * b + k * C, len = chunkLen(k);
+    const size_t at = static_cast<size_t>(owner) * b + off + k * C, n_bytes = chunkLen(k);
     for (int l = 0; l < L; ++l) {
       if (l == me) {
-        srcs[l] = in + off;
+        srcs[l] = in + at;
       } else if (mapped[l]) {
-        srcs[l] = mapped[l] + off;
-        r.countBytes(t.rankAt(n, l), len);
-        r.stats.countNodeMemory(r.a.coll, len);
+        srcs[l] = mapped[l] + at;
+        r.countBytes(t.rankAt(n, l), n_bytes);
+        r.stats.countNodeMemory(r.a.coll, n_bytes);
       } else {
-        r.shm.read(l, peer_in[l] + off, tmp.data() + l * C, len);
-        r.countBytes(t.rankAt(n, l), len);
+        r.shm.read(l, peer_in[l] + at, tmp.data() + l * C, n_bytes);
+        r.countBytes(t.rankAt(n, l), n_bytes);
         srcs[l] = tmp.data() + l * C;
       }
     }
-    reduceN(r.reduceSpec(all_inputs, final_step), dst, srcs.data(), L, len / r.esize);
+    reduceN(r.reduceSpec(all_inputs, final_step), dst, srcs.data(), L, n_bytes / r.esize);
   };
 
   // Receive every other node's partial of my block, chunk by chunk, into sort slot m.
@@ -166,7 +162,7 @@ void hierReduceScatter(Run& r, const void* send, void* recv, size_t count) {
   for (size_t k = 0; k < K; ++k)
     for (int m = 0; m < N; ++m) {
       if (m == n) continue;
-      r.recv(recvs, t.rankAt(m, me), my_sort + m * b + k * C, wireLen(k), r.tag(1, static_cast<unsigned>(k)), k);
+      r.recv(recvs, t.rankAt(m, me), my_sort + m * len + k * C, wireLen(k), r.tag(1, static_cast<unsigned>(k)), k);
     }
   // Outgoing partials: a ring of chunk slots in scratch, each free again once its send completes.
   const size_t slots = std::clamp<size_t>(r.buf.scratch_bytes / C, 1, 64);
@@ -216,14 +212,14 @@ void hierReduceScatter(Run& r, const void* send, void* recv, size_t count) {
       if (quantized) {
         std::vector<const void*> images;
         for (int m = 0; m < N; ++m)
-          if (m != n) images.push_back(my_sort + m * b + k * C);
+          if (m != n) images.push_back(my_sort + m * len + k * C);
         // This node's partial plus the others' images, summed in fp32, rounded once.
         quant::sumImages(out + k * C, images.data(), images.size(), chunkLen(k) / r.esize, r.a.dtype, qblock,
                          r.a.op.kind == OpKind::Avg ? id.nranks : 0, out + k * C);
       } else {
         std::vector<const void*> parts{out + k * C};
         for (int m = 0; m < N; ++m)
-          if (m != n) parts.push_back(my_sort + m * b + k * C);
+          if (m != n) parts.push_back(my_sort + m * len + k * C);
         reduceN(r.reduceSpec(0, true), out + k * C, parts.data(), N, chunkLen(k) / r.esize);
       }
       moved = true;
@@ -231,6 +227,30 @@ void hierReduceScatter(Run& r, const void* send, void* recv, size_t count) {
     return moved ? Progress::Moved : Progress::Idle;
   });
   r.finishNode();
+  return quantized;
+}
+
+}  // namespace
+
+void hierReduceScatter(Run& r, const void* send, void* recv, size_t count) {
+  const size_t b = count * r.esize;
+  if (b == 0) return;
+  const char* in = static_cast<const char*>(send);
+  char* out = static_cast<char*>(recv);
+  const int N = r.id.topo.nnodes;
+  if (N == 1) {
+    r.beginPhase();
+    return pushReduceScatter(r, in, out, count);
+  }
+  HC_CHECK(r.shm.directRead(), hcInternalError, "hierarchical ReduceScatter needs direct intra-node reads");
+  // Every rank cuts alike: the knobs agree across ranks and the count is the call's. Pieces
+  // run one after the other (the next one's partials land in the same sort slots).
+  const size_t cap = pieceCapBytes(hcCollReduceScatter, b, N, r.cfg, true);
+  const Pieces pieces = splitBlock(count, r.esize, cap);
+  HC_CHECK(pieces.count > 0, hcInternalError, "ReduceScatter block of {} bytes: no piece fits {} bytes", b, cap);
+  bool quantized = false;
+  for (size_t p = 0; p < pieces.count; ++p)
+    quantized |= reducePiece(r, in, out, b, p * pieces.elems * r.esize, pieces.lenOf(p, count) * r.esize);
   if (quantized) r.stats.countQuantized(hcCollReduceScatter);
 }
 

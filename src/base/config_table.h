@@ -38,12 +38,15 @@
     "buffers), comma separated. The seed's ddp_dist_backend=nccl. AllToAll has one (flat) "                          \
     "path: the library counts it as a fallback, the torch plugin hands it to gloo / NCCL.")                          \
   X(ScratchBytes, "SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES", Size8K, "16777216", "", 8192, (INT64_C(1) << 40), Agree,     \
-    "Scratch buffer per rank (registered). The hierarchical AllGather (and AllReduce) fall "                         \
-    "back when it is smaller than the per-rank block; ReduceScatter stages chunks through it.")                      \
+    "Scratch buffer per rank (registered). A hierarchical AllGather (and AllReduce) block larger "                   \
+    "than it streams through it in pieces, one phase each; ReduceScatter stages chunks through it.")                 \
   X(SortBytes, "SMDDP_AG_SORT_BUFFER_SIZE_BYTES", Size8K, "134217728", "", 8192, (INT64_C(1) << 40), Agree,          \
-    "Sort buffer per rank (registered, readable by the ranks of the node). The hierarchical "                        \
-    "AllGather, ReduceScatter and AllReduce fall back when it is smaller than nodes x per-rank "                     \
-    "block.")                                                                                                        \
+    "Sort buffer per rank (registered, readable by the ranks of the node). Across nodes a "                          \
+    "hierarchical AllGather, ReduceScatter or AllReduce block of more than this / nodes bytes "                      \
+    "streams through it in pieces.")                                                                                 \
+  X(ScratchStrict, "HICOLL_SCRATCH_STRICT", Bool, "0", "", 0, 0, Agree,                                              \
+    "1: the seed's rule instead of pieces: a block larger than the scratch buffer, or nodes x "                      \
+    "block larger than the sort buffer, takes the fallback (the device path always does).")                          \
   X(ChunkBytes, "HICOLL_CHUNK_SIZE", Size, "1048576", "", 4096, HICOLL_KNOB_GIB, Agree,                              \
     "Pipeline chunk: the inter-node exchange of chunk k+1 overlaps the intra-node sort of "                          \
     "chunk k.")                                                                                                      \

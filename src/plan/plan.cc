@@ -165,7 +165,55 @@ size_t allReduceBlock(size_t count, int nranks, const Capabilities& caps) {
   return caps.device ? (count + W - 1) / W : count / W;
 }
 
+size_t pieceCapBytes(hcColl_t phase, size_t b, int nnodes, const Config& cfg, bool single_copy_reads) {
+  size_t cap = SIZE_MAX;
+  // Across nodes the AllGather's block is what the network sends (the seed's registered
+  // buffer); on one node it is staged only where peers cannot read it in place (no single-copy
+  // reads, or blocks up to HICOLL_SHM_EAGER_BYTES). ReduceScatter stages chunk slots: any size.
+  const bool stages = nnodes > 1 || !single_copy_reads || b <= static_cast<size_t>(cfg.num(Knob::ShmEagerBytes));
+  if (phase == hcCollAllGather && stages) cap = static_cast<size_t>(cfg.num(Knob::ScratchBytes));
+  // Received blocks land in the sort buffer, a slot per node (one node receives none).
+  if (nnodes > 1) cap = std::min(cap, static_cast<size_t>(cfg.num(Knob::SortBytes)) / static_cast<size_t>(nnodes));
+  return cap;
+}
+
+Pieces splitBlock(size_t count, size_t esize, size_t cap_bytes) {
+  const size_t cap = cap_bytes / esize;
+  if (count <= cap) return {count, 1};
+  if (cap == 0) return {0, 0};
+  const size_t n = (count + cap - 1) / cap;
+  const size_t elems = (count + n - 1) / n;  // even pieces: none much shorter than the others
+  return {elems, (count + elems - 1) / elems};
+}
+
 namespace {
+
+// The cap of a hierarchical call's pieces: the smallest of its phases' (an AllReduce runs a
+// ReduceScatter and an AllGather on its block, each cut by its own cap: the plan shows the
+// finer; its latency split runs one AllGather).
+size_t callPieceCap(const View& c, const CollArgs& a, const Capabilities& caps, const CollPlan& p) {
+  const int N = c.id.topo.nnodes;
+  const size_t ag = pieceCapBytes(hcCollAllGather, p.block_bytes, N, c.ctx.cfg, caps.single_copy_reads);
+  const size_t rs = pieceCapBytes(hcCollReduceScatter, p.block_bytes, N, c.ctx.cfg, caps.single_copy_reads);
+  switch (a.coll) {
+    case hcCollAllGather: return ag;
+    case hcCollReduceScatter: return rs;
+    case hcCollAllReduce: return p.allreduce_small ? ag : std::min(ag, rs);
+    default: return SIZE_MAX;
+  }
+}
+
+// The pieces of a hierarchical plan's block (the device path runs whole blocks: its rules
+// refuse what does not fit).
+void planPieces(const View& c, const CollArgs& a, const Capabilities& caps, CollPlan& p) {
+  p.pieces = 1;
+  p.piece_bytes = p.block_bytes;
+  if (caps.device || p.path != hcPathHierarchical || p.block_bytes == 0) return;
+  const size_t e = hcTypeSize(a.dtype);
+  const Pieces s = splitBlock(p.block_bytes / e, e, callPieceCap(c, a, caps, p));
+  p.pieces = s.count;
+  p.piece_bytes = s.elems * e;
+}
 
 // What the rules allow, and under HICOLL_ALGO=auto what the model chooses among it.
 CollPlan planRules(const View& c, const CollArgs& a, const Capabilities& caps) {
@@ -224,6 +272,7 @@ CollPlan planRules(const View& c, const CollArgs& a, const Capabilities& caps) {
   }
   p.path = taken->counted_as;
   if (model_decides) modelChoice(c, a, caps, p);
+  planPieces(c, a, caps, p);
   return p;
 }
 
@@ -247,20 +296,27 @@ Verdict hierarchicalRules(const Identity& id, const PlanContext& ctx, const Coll
     return {};
   }
   const size_t b = p.block_bytes;
-  // ReduceScatter stages outgoing partials through scratch in chunk-sized slots, so any
-  // scratch size works; only its received partials (N blocks) need the sort buffer. Across
-  // nodes the AllGather's block is what the network sends (the seed's registered buffer); on
-  // one node the host AllGather stages it there only when peers cannot read it where it lies
-  // (no single-copy reads, or blocks up to HICOLL_SHM_EAGER_BYTES).
-  const bool stages_block =
-      caps.device || N > 1 || !caps.single_copy_reads || b <= static_cast<size_t>(c.ctx.cfg.num(Knob::ShmEagerBytes));
-  if (c.ctx.scratchBytes() < b && a.coll != hcCollReduceScatter && stages_block)
-    return no(Rule::ScratchTooSmall,
-              fmt::format("SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES={} < per-rank block {} bytes", c.ctx.scratchBytes(), b));
-  if (c.ctx.sortBytes() < N * b)
-    return no(Rule::SortTooSmall,
-              fmt::format("SMDDP_AG_SORT_BUFFER_SIZE_BYTES={} < {} nodes x per-rank block {} bytes = {}",
-                          c.ctx.sortBytes(), N, b, N * b));
+  if (caps.device || c.ctx.cfg.flag(Knob::ScratchStrict)) {
+    // The seed's rule (HICOLL_SCRATCH_STRICT=1; the device engine runs whole blocks): the
+    // block must fit. ReduceScatter stages outgoing partials through scratch in chunk-sized
+    // slots, so any scratch size works; only its received partials (N blocks) need the sort
+    // buffer. The host AllGather on one node stages its block only where pieceCapBytes says.
+    const bool stages_block =
+        caps.device || N > 1 || !caps.single_copy_reads || b <= static_cast<size_t>(c.ctx.cfg.num(Knob::ShmEagerBytes));
+    if (c.ctx.scratchBytes() < b && a.coll != hcCollReduceScatter && stages_block)
+      return no(Rule::ScratchTooSmall, fmt::format("SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES={} < per-rank block {} bytes",
+                                                   c.ctx.scratchBytes(), b));
+    if (c.ctx.sortBytes() < N * b)
+      return no(Rule::SortTooSmall,
+                fmt::format("SMDDP_AG_SORT_BUFFER_SIZE_BYTES={} < {} nodes x per-rank block {} bytes = {}",
+                            c.ctx.sortBytes(), N, b, N * b));
+  } else if (const size_t e = hcTypeSize(a.dtype); b && splitBlock(b / e, e, callPieceCap(c, a, caps, p)).count == 0) {
+    // Larger blocks stream through the buffers in pieces; not one element per node's slot
+    // is what cannot.
+    return no(Rule::SortTooSmall, fmt::format("SMDDP_AG_SORT_BUFFER_SIZE_BYTES={} holds less than one {}-byte "
+                                              "element per node ({} nodes)",
+                                              c.ctx.sortBytes(), e, N));
+  }
   // Across nodes the host ReduceScatter reads local peers' inputs in place; on one node it
   // pushes through scratch and the AllGather has bounce buffers, so neither needs CMA there.
   const bool reads_in_place = a.coll == hcCollReduceScatter || (a.coll == hcCollAllReduce && !p.allreduce_small);

@@ -50,6 +50,10 @@ struct CollPlan {
   bool allreduce_small = false;
   size_t allreduce_block = 0;
   size_t block_bytes = 0;  // per-rank block of the hierarchical phases (what the buffer rules test)
+  // On the hierarchical path: the block streams through the scratch and sort buffers in
+  // `pieces` pieces of up to piece_bytes per rank, one phase each (1: it fits; planPieces).
+  size_t pieces = 1;
+  size_t piece_bytes = 0;
   // Chunking of the host's chunked algorithms: HICOLL_CHUNK_SIZE, on more than one node at most
   // HICOLL_NET_CHUNK_SIZE (a chunk may be one inter-node message); chunks sent to a rail peer
   // beyond those received from the rail peers (HICOLL_NET_WINDOW).
@@ -104,6 +108,22 @@ struct PlanContext {
 // small_bytes is HICOLL_ALLREDUCE_SMALL_BYTES.
 bool allReduceIsSmall(size_t count, size_t elem_bytes, int nranks, size_t small_bytes, const Capabilities& caps);
 size_t allReduceBlock(size_t count, int nranks, const Capabilities& caps);  // elements per rank
+
+// Blocks larger than the scratch or sort buffer stream through them: every rank cuts its block
+// alike (from the agreed knobs, the topology and the call) into pieces of `elems` elements
+// (the last may hold fewer), and each piece is one phase of the hierarchical algorithm on the
+// same sub-range of every rank's block.
+struct Pieces {
+  size_t elems = 0;  // per piece; 0: not one element fits (the path cannot run)
+  size_t count = 0;  // pieces
+  size_t lenOf(size_t p, size_t total) const { return p + 1 < count ? elems : total - p * elems; }
+};
+// The most bytes of a rank's block of b bytes one hierarchical phase (AllGather or
+// ReduceScatter) may hold with these buffers (SIZE_MAX: any): the scratch buffer where the
+// AllGather stages the block there, the sort buffer's slot per node across nodes.
+size_t pieceCapBytes(hcColl_t phase, size_t b, int nnodes, const Config& cfg, bool single_copy_reads);
+// count elements of esize bytes in pieces of at most cap_bytes, as even as whole elements allow.
+Pieces splitBlock(size_t count, size_t esize, size_t cap_bytes);
 
 // nccl-tests' size of a call (AllGather: the whole output; an AllToAll's count is what this
 // rank sends in all): what the cost model predicts for.

@@ -161,6 +161,11 @@ int algorithms(const CallSpec& spec) {
   else
     std::printf("# the plan takes %s (rule: %s)%s%s\n", chosen ? chosen->path->name : "?", ruleName(plan.rule),
                 plan.reason.empty() ? "" : ": ", plan.reason.c_str());
+  if (plan.path == hcPathHierarchical && plan.block_bytes)
+    std::printf(
+        "# pieces: %zu of up to %zu bytes per rank (a block larger than the scratch or sort buffer streams "
+        "through them)\n",
+        plan.pieces, plan.piece_bytes);
   return 0;
 }
 

@@ -231,27 +231,43 @@ TEST(Plan, AllReduceSplitHasOneDefinition) {
 }
 
 // On one node with single-copy reads the host AllGather reads every block where it lies: a
-// block larger than the scratch buffer stays hierarchical (it took the ring at 64 MiB on 1x2).
-// Across nodes, without CMA, or for blocks small enough to stage, the seed's rule holds.
+// block larger than the scratch buffer stays hierarchical in one piece (it took the ring at
+// 64 MiB on 1x2). Across nodes, without CMA, or for blocks small enough to stage, the block
+// streams through scratch in pieces; under HICOLL_SCRATCH_STRICT=1 the seed's rule holds.
 TEST(Plan, OneNodeAllGatherNeedsNoScratchForItsBlock) {
   using hicoll::Capabilities;
-  const std::map<std::string, std::string> small_scratch{{"SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES", "8192"}};
   Capabilities no_cma;
   no_cma.single_copy_reads = false;
-  {
-    FakeComm f({"a", "a"}, small_scratch);
-    EXPECT_EQ(hicoll::planCall(f.id, f.c, call(hcCollAllGather, 4096), Capabilities{}).path, hcPathHierarchical);
-    EXPECT_EQ(hicoll::planCall(f.id, f.c, call(hcCollAllReduce, 100000), Capabilities{}).path, hcPathHierarchical);
-    EXPECT_EQ(hicoll::planCall(f.id, f.c, call(hcCollAllGather, 4096), no_cma).rule, Rule::ScratchTooSmall);
-  }
-  {
-    FakeComm f({"a", "a"}, {{"SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES", "8192"}, {"HICOLL_SHM_EAGER_BYTES", "65536"}});
-    EXPECT_EQ(hicoll::planCall(f.id, f.c, call(hcCollAllGather, 4096), Capabilities{}).rule, Rule::ScratchTooSmall)
-        << "a 16 KiB block within the eager size is staged";
-  }
-  {
-    FakeComm f({"a", "b"}, small_scratch);
-    EXPECT_EQ(hicoll::planCall(f.id, f.c, call(hcCollAllGather, 4096), Capabilities{}).rule, Rule::ScratchTooSmall);
+  for (const char* strict : {"0", "1"}) {
+    const bool seed = strict[0] == '1';
+    const Rule staged = seed ? Rule::ScratchTooSmall : Rule::Hierarchical;
+    const std::map<std::string, std::string> small_scratch{{"SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES", "8192"},
+                                                           {"HICOLL_SCRATCH_STRICT", strict}};
+    {
+      FakeComm f({"a", "a"}, small_scratch);
+      CollPlan p = hicoll::planCall(f.id, f.c, call(hcCollAllGather, 4096), Capabilities{});
+      EXPECT_EQ(p.path, hcPathHierarchical);
+      EXPECT_EQ(p.pieces, 1u) << "read in place: no scratch needed";
+      EXPECT_EQ(hicoll::planCall(f.id, f.c, call(hcCollAllReduce, 100000), Capabilities{}).path, hcPathHierarchical);
+      p = hicoll::planCall(f.id, f.c, call(hcCollAllGather, 4096), no_cma);
+      EXPECT_EQ(p.rule, staged) << strict;
+      if (!seed) EXPECT_EQ(p.pieces, 2u);
+      if (!seed) EXPECT_EQ(p.piece_bytes, 8192u);
+    }
+    {
+      FakeComm f({"a", "a"}, {{"SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES", "8192"},
+                              {"HICOLL_SHM_EAGER_BYTES", "65536"},
+                              {"HICOLL_SCRATCH_STRICT", strict}});
+      const CollPlan p = hicoll::planCall(f.id, f.c, call(hcCollAllGather, 4096), Capabilities{});
+      EXPECT_EQ(p.rule, staged) << "a 16 KiB block within the eager size is staged";
+      if (!seed) EXPECT_EQ(p.pieces, 2u);
+    }
+    {
+      FakeComm f({"a", "b"}, small_scratch);
+      const CollPlan p = hicoll::planCall(f.id, f.c, call(hcCollAllGather, 4096), Capabilities{});
+      EXPECT_EQ(p.rule, staged) << strict;
+      if (!seed) EXPECT_EQ(p.pieces, 2u);
+    }
   }
 }
 

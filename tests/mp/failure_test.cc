@@ -272,7 +272,8 @@ TEST(Failure, DisagreeingRxmEagerFailsCreationNamingBothValues) {
   EXPECT_EQ(st[1], 0);
 }
 
-// The seed's rule, at its boundary: hierarchical when the buffer is exactly big enough, the
+// The seed's rule (HICOLL_SCRATCH_STRICT=1; without it larger blocks stream through in pieces:
+// scratch_test.cc), at its boundary: hierarchical when the buffer is exactly big enough, the
 // announced fallback when it is 8192 bytes short, exact results either way.
 TEST(Fallback, ScratchAndSortBoundaries) {
   const size_t count = 16384;  // floats: 64 KiB per rank
@@ -292,6 +293,7 @@ TEST(Fallback, ScratchAndSortBoundaries) {
     job.nranks = 4;
     job.node = interleaved(2, 2);
     job.env[c.var] = std::to_string(c.value);
+    job.env["HICOLL_SCRATCH_STRICT"] = "1";
     job.env["HICOLL_DEBUG"] = "INFO";
     auto st = run(job, [&](int, hcComm_t comm) {
       int f = checkAllGather(comm, hcFloat32, count, false, 5) +
