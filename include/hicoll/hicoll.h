@@ -169,6 +169,12 @@ typedef struct {
    * (under HICOLL_ALGO=auto the model's), on one node HICOLL_CHUNK_SIZE. */
   uint64_t chunk_bytes[hcNumColls];
   uint64_t net_window[hcNumColls];
+  /* Point-to-point (hcSend ... hcIrecvAnyTag): operations this rank completed and their
+   * payload bytes (sends to itself counted as a send and a receive); of the receives, the
+   * messages copied aside because they arrived before a receive with their tag. */
+  uint64_t p2p_sends, p2p_recvs;
+  uint64_t p2p_bytes_sent, p2p_bytes_received;
+  uint64_t p2p_copied_aside;
 } hcStats;
 #define HC_STATS_INITIALIZER \
   { sizeof(hcStats) }
@@ -401,6 +407,27 @@ HC_API hcResult_t hcIsend(const void* sendbuff, size_t count, hcDataType_t datat
 HC_API hcResult_t hcIrecv(void* recvbuff, size_t count, hcDataType_t datatype, int peer, hcComm_t comm,
                           hcRequest_t* request);
 HC_API hcResult_t hcIrecvAny(void* recvbuff, size_t count, hcDataType_t datatype, hcComm_t comm, hcRequest_t* request);
+/* Tagged forms (as MPI): tag >= 0 (a negative one is hcInvalidArgument); the calls above are
+ * tag 0. A receive takes the oldest pending message from its peer (from any rank:
+ * hcIrecvAnyTag) with its tag; messages with different tags may be received out of order
+ * relative to each other. Sizes must agree as above (the error names the tag too). A message
+ * that arrives while no receive takes it, ahead of one a receive from that peer waits for, is
+ * copied aside (up to 64 MiB per communicator; beyond that it waits at the sender until its
+ * receive is posted, and within a node so do the messages behind it) and its send completes:
+ * a size that differs is then seen by the receiver only, and fails the sender's later calls
+ * through the receiver's failure. Within a node, the receives a rank posts before a collective
+ * must take every p2p message its peer sent before that collective (in any order of tags). */
+#define HICOLL_HAS_P2P_TAG 1
+HC_API hcResult_t hcSendTag(const void* sendbuff, size_t count, hcDataType_t datatype, int peer, int tag, hcComm_t comm,
+                            hcStream_t stream);
+HC_API hcResult_t hcRecvTag(void* recvbuff, size_t count, hcDataType_t datatype, int peer, int tag, hcComm_t comm,
+                            hcStream_t stream);
+HC_API hcResult_t hcIsendTag(const void* sendbuff, size_t count, hcDataType_t datatype, int peer, int tag,
+                             hcComm_t comm, hcRequest_t* request);
+HC_API hcResult_t hcIrecvTag(void* recvbuff, size_t count, hcDataType_t datatype, int peer, int tag, hcComm_t comm,
+                             hcRequest_t* request);
+HC_API hcResult_t hcIrecvAnyTag(void* recvbuff, size_t count, hcDataType_t datatype, int tag, hcComm_t comm,
+                                hcRequest_t* request);
 /* *done = 1 once the request is complete (it stays valid: hcWait frees it); makes progress. An
  * error of the operation is returned by hcTest and again by hcWait. */
 HC_API hcResult_t hcTest(hcRequest_t request, int* done);

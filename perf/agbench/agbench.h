@@ -13,11 +13,17 @@
 
 namespace agbench {
 
-enum class Coll { AllGather, ReduceScatter, AllReduce, Broadcast, AllToAll };
+// SendRecv: ping-pong between rank pairs (sendRecvPeer), nccl-tests' name for point-to-point.
+enum class Coll { AllGather, ReduceScatter, AllReduce, Broadcast, AllToAll, SendRecv };
 
 const char* collName(Coll c);
 bool collReduces(Coll c);
+// hcStats' index of the collective; hcNumColls for SendRecv (counted as p2p, not per path).
 hcColl_t statsIndex(Coll c);
+// SendRecv's partner of rank (nranks even): i <-> i + nranks / 2.
+int sendRecvPeer(int rank, int nranks);
+// Messages one timed call moves one way: a SendRecv call is a round trip, reported per half.
+int legsPerCall(Coll c);
 
 struct TypeDesc {
   hcDataType_t dt;

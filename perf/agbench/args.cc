@@ -69,7 +69,7 @@ bool parseArgs(int argc, char** argv, Args* a, int* exit_code) {
   app.fallthrough();
   bool calibrate_flag = false;
   app.add_flag("--calibrate", calibrate_flag, "the same as the calibrate subcommand");
-  const char* colls[] = {"allgather", "reducescatter", "allreduce", "broadcast", "alltoall"};
+  const char* colls[] = {"allgather", "reducescatter", "allreduce", "broadcast", "alltoall", "sendrecv"};
   for (const char* c : colls) app.add_subcommand(c, std::string("benchmark ") + c);
   app.add_subcommand("calibrate",
                      "measure the cost model's machine figures on these ranks and print them; "
@@ -163,7 +163,8 @@ bool parseArgs(int argc, char** argv, Args* a, int* exit_code) {
     a->node_memory = mem == "node";
     a->calibrate = app.got_subcommand("calibrate") || calibrate_flag;
     if (app.get_subcommands().empty() && !calibrate_flag)
-      throw CLI::RequiredError("a subcommand (allgather, reducescatter, allreduce, broadcast, alltoall or calibrate)");
+      throw CLI::RequiredError(
+          "a subcommand (allgather, reducescatter, allreduce, broadcast, alltoall, sendrecv or calibrate)");
     if (calibrate_flag && !app.get_subcommands().empty() && !app.got_subcommand("calibrate"))
       throw CLI::ValidationError("--calibrate",
                                  "calibrates; it does not go with " + app.get_subcommands()[0]->get_name());
@@ -174,6 +175,7 @@ bool parseArgs(int argc, char** argv, Args* a, int* exit_code) {
                 : name == "reducescatter" ? Coll::ReduceScatter
                 : name == "allreduce"     ? Coll::AllReduce
                 : name == "alltoall"      ? Coll::AllToAll
+                : name == "sendrecv"      ? Coll::SendRecv
                                           : Coll::Broadcast;
     }
     a->min_bytes = parseBytes(b);

@@ -116,8 +116,8 @@ class Runner {
   }
 
   // Lays out valid input for timing: send as out-of-place input, recv with the in-place one.
-  // AllToAll: the pattern's root is the receiving rank (this one).
-  int patternRoot() const { return a_.coll == Coll::AllToAll ? me_ : a_.root; }
+  // AllToAll, SendRecv: the pattern's root is the receiving rank (this one).
+  int patternRoot() const { return a_.coll == Coll::AllToAll || a_.coll == Coll::SendRecv ? me_ : a_.root; }
 
   void fillForTiming(const Geometry& g, const TypeDesc& t, int op, uint64_t seed) {
     Pattern p(a_.coll, t, op, W_, patternRoot(), g.count, seed);
@@ -131,7 +131,8 @@ class Runner {
         fillInput(p, me_, 0, g.send_count, send_->data());
         fillInput(p, me_, 0, g.send_count, recv_->data());
         break;
-      case Coll::AllToAll: fillInput(p, me_, 0, g.send_count, send_->data()); break;
+      case Coll::AllToAll:
+      case Coll::SendRecv: fillInput(p, me_, 0, g.send_count, send_->data()); break;
       case Coll::AllReduce:
       case Coll::Broadcast:
         fillInput(p, me_, 0, g.count, send_->data());
@@ -148,7 +149,7 @@ class Runner {
       call(v, g, t, op, ip);
       if (a_.blocking) w_.sync->barrier();
     }
-    return std::chrono::duration<double>(Clock::now() - t0).count() / n;
+    return std::chrono::duration<double>(Clock::now() - t0).count() / n / legsPerCall(a_.coll);
   }
 
   // -n, or more where --iters-bytes asks for that many bytes per timing (a token-bucket
@@ -189,7 +190,8 @@ class Runner {
         if (!ip) wrong += countWrongInput(p, me_, send, 0, g.send_count);
         break;
       }
-      case Coll::AllToAll: {  // out of place only
+      case Coll::AllToAll:    // out of place only
+      case Coll::SendRecv: {  // what the partner sent
         recv_->poison(g.recv_count * ts);
         fillInput(p, me_, 0, g.send_count, send);
         call(v, g, t, op, ip);
@@ -320,7 +322,7 @@ class Runner {
         size_t c = (i + 2 * static_cast<size_t>(rep)) % cases.size();
         const Case& x = cases[c];
         local[c] = x.memcpy ? timeMemcpy(g.size_bytes) : timeOnce(*w_.variants[x.k], g, t, op, x.ip);
-        if (rep == 0 && !x.memcpy)
+        if (rep == 0 && !x.memcpy && statsIndex(a_.coll) < hcNumColls)
           if (hcComm_t hc = w_.variants[x.k]->comm()) {
             Measure& m = x.ip ? row.v[x.k].ip : row.v[x.k].oop;
             const hcStats st = readStats(hc);
@@ -349,7 +351,7 @@ class Runner {
     }
 
     for (size_t k = 0; k < nv; ++k)
-      if (hcComm_t c = w_.variants[k]->comm())
+      if (hcComm_t c = w_.variants[k]->comm(); c && statsIndex(a_.coll) < hcNumColls)
         row.v[k].stats = statsDelta(before[k], readStats(c), statsIndex(a_.coll));
 
     // The check runs after timing, on fresh data (a new seed for every call).
@@ -418,6 +420,10 @@ class Runner {
 int runBench(const Args& a, World& w) {
   if (a.coll == Coll::Broadcast && (a.root < 0 || a.root >= w.nranks)) {
     if (w.rank == 0) std::fprintf(stderr, "agbench: root %d out of range\n", a.root);
+    return 2;
+  }
+  if (a.coll == Coll::SendRecv && w.nranks % 2) {
+    if (w.rank == 0) std::fprintf(stderr, "agbench: sendrecv pairs rank i with i + N/2: N must be even\n");
     return 2;
   }
   Runner r(a, w);

@@ -13,6 +13,7 @@ const char* collName(Coll c) {
     case Coll::AllReduce: return "allreduce";
     case Coll::Broadcast: return "broadcast";
     case Coll::AllToAll: return "alltoall";
+    case Coll::SendRecv: return "sendrecv";
   }
   return "?";
 }
@@ -28,8 +29,17 @@ hcColl_t statsIndex(Coll c) {
     case Coll::AllReduce: return hcCollAllReduce;
     case Coll::Broadcast: return hcCollBroadcast;
     case Coll::AllToAll: return hcCollAllToAll;
+    case Coll::SendRecv: return hcNumColls;
   }
   return hcCollAllGather;
+}
+
+int sendRecvPeer(int rank, int nranks) {
+  return (rank + nranks / 2) % nranks;
+}
+
+int legsPerCall(Coll c) {
+  return c == Coll::SendRecv ? 2 : 1;
 }
 
 const std::vector<TypeDesc>& allTypes() {
@@ -129,6 +139,7 @@ Geometry geometry(Coll c, size_t bytes, size_t ts, int n) {
       break;
     case Coll::AllReduce:
     case Coll::Broadcast:
+    case Coll::SendRecv:  // one message of size bytes each way
       g.send_count = g.recv_count = g.count = count;
       g.size_bytes = count * ts;
       break;
@@ -155,6 +166,7 @@ void bandwidth(Coll c, const Geometry& g, size_t ts, int n, double sec, double* 
       factor = 2 * (nn - 1) / nn;
       break;
     case Coll::Broadcast:
+    case Coll::SendRecv:  // sec is one way (half a round trip)
       base = static_cast<double>(g.count) * ts / sec / 1e9;
       factor = 1;
       break;

@@ -117,6 +117,8 @@ int64_t Pattern::expected(size_t j) const {
   switch (coll_) {
     case Coll::AllGather: return value(block_ ? static_cast<int>(j / block_) : 0, j);
     case Coll::Broadcast: return value(root_, j);
+    case Coll::SendRecv:
+      return value(sendRecvPeer(root_, nranks_), j);  // root_ receives it
     // Receiver root_ gets block j / block_ from that rank: its elements sent to root_.
     case Coll::AllToAll: return value(static_cast<int>(j / block_), static_cast<size_t>(root_) * block_ + j % block_);
     default: break;

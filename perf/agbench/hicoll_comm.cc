@@ -50,13 +50,14 @@ class HicollVariant final : public Variant {
   HicollVariant(hcComm_t comm, std::string name, size_t quant_block)
       : comm_(comm), name_(std::move(name)), quant_block_(quant_block) {
     hcCheck(hcCommUserRank(comm, &rank_), comm, "hcCommUserRank");
+    hcCheck(hcCommCount(comm, &size_), comm, "hcCommCount");
   }
   ~HicollVariant() override {
     for (auto& [dt, op] : premul_) hcRedOpDestroy(op, comm_);
   }
   std::string name() const override { return name_; }
   bool supports(Coll c, const TypeDesc& t, int op, bool in_place) const override {
-    if (c == Coll::AllToAll) return !in_place && !quant_block_;  // hcAllToAll is not in place
+    if (c == Coll::AllToAll || c == Coll::SendRecv) return !in_place && !quant_block_;  // not in place
     const bool fp = t.dt == hcFloat32 || t.dt == hcBfloat16 || t.dt == hcFloat16;
     return !quant_block_ ||
            (fp && (c == Coll::AllGather || (c == Coll::ReduceScatter && (op == hcSum || op == hcAvg))));
@@ -97,6 +98,17 @@ class HicollVariant final : public Variant {
         break;
       case Coll::Broadcast: r = hcBroadcast(in_place ? recv : send, recv, g.count, t.dt, root, comm_, nullptr); break;
       case Coll::AllToAll: r = hcAllToAll(send, recv, g.count, t.dt, comm_, nullptr); break;
+      case Coll::SendRecv: {  // one round trip: the lower rank of the pair sends first
+        const int peer = sendRecvPeer(rank_, size_);
+        if (rank_ < peer) {
+          r = hcSend(send, g.count, t.dt, peer, comm_, nullptr);
+          if (r == hcSuccess) r = hcRecv(recv, g.count, t.dt, peer, comm_, nullptr);
+        } else {
+          r = hcRecv(recv, g.count, t.dt, peer, comm_, nullptr);
+          if (r == hcSuccess) r = hcSend(send, g.count, t.dt, peer, comm_, nullptr);
+        }
+        break;
+      }
     }
     hcCheck(r, comm_, collName(c));
   }
@@ -154,7 +166,7 @@ class HicollVariant final : public Variant {
   hcComm_t comm_;
   std::string name_;
   size_t quant_block_ = 0;
-  int rank_ = 0;
+  int rank_ = 0, size_ = 1;
   std::map<hcDataType_t, hcRedOp_t> premul_;
 };
 

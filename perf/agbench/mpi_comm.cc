@@ -96,7 +96,8 @@ class MpiVariant final : public Variant {
     if (mpiType(t.dt, collReduces(c)) == MPI_DATATYPE_NULL) return false;
     if (collReduces(c) && mpiRedOp(op) == MPI_OP_NULL) return false;
     if (c == Coll::Broadcast && !in_place) return false;  // MPI_Bcast has one buffer
-    if (c == Coll::AllToAll && in_place) return false;    // as hicoll's
+    // As hicoll's: out of place only.
+    if ((c == Coll::AllToAll || c == Coll::SendRecv) && in_place) return false;
     return true;
   }
 
@@ -121,6 +122,17 @@ class MpiVariant final : public Variant {
         break;
       case Coll::Broadcast: mpiCheck(MPI_Bcast(recv, n, ty, root, MPI_COMM_WORLD), "MPI_Bcast"); break;
       case Coll::AllToAll: mpiCheck(MPI_Alltoall(send, n, ty, recv, n, ty, MPI_COMM_WORLD), "MPI_Alltoall"); break;
+      case Coll::SendRecv: {  // the same round trip as hicoll's
+        const int me = mpiRank(), peer = sendRecvPeer(me, mpiSize());
+        if (me < peer) {
+          mpiCheck(MPI_Send(send, n, ty, peer, 0, MPI_COMM_WORLD), "MPI_Send");
+          mpiCheck(MPI_Recv(recv, n, ty, peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "MPI_Recv");
+        } else {
+          mpiCheck(MPI_Recv(recv, n, ty, peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "MPI_Recv");
+          mpiCheck(MPI_Send(send, n, ty, peer, 0, MPI_COMM_WORLD), "MPI_Send");
+        }
+        break;
+      }
     }
   }
 };

@@ -80,6 +80,17 @@ void printPreamble(const Args& a, const World& w, const std::vector<RankInfo>& r
   for (const RankInfo& r : ranks)
     std::printf("#  Rank %2d Group  0 Pid %6d on %10s device host node %s (%d) local %d\n", r.rank, r.pid, r.host,
                 r.label, r.node, r.local_rank);
+  if (a.coll == Coll::SendRecv) {
+    std::printf(
+        "#\n# sendrecv: blocking ping-pong of each size between ranks i and i + %d (the lower sends first); time "
+        "is half a round trip, algbw = busbw = size / time\n",
+        w.nranks / 2);
+    for (int i = 0; i < w.nranks / 2; ++i) {
+      const RankInfo &x = ranks[static_cast<size_t>(i)], &y = ranks[static_cast<size_t>(sendRecvPeer(i, w.nranks))];
+      std::printf("#  pair %d <-> %d: %s\n", x.rank, y.rank,
+                  x.node == y.node ? "same node (hicoll: shared memory)" : "across nodes (hicoll: the network)");
+    }
+  }
   std::printf("#\n");
 }
 
@@ -96,12 +107,14 @@ void printHeader(const Args& a, const World& w) {
   std::snprintf(b, sizeof b, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s", "(B)", "(elements)",
                 "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
   l3 = b;
+  // sendrecv has no in-place case: its group shows the baseline's time (half a round trip).
+  const bool sr = a.coll == Coll::SendRecv;
   for (size_t k = 1; k < w.variants.size(); ++k) {
     std::string n = w.variants[k]->name();
-    l1 += center(n + ": busbw, " + mainName(a) + "/" + n, kGroupWidth);
-    std::snprintf(b, sizeof b, "  %7s  %6s  %7s  %6s", "oop", "ratio", "in-pl", "ratio");
+    l1 += center(n + ": busbw, " + mainName(a) + "/" + n + (sr ? ", time" : ""), kGroupWidth);
+    std::snprintf(b, sizeof b, "  %7s  %6s  %7s  %6s", "oop", "ratio", sr ? "time" : "in-pl", sr ? "" : "ratio");
     l2 += b;
-    std::snprintf(b, sizeof b, "  %7s  %6s  %7s  %6s", "(GB/s)", "", "(GB/s)", "");
+    std::snprintf(b, sizeof b, "  %7s  %6s  %7s  %6s", "(GB/s)", "", sr ? "(us)" : "(GB/s)", "");
     l3 += b;
   }
   if (a.has(Baseline::Memcpy)) {
@@ -133,7 +146,9 @@ void printRow(const Args& a, const World& w, const Row& row) {
       std::string ratio = base.busbw > 0 ? fmt("%6.2f", ours.busbw / base.busbw) : "     -";
       return "  " + fmt("%7.2f", base.busbw) + "  " + ratio;
     };
-    line += part(v.oop, m.oop) + part(v.ip, m.ip);
+    if (a.coll == Coll::SendRecv)
+      line += part(v.oop, m.oop) + "  " + (v.oop.ran ? timeStr(v.oop.time_us) : std::string("    n/a")) + "        ";
+    else line += part(v.oop, m.oop) + part(v.ip, m.ip);
   }
   if (a.has(Baseline::Memcpy)) {
     std::string ratio = row.memcpy_gbps > 0 ? fmt("%6.2f", m.ip.busbw / row.memcpy_gbps) : "     -";
@@ -222,6 +237,12 @@ void printFinalStats(const std::vector<hcStats>& all) {
                   (unsigned long long)s.bytes_node_memory[c], (unsigned long long)x.bytes_inter,
                   x.last_fallback_reason[0] ? x.last_fallback_reason : "-");
     }
+  for (const hcStats& s : all)
+    if (s.p2p_sends || s.p2p_recvs)
+      std::printf("# %4d %4d %5d  %-13s sends %llu (%llu bytes), receives %llu (%llu bytes), copied aside %llu\n",
+                  s.rank, s.node, s.local_rank, "p2p", (unsigned long long)s.p2p_sends,
+                  (unsigned long long)s.p2p_bytes_sent, (unsigned long long)s.p2p_recvs,
+                  (unsigned long long)s.p2p_bytes_received, (unsigned long long)s.p2p_copied_aside);
 }
 
 void writeJson(const Args& a, const World& w, const std::vector<RankInfo>& ranks, const std::vector<Row>& rows,
@@ -323,6 +344,11 @@ void writeJson(const Args& a, const World& w, const std::vector<RankInfo>& ranks
                            {"bytes_inter", s.coll[c].bytes_inter},
                            {"quantized_calls", s.quantized_calls[c]},
                            {"last_fallback_reason", s.coll[c].last_fallback_reason}});
+    r["p2p"] = {{"sends", s.p2p_sends},
+                {"recvs", s.p2p_recvs},
+                {"bytes_sent", s.p2p_bytes_sent},
+                {"bytes_received", s.p2p_bytes_received},
+                {"copied_aside", s.p2p_copied_aside}};
     j["final_stats"].push_back(r);
   }
   j["wrong"] = wrong_total;

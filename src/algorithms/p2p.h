@@ -1,23 +1,33 @@
-// Point-to-point messages between two ranks of a communicator (hcSend / hcRecv and their
+// Point-to-point messages between two ranks of a communicator (hcSend / hcRecv, their tagged,
 // non-blocking and any-source forms): the matching engine and its wire protocol.
 //
-// Ordering: the messages a rank sends a peer carry a per-pair sequence number and match that
-// peer's receives in posting order. Within a node they go over the shared-memory queue of the
-// pair (one queue for collectives and p2p: both match in the order each rank posts them, as in
-// NCCL, and a message of the other kind at the head of the queue is an error naming both).
+// Matching (as MPI): a receive takes the oldest message from its peer with its tag; messages
+// of different tags may be taken out of order. A message goes to the earliest receive posted
+// for its source and tag, and only then to one from any source with its tag. One that arrives
+// while no receive takes it, ahead of one a receive waits for (the peer's queue is in order),
+// is unexpected: its data is copied aside (bounded: kUnexpectedBytes per communicator; beyond
+// that it stays with its sender until its receive is posted) and the sender completes.
+//
+// Within a node messages go over the shared-memory queue of the pair (one queue for
+// collectives and p2p: both are taken in the order the sender posted them, as in NCCL; a
+// message of the other kind at the head of the queue is an error naming both). Each receive
+// naming a local peer posts one placed receive in the queue's order at once (so a collective
+// called after it queues behind it); the placed receive chooses its buffer when it sees the
+// message's tag: the receive waiting for that tag, or the unexpected copy. The descriptor
+// carries the tag and the length.
+//
 // Across nodes they go over libfabric with tags of their own (bit 61 set: collectives' tags are
 // below 2^60, agreement tags have bit 60 only, the device path's are below 2^57 and the
 // transport's reserved ones have every bit of its width set), so they never match a
-// collective's message in flight; that takes 62 tag bits.
-//
-// Across nodes a message is an envelope (its length and sequence number, on one tag per pair)
-// and the data (on a tag with its sequence number); the receiver answers every envelope with an
-// acknowledgement carrying the length it expected. So a receive from any source can learn
-// where the next message comes from (the envelope), and a length that differs is an error on
-// both ranks: the receiver sees it in the envelope, the sender in the acknowledgement. Within a
-// node the queue's descriptor carries the tag and the length: the receiver checks them, an
-// any-source receive peeks at them; the sender completes once the receiver took the data, so a
-// receiver that fails (a length that differs) fails its wait through the peer's abort.
+// collective's message in flight; that takes 62 tag bits. A message is an envelope (its
+// length, sequence number and tag, on one libfabric tag per pair, so envelopes arrive in order)
+// and the data (on a libfabric tag with its sequence number); the receiver answers every
+// envelope it matches or copies aside with an acknowledgement carrying the length it expected.
+// So a receive from any source learns where the next message comes from (the envelope), and a
+// length that differs is an error on both ranks: the receiver sees it in the envelope, the
+// sender in the acknowledgement (or, for a message copied aside, through the receiver's
+// failure notice: its send had completed). Within a node the sender completes once the
+// receiver took the data, so a receiver that fails fails its wait through the peer's abort.
 //
 // Progress is manual: operations move while this rank is in a p2p call (hcTest, hcWait, a
 // blocking send or receive) and, within a node, while it is in a collective.
@@ -35,6 +45,7 @@
 #include "base/error.h"
 #include "base/identity.h"
 #include "core/links.h"
+#include "core/stats.h"
 #include "transport/transport.h"
 
 namespace hicoll {
@@ -53,28 +64,54 @@ inline uint64_t data(uint64_t seq) {
 inline uint64_t ack(uint64_t seq) {
   return kAck | (seq & kSeqMask);
 }
+// Over shared memory the queue keeps the pair's order: the descriptor carries the user's tag.
+inline uint64_t shm(int tag) {
+  return kData | static_cast<uint64_t>(tag);
+}
 inline bool isData(uint64_t tag) {
   return (tag & ~kSeqMask) == kData;
 }
 }  // namespace p2ptag
 
+// Unexpected messages' data copied aside per communicator at most; envelopes from one peer on
+// another node held unmatched (and not copied) at most: beyond them a receive waits.
+constexpr size_t kUnexpectedBytes = size_t{64} << 20;
+constexpr size_t kUnexpectedEnvelopes = 1024;
+
+struct P2pEnvelope {
+  uint64_t len;
+  uint64_t seq;
+  uint64_t tag;
+};
+struct P2pAck {
+  uint64_t seq;
+  uint64_t expected;  // the receiver's length (0 when copied aside: not known yet)
+  uint64_t ok;        // kAckAgree, kAckCopied or 0: the lengths differ
+};
+constexpr uint64_t kAckAgree = 1, kAckCopied = 2;
+static_assert(sizeof(P2pEnvelope) == 24 && sizeof(P2pAck) == 24, "wire layout");
+
+// A message no receive had taken when it arrived: sent to self, copied aside (pulled), or
+// across nodes an envelope whose data still waits at the sender.
+struct P2pMsg {
+  int from = -1;
+  int tag = 0;
+  uint64_t len = 0;
+  uint64_t seq = 0;  // across nodes: the envelope's
+  bool pulled = false;
+  std::vector<char> data;  // pulled: the transport writes into it until data_req completes
+  Transport* t = nullptr;
+  ReqId data_req = 0, ack_req = 0;
+  P2pAck ack{};
+};
+
 // One send or receive. Owned by the engine until it completes (the transport may write into
 // it); the API's request shares it.
 struct P2pOp {
-  struct Envelope {
-    uint64_t len;
-    uint64_t seq;
-  };
-  struct Ack {
-    uint64_t seq;
-    uint64_t expected;  // the receiver's length
-    uint64_t ok;        // 1: lengths agree, the data is received
-  };
-  static_assert(sizeof(Envelope) == 16 && sizeof(Ack) == 24, "wire layout");
-
   bool send = false;
   int peer = -1;  // -1: a receive from any source, until matched (then source says)
   int source = -1;
+  int tag = 0;
   void* buf = nullptr;
   size_t len = 0;
   const char* fn = "";  // the entry point that posted it, for messages
@@ -82,27 +119,28 @@ struct P2pOp {
   // Transport requests still outstanding (0: none).
   Transport* t = nullptr;
   ReqId env_req = 0, data_req = 0, ack_req = 0;
-  Envelope env{};
-  Ack ack{};
-  hcResult_t code = hcSuccess;  // Failed: its error, thrown again by every later test
+  P2pEnvelope env{};
+  P2pAck ack{};
+  std::unique_ptr<P2pMsg> stash;  // the unexpected message it took: copied out once complete
+  hcResult_t code = hcSuccess;    // Failed: its error, thrown again by every later test
   std::string error;
 
   bool done() const { return state == State::Done; }
-  // "hcSend of 400 bytes to rank 1 (node 'n0')", for messages.
+  // "hcSend of 400 bytes to rank 1 (node 'n0')" (", tag 7" after the size when tagged).
   std::string describe(const Identity& id) const;
 };
 
 class P2p {
  public:
-  P2p(const Identity& id, Links& links, long timeout_ms);
+  P2p(const Identity& id, Links& links, Stats& stats, long timeout_ms);
   ~P2p();
   P2p(const P2p&) = delete;
   P2p& operator=(const P2p&) = delete;
 
-  // Posts; peer = -1 receives from any source. Arguments are checked by the caller; the
-  // network must be open when peer is on another node (or, for any source, when the
+  // Posts; peer = -1 receives from any source; tag >= 0. Arguments are checked by the caller;
+  // the network must be open when peer is on another node (or, for any source, when the
   // communicator spans nodes).
-  std::shared_ptr<P2pOp> post(bool send, int peer, void* buf, size_t len, const char* fn);
+  std::shared_ptr<P2pOp> post(bool send, int peer, int tag, void* buf, size_t len, const char* fn);
   // One progress pass over every operation; true when op (every op) is complete. Throws an
   // op's error (and keeps throwing it), or any other prefixed with what.
   bool test(P2pOp& op);
@@ -116,34 +154,41 @@ class P2p {
  private:
   struct Slot;  // an envelope receive posted to a peer on another node
   struct Peer {
-    uint64_t send_seq = 0;  // messages posted to it
-    uint64_t recv_seq = 0;  // shm: messages from it a receive was posted for
-    int shm_recvs = 0;      // shm: receives posted to it, not complete
+    uint64_t send_seq = 0;  // across nodes: messages posted to it
+    int shm_free = 0;       // within the node: placed receives that have not seen a message
+    int shm_open = 0;       // ... and those not complete
     std::deque<std::unique_ptr<Slot>> slots;
-    std::deque<P2pOp::Envelope> arrived;  // envelopes no receive has taken yet
-  };
-  struct SelfMsg {
-    std::vector<char> data;
+    std::deque<std::unique_ptr<P2pMsg>> unexpected;  // in arrival order
   };
 
   bool progress();
   bool progressOp(P2pOp& op);
-  bool matchSelf();
+  bool progressUnexpected();
+  bool takeUnexpected(P2pOp& op);
+  void take(P2pOp& op, std::unique_ptr<P2pMsg> m);
+  template <class F>
+  void takeNoThrow(P2pOp& op, F&& f);
+  bool place(int from, ReqId req, uint64_t tag, size_t len, char** buf);
+  void postPlaced(int peer);
+  bool postPlacedForWaiting();
   bool matchEnvelopes();
   bool matchAnyLocal();
-  void startRecv(P2pOp& op, int from, const P2pOp::Envelope& env);
+  void pull(P2pMsg& m);
+  void startRecv(P2pOp& op, int from, const P2pEnvelope& env);
   void postSlots();
+  bool step(Transport* t, ReqId& r, int from);
   [[noreturn]] void fail(P2pOp& op, hcResult_t code, const std::string& why);
-  [[noreturn]] void throwShmMismatch(P2pOp& op, const Error& e);
+  [[noreturn]] void failSize(P2pOp& op, int from, uint64_t sent);
   [[noreturn]] void explainAndThrow(const Error& e, const char* what);
   bool local(int peer) const { return id_.sameNode(peer); }
 
   const Identity& id_;
   Links& links_;
+  Stats& stats_;
   long timeout_ms_;
   std::vector<Peer> peers_;
   std::list<std::shared_ptr<P2pOp>> ops_;  // in posting order, until complete
-  std::deque<SelfMsg> self_;               // sends to self no receive took yet (copied)
+  size_t unexpected_bytes_ = 0;            // pulled and not taken (sends to self not counted)
 };
 
 }  // namespace hicoll

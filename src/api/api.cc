@@ -434,15 +434,16 @@ hcResult_t initWith(hcComm_t* out, const char* fn, const std::function<std::uniq
 
 // The engine, made at the first p2p call.
 P2p& p2pOf(hcComm& c) {
-  if (!c.p2p) c.p2p = std::make_shared<P2p>(c.id, c.links, c.health.timeout_ms);
+  if (!c.p2p) c.p2p = std::make_shared<P2p>(c.id, c.links, c.stats, c.health.timeout_ms);
   return *c.p2p;
 }
 
 // Throws for arguments this rank can see are wrong (nothing is posted: the peer's call is left
 // to its timeout, as a send that never comes); returns the size in bytes.
-size_t p2pBytes(const hcComm& c, const void* buf, size_t count, hcDataType_t dt, int peer, hcStream_t stream,
+size_t p2pBytes(const hcComm& c, const void* buf, size_t count, hcDataType_t dt, int peer, int tag, hcStream_t stream,
                 const char* fn) {
   HC_CHECK(dt >= 0 && dt < hcNumTypes, hcInvalidArgument, "{}: invalid datatype {}", fn, static_cast<int>(dt));
+  HC_CHECK(tag >= 0, hcInvalidArgument, "{}: tag {} is negative", fn, tag);
   HC_CHECK(peer == -1 || (peer >= 0 && peer < c.id.nranks), hcInvalidArgument, "{}: peer {} is outside [0, {})", fn,
            peer, c.id.nranks);
   const size_t e = hcTypeSize(dt);
@@ -454,7 +455,7 @@ size_t p2pBytes(const hcComm& c, const void* buf, size_t count, hcDataType_t dt,
 }
 
 // Posts one operation (peer -1: from any source), opening the network first when it needs it.
-std::shared_ptr<P2pOp> postP2p(hcComm& c, bool send, void* buf, size_t bytes, int peer, const char* fn) {
+std::shared_ptr<P2pOp> postP2p(hcComm& c, bool send, void* buf, size_t bytes, int peer, int tag, const char* fn) {
   const bool remote = peer < 0 ? c.id.topo.nnodes > 1 : !c.id.sameNode(peer);
   if (remote) {
     try {
@@ -467,7 +468,7 @@ std::shared_ptr<P2pOp> postP2p(hcComm& c, bool send, void* buf, size_t bytes, in
              c.links.ofi->tagBits(), p2ptag::kBitsNeeded);
   }
   try {
-    return p2pOf(c).post(send, peer, buf, bytes, fn);
+    return p2pOf(c).post(send, peer, tag, buf, bytes, fn);
   } catch (const Error& e) {
     throw Error(e.code(), fmt::format("{}: {}", fn, e.what()), Error::kFatal);
   }
@@ -481,13 +482,13 @@ struct Group {
 thread_local Group t_group;
 
 hcResult_t p2pBlocking(hcComm_t comm, const char* fn, bool send, void* buf, size_t count, hcDataType_t dt, int peer,
-                       hcStream_t stream) {
+                       int tag, hcStream_t stream) {
   if (bad(comm, fn)) return hcInvalidArgument;
   std::shared_ptr<P2pOp> op;
   const hcResult_t r = entered(comm, fn, [&] {
-    const size_t bytes = p2pBytes(*comm, buf, count, dt, peer, stream, fn);
+    const size_t bytes = p2pBytes(*comm, buf, count, dt, peer, tag, stream, fn);
     HC_CHECK(peer >= 0, hcInvalidArgument, "{}: peer {} is outside [0, {})", fn, peer, comm->id.nranks);
-    op = postP2p(*comm, send, buf, bytes, peer, fn);
+    op = postP2p(*comm, send, buf, bytes, peer, tag, fn);
     if (t_group.depth == 0) p2pOf(*comm).wait({op.get()}, op->describe(comm->id).c_str());
   });
   if (r == hcSuccess && t_group.depth > 0) t_group.ops.emplace_back(comm, std::move(op));
@@ -948,7 +949,7 @@ struct hcRequest {
 namespace {
 
 hcResult_t p2pPost(hcComm_t comm, const char* fn, bool send, void* buf, size_t count, hcDataType_t dt, int peer,
-                   hcRequest_t* req) {
+                   int tag, hcRequest_t* req) {
   if (bad(comm, fn)) return hcInvalidArgument;
   if (!req) {
     t_last_error = fmt::format("{}: request is NULL", fn);
@@ -956,11 +957,11 @@ hcResult_t p2pPost(hcComm_t comm, const char* fn, bool send, void* buf, size_t c
   }
   *req = nullptr;
   return entered(comm, fn, [&] {
-    const size_t bytes = p2pBytes(*comm, buf, count, dt, peer, nullptr, fn);
+    const size_t bytes = p2pBytes(*comm, buf, count, dt, peer, tag, nullptr, fn);
     HC_CHECK(peer >= 0 || !send, hcInvalidArgument, "{}: peer {} is outside [0, {})", fn, peer, comm->id.nranks);
     auto r = std::make_unique<hcRequest>();
     r->comm = comm;
-    r->op = postP2p(*comm, send, buf, bytes, peer, fn);
+    r->op = postP2p(*comm, send, buf, bytes, peer, tag, fn);
     *req = r.release();
   });
 }
@@ -981,6 +982,17 @@ void retireRequest(hcRequest* req) {
   if (g.shells.size() > 4096) g.shells.pop_front();
 }
 
+// hcIrecv / hcIrecvTag: a named peer (p2pPost's -1 is any source, hcIrecvAny's).
+hcResult_t irecvFrom(hcComm_t comm, const char* fn, void* buf, size_t count, hcDataType_t dt, int peer, int tag,
+                     hcRequest_t* req) {
+  if (peer < 0 && comm && comm->api.magic == ApiState::kLive) {
+    t_last_error =
+        fmt::format("{}: peer {} is outside [0, {}) (hcIrecvAny receives from any source)", fn, peer, comm->id.nranks);
+    return hcInvalidArgument;
+  }
+  return p2pPost(comm, fn, false, buf, count, dt, peer, tag, req);
+}
+
 bool badRequest(hcRequest_t req, const char* fn) {
   if (req && req->magic == hcRequest::kLive) return false;
   t_last_error = req ? fmt::format("{}: not a live request (freed by hcWait already?)", fn)
@@ -994,29 +1006,49 @@ extern "C" {
 
 hcResult_t hcSend(const void* sendbuff, size_t count, hcDataType_t datatype, int peer, hcComm_t comm,
                   hcStream_t stream) {
-  return p2pBlocking(comm, "hcSend", true, const_cast<void*>(sendbuff), count, datatype, peer, stream);
+  return p2pBlocking(comm, "hcSend", true, const_cast<void*>(sendbuff), count, datatype, peer, 0, stream);
 }
 
 hcResult_t hcRecv(void* recvbuff, size_t count, hcDataType_t datatype, int peer, hcComm_t comm, hcStream_t stream) {
-  return p2pBlocking(comm, "hcRecv", false, recvbuff, count, datatype, peer, stream);
+  return p2pBlocking(comm, "hcRecv", false, recvbuff, count, datatype, peer, 0, stream);
 }
 
 hcResult_t hcIsend(const void* sendbuff, size_t count, hcDataType_t datatype, int peer, hcComm_t comm,
                    hcRequest_t* request) {
-  return p2pPost(comm, "hcIsend", true, const_cast<void*>(sendbuff), count, datatype, peer, request);
+  return p2pPost(comm, "hcIsend", true, const_cast<void*>(sendbuff), count, datatype, peer, 0, request);
 }
 
 hcResult_t hcIrecv(void* recvbuff, size_t count, hcDataType_t datatype, int peer, hcComm_t comm, hcRequest_t* request) {
-  if (peer < 0 && comm && comm->api.magic == ApiState::kLive) {
-    t_last_error =
-        fmt::format("hcIrecv: peer {} is outside [0, {}) (hcIrecvAny receives from any source)", peer, comm->id.nranks);
-    return hcInvalidArgument;
-  }
-  return p2pPost(comm, "hcIrecv", false, recvbuff, count, datatype, peer, request);
+  return irecvFrom(comm, "hcIrecv", recvbuff, count, datatype, peer, 0, request);
 }
 
 hcResult_t hcIrecvAny(void* recvbuff, size_t count, hcDataType_t datatype, hcComm_t comm, hcRequest_t* request) {
-  return p2pPost(comm, "hcIrecvAny", false, recvbuff, count, datatype, -1, request);
+  return p2pPost(comm, "hcIrecvAny", false, recvbuff, count, datatype, -1, 0, request);
+}
+
+hcResult_t hcSendTag(const void* sendbuff, size_t count, hcDataType_t datatype, int peer, int tag, hcComm_t comm,
+                     hcStream_t stream) {
+  return p2pBlocking(comm, "hcSendTag", true, const_cast<void*>(sendbuff), count, datatype, peer, tag, stream);
+}
+
+hcResult_t hcRecvTag(void* recvbuff, size_t count, hcDataType_t datatype, int peer, int tag, hcComm_t comm,
+                     hcStream_t stream) {
+  return p2pBlocking(comm, "hcRecvTag", false, recvbuff, count, datatype, peer, tag, stream);
+}
+
+hcResult_t hcIsendTag(const void* sendbuff, size_t count, hcDataType_t datatype, int peer, int tag, hcComm_t comm,
+                      hcRequest_t* request) {
+  return p2pPost(comm, "hcIsendTag", true, const_cast<void*>(sendbuff), count, datatype, peer, tag, request);
+}
+
+hcResult_t hcIrecvTag(void* recvbuff, size_t count, hcDataType_t datatype, int peer, int tag, hcComm_t comm,
+                      hcRequest_t* request) {
+  return irecvFrom(comm, "hcIrecvTag", recvbuff, count, datatype, peer, tag, request);
+}
+
+hcResult_t hcIrecvAnyTag(void* recvbuff, size_t count, hcDataType_t datatype, int tag, hcComm_t comm,
+                         hcRequest_t* request) {
+  return p2pPost(comm, "hcIrecvAnyTag", false, recvbuff, count, datatype, -1, tag, request);
 }
 
 hcResult_t hcTest(hcRequest_t req, int* done) {

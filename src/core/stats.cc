@@ -18,6 +18,11 @@ void Stats::start() {
 void Stats::countCall(hcColl_t c, hcPath_t path, const std::string& reason, double predicted_s, size_t chunk_bytes,
                       size_t net_window) {
   std::lock_guard<std::mutex> lock(mu_);
+  countCallLocked(c, path, reason, predicted_s, chunk_bytes, net_window);
+}
+
+void Stats::countCallLocked(hcColl_t c, hcPath_t path, const std::string& reason, double predicted_s,
+                            size_t chunk_bytes, size_t net_window) {
   s_.coll[c].calls[path]++;
   s_.predicted_us[c] = predicted_s * 1e6;
   s_.chunk_bytes[c] = chunk_bytes;
@@ -26,10 +31,28 @@ void Stats::countCall(hcColl_t c, hcPath_t path, const std::string& reason, doub
     std::snprintf(s_.coll[c].last_fallback_reason, sizeof s_.coll[c].last_fallback_reason, "%s", reason.c_str());
 }
 
+void Stats::count(const Call& k) {
+  std::lock_guard<std::mutex> lock(mu_);
+  countCallLocked(k.coll, k.path, k.fallback_reason, k.predicted_s, k.chunk_bytes, k.net_window);
+  s_.coll[k.coll].bytes_intra += k.bytes_intra;
+  s_.coll[k.coll].bytes_inter += k.bytes_inter;
+}
+
 void Stats::countQuantized(hcColl_t c, double predicted_s) {
   std::lock_guard<std::mutex> lock(mu_);
   s_.quantized_calls[c]++;
   if (predicted_s > 0) s_.predicted_us[c] = predicted_s * 1e6;
+}
+
+void Stats::countP2p(bool send, size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  (send ? s_.p2p_sends : s_.p2p_recvs)++;
+  (send ? s_.p2p_bytes_sent : s_.p2p_bytes_received) += bytes;
+}
+
+void Stats::countP2pCopiedAside() {
+  std::lock_guard<std::mutex> lock(mu_);
+  s_.p2p_copied_aside++;
 }
 
 void Stats::countNodeMemory(hcColl_t c, size_t bytes) {

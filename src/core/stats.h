@@ -20,12 +20,28 @@ class Stats {
   void countCall(hcColl_t c, hcPath_t path, const std::string& fallback_reason = "", double predicted_s = 0,
                  size_t chunk_bytes = 0, size_t net_window = 0);
   void countBytes(hcColl_t c, int peer, size_t bytes);
+  // A host call's count and the bytes it moved per level, under one lock: a small call's
+  // locks were a measurable part of its time.
+  struct Call {
+    hcColl_t coll;
+    hcPath_t path;
+    const std::string& fallback_reason;
+    double predicted_s;
+    size_t chunk_bytes, net_window;
+    size_t bytes_intra, bytes_inter;
+  };
+  void count(const Call& call);
   void countNodeMemory(hcColl_t c, size_t bytes);  // of those, read from a peer's node memory
   // predicted_s > 0: the model's time of the whole quantized call (its pieces counted their own).
   void countQuantized(hcColl_t c, double predicted_s = 0);
+  // A point-to-point operation completed; a message copied aside (algorithms/p2p.h).
+  void countP2p(bool send, size_t bytes);
+  void countP2pCopiedAside();
   hcStats snapshot() const;
 
  private:
+  void countCallLocked(hcColl_t c, hcPath_t path, const std::string& reason, double predicted_s, size_t chunk_bytes,
+                       size_t net_window);
   const Identity& id_;
   mutable std::mutex mu_;
   hcStats s_{};

@@ -22,6 +22,9 @@ int main(void) {
   if (hcGroupStart() != hcSuccess || hcGroupEnd() != hcSuccess || hcGroupEnd() != hcInvalidUsage) return 10;
   hcRequest_t req = NULL;
   if (hcIrecvAny(NULL, 0, hcFloat32, NULL, &req) != hcInvalidArgument || hcWait(req) != hcInvalidArgument) return 11;
+  if (hcSendTag(NULL, 0, hcFloat32, 0, 1, NULL, NULL) != hcInvalidArgument ||
+      hcIrecvAnyTag(NULL, 0, hcFloat32, 1, NULL, &req) != hcInvalidArgument || s.p2p_sends != 0)
+    return 12;
   printf("ok\n");
   return 0;
 }

@@ -1,8 +1,9 @@
-// Tier 3: point-to-point (hcSend / hcRecv, hcIsend / hcIrecv / hcIrecvAny, groups) between
-// forked ranks on 1-2 simulated nodes, so both the shared-memory queue (a pair on one node) and
-// libfabric (a pair across nodes) carry them: values checked byte by byte, sizes from 0 to
-// 4 MiB, order, a grouped ring, any source, self, a size that differs, a killed peer, and p2p
-// between collectives on the same communicator.
+// Tier 3: point-to-point (hcSend / hcRecv, hcIsend / hcIrecv / hcIrecvAny, their tagged forms,
+// groups) between forked ranks on 1-2 simulated nodes, so both the shared-memory queue (a pair
+// on one node) and libfabric (a pair across nodes) carry them: values checked byte by byte,
+// sizes from 0 to 4 MiB, order, a grouped ring, any source, self, a size that differs, a killed
+// peer, p2p between collectives on the same communicator; tags taken out of order (copied
+// aside, bounded), any source with a tag, a size that differs naming the tag, hcStats.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -371,6 +372,247 @@ TEST(P2p, InterleavedWithCollectives) {
     return f;
   });
   expectAllZero(st, "2x2");
+}
+
+// ---- Tags ----
+
+struct Tagged {
+  int tag;
+  size_t n;
+};
+// What the sender sends, in this order (blocking sends); the receiver takes them in kTakeOrder:
+// tags 3 and 0 first (so tags 1 and 2 are copied aside), then 2, then tag 1 twice (the same tag
+// in posting order: a swap would also be a size mismatch).
+const Tagged kSent[] = {{1, 1000}, {2, 300 << 10}, {3, 8}, {1, 2 << 20}, {0, 77}};
+const int kTakeOrder[] = {2, 4, 1, 0, 3};
+
+// The lower rank sends kSent with blocking hcSendTag, the higher one receives with blocking
+// hcRecvTag in kTakeOrder; then the other way round.
+int tagsOutOfOrder(hcComm_t comm, int me, int peer, int k0) {
+  int f = 0;
+  for (int leg = 0; leg < 2; ++leg) {
+    const bool sending = (leg == 0) == (me < peer);
+    if (sending) {
+      for (int k = 0; k < 5; ++k) {
+        std::vector<uint8_t> out = pattern(me, peer, kSent[k].n, k0 + k);
+        if (hcSendTag(out.data(), out.size(), hcUint8, peer, kSent[k].tag, comm, nullptr) != hcSuccess)
+          return fail(me, "hcSendTag", comm) + 100;
+      }
+      continue;
+    }
+    for (int k : kTakeOrder) {
+      std::vector<uint8_t> in(kSent[k].n, 0xee);
+      if (hcRecvTag(in.data(), in.size(), hcUint8, peer, kSent[k].tag, comm, nullptr) != hcSuccess)
+        return fail(me, "hcRecvTag", comm) + 100;
+      f += wrongBytes(in, peer, me, k0 + k, me);
+    }
+  }
+  return f;
+}
+
+// The same with non-blocking calls: the receives posted in kTakeOrder before the sends are
+// posted, every request waited in reverse.
+int tagsNonBlocking(hcComm_t comm, int me, int peer, int k0) {
+  std::vector<std::vector<uint8_t>> out(5), in(5);
+  std::vector<hcRequest_t> reqs;
+  for (int k : kTakeOrder) {
+    in[k].assign(kSent[k].n, 0xee);
+    hcRequest_t r = nullptr;
+    if (hcIrecvTag(in[k].data(), in[k].size(), hcUint8, peer, kSent[k].tag, comm, &r) != hcSuccess)
+      return fail(me, "hcIrecvTag", comm) + 100;
+    reqs.push_back(r);
+  }
+  for (int k = 0; k < 5; ++k) {
+    out[k] = pattern(me, peer, kSent[k].n, k0 + k);
+    hcRequest_t r = nullptr;
+    if (hcIsendTag(out[k].data(), out[k].size(), hcUint8, peer, kSent[k].tag, comm, &r) != hcSuccess)
+      return fail(me, "hcIsendTag", comm) + 100;
+    reqs.push_back(r);
+  }
+  for (auto it = reqs.rbegin(); it != reqs.rend(); ++it)
+    if (hcWait(*it) != hcSuccess) return fail(me, "hcWait", comm) + 100;
+  int f = 0;
+  for (int k = 0; k < 5; ++k) f += wrongBytes(in[k], peer, me, k0 + k, me);
+  return f;
+}
+
+// Tags received in another order than sent, blocking and non-blocking: 1x2 (shared memory), 2x2
+// with the node pairs and then the pairs across nodes (libfabric).
+TEST(P2p, TagsReceivedInADifferentOrderThanSent) {
+  for (auto [nodes, per] : {std::pair{1, 2}, std::pair{2, 2}}) {
+    Job job = jobOf(nodes, per);
+    auto st = run(job, [&](int me, hcComm_t comm) {
+      if (nodes == 2 && hcBarrier(comm) != hcSuccess) return fail(me, "hcBarrier", comm);  // opens the network
+      int x = 0;
+      if (hcSendTag(&x, 1, hcInt32, me, -1, comm, nullptr) != hcInvalidArgument) return 90;
+      if (std::string(hcGetLastError(comm)).find("tag -1") == std::string::npos) return 91;
+      int f = tagsOutOfOrder(comm, me, me ^ 1, 0) + tagsNonBlocking(comm, me, me ^ 1, 10);
+      if (nodes == 2) f += tagsOutOfOrder(comm, me, me ^ 2, 20) + tagsNonBlocking(comm, me, me ^ 2, 30);
+      // The communicator still works for collectives afterwards.
+      int64_t v = me, sum = 0;
+      if (hcAllReduce(&v, &sum, 1, hcInt64, hcSum, comm, nullptr) != hcSuccess) return fail(me, "hcAllReduce", comm);
+      return f + (sum != (nodes * per) * (nodes * per - 1) / 2);
+    });
+    expectAllZero(st, nodes == 1 ? "1x2" : "2x2");
+  }
+}
+
+// Every rank but 0 first sends rank 0 a decoy with tag 9, then a message with tag 4 (blocking
+// sends); rank 0 receives tag 4 from any source first, learning each sender once, then each
+// decoy by name. 1x3 and 2x2 (a local peer and two across nodes).
+TEST(P2p, ReceiveFromAnySourceWithATag) {
+  for (auto [nodes, per] : {std::pair{1, 3}, std::pair{2, 2}}) {
+    Job job = jobOf(nodes, per);
+    auto st = run(job, [&](int me, hcComm_t comm) {
+      int W = 0;
+      hcCommCount(comm, &W);
+      if (hcBarrier(comm) != hcSuccess) return fail(me, "hcBarrier", comm);
+      const size_t n = 40000, decoy = 5000;
+      if (me != 0) {
+        std::vector<uint8_t> d = pattern(me, 0, decoy, 9), out = pattern(me, 0, n, 4);
+        if (hcSendTag(d.data(), decoy, hcUint8, 0, 9, comm, nullptr) != hcSuccess) return fail(me, "decoy", comm);
+        if (hcSendTag(out.data(), n, hcUint8, 0, 4, comm, nullptr) != hcSuccess) return fail(me, "hcSendTag", comm);
+        return 0;
+      }
+      std::vector<std::vector<uint8_t>> in(W, std::vector<uint8_t>(n));
+      std::vector<hcRequest_t> reqs(W);
+      for (int i = 1; i < W; ++i)
+        if (hcIrecvAnyTag(in[i].data(), n, hcUint8, 4, comm, &reqs[i]) != hcSuccess)
+          return fail(me, "hcIrecvAnyTag", comm);
+      // Each source once, and each message what that source sent.
+      std::vector<int> seen;
+      int f = 0;
+      for (int i = 1; i < W; ++i) {
+        int done = 0, src = -1;
+        while (!done)
+          if (hcTest(reqs[i], &done) != hcSuccess) return fail(me, "hcTest", comm);
+        if (hcRequestSource(reqs[i], &src) != hcSuccess || src < 1 || src >= W) return 40;
+        if (hcWait(reqs[i]) != hcSuccess) return fail(me, "hcWait", comm);
+        f += wrongBytes(in[i], src, 0, 4, me);
+        seen.push_back(src);
+      }
+      std::sort(seen.begin(), seen.end());
+      for (int i = 1; i < W; ++i)
+        if (seen[static_cast<size_t>(i - 1)] != i) ++f;
+      for (int s = 1; s < W; ++s) {
+        std::vector<uint8_t> d(decoy);
+        if (hcRecvTag(d.data(), decoy, hcUint8, s, 9, comm, nullptr) != hcSuccess) return fail(me, "decoy", comm);
+        f += wrongBytes(d, s, 0, 9, me);
+      }
+      return f;
+    });
+    expectAllZero(st, nodes == 1 ? "1x3" : "2x2");
+  }
+}
+
+// A size that differs between a send and a receive of one tag fails both ranks naming the tag,
+// the peer and both sizes (1x2, 2x1). Sent ahead of another tag, the message is copied aside and
+// its send completes: the receiver fails naming the same, the sender in its next call.
+TEST(P2p, TagSizeMismatchNamesTheTag) {
+  for (bool aside : {false, true}) {
+    for (auto [nodes, per] : {std::pair{1, 2}, std::pair{2, 1}}) {
+      Job job = jobOf(nodes, per, 20000);
+      auto st = run(job, [&](int me, hcComm_t comm) {
+        std::vector<int32_t> buf(200, me);
+        if (nodes == 2 && hcBarrier(comm) != hcSuccess) return fail(me, "hcBarrier", comm);
+        const auto t0 = std::chrono::steady_clock::now();
+        hcResult_t r = hcSuccess;
+        if (me == 0) {
+          r = hcSendTag(buf.data(), 100, hcInt32, 1, 7, comm, nullptr);
+          if (aside && r == hcSuccess) r = hcSendTag(buf.data(), 1, hcInt32, 1, 8, comm, nullptr);
+          if (aside && r == hcSuccess) r = hcBarrier(comm);  // the receiver's failure reaches it here
+        } else {
+          if (aside) r = hcRecvTag(buf.data(), 1, hcInt32, 0, 8, comm, nullptr);
+          if (r == hcSuccess) r = hcRecvTag(buf.data(), 200, hcInt32, 0, 7, comm, nullptr);
+        }
+        const double took = since(t0);
+        const std::string msg = hcGetLastError(comm);
+        std::fprintf(stderr, "[%dx%d%s rank %d] %s after %.2f s: %s\n", nodes, per, aside ? " aside" : "", me,
+                     hcGetErrorString(r), took, msg.c_str());
+        if (r == hcSuccess) return 50;
+        if (took > 5) return 51;
+        if (msg.find("tag 7") == std::string::npos) return 52;
+        if (msg.find("400 bytes") == std::string::npos || msg.find("800 bytes") == std::string::npos) return 53;
+        if (msg.find("rank " + std::to_string(1 - me)) == std::string::npos) return 54;
+        return 0;
+      });
+      expectAllZero(st, nodes == 1 ? "1x2" : "2x1");
+    }
+  }
+}
+
+// Copying aside is bounded: a message larger than the bound (64 MiB) ahead of the one a receive
+// waits for stays with its sender. Within a node the queue is in order, so that receive waits
+// until the large one's receive is posted; across nodes it completes at once (envelopes say
+// what comes). Then both complete with their values (1x2, 2x1).
+TEST(P2p, UnexpectedMessagesAreBounded) {
+  for (auto [nodes, per] : {std::pair{1, 2}, std::pair{2, 1}}) {
+    Job job = jobOf(nodes, per);
+    auto st = run(job, [&](int me, hcComm_t comm) {
+      if (nodes == 2 && hcBarrier(comm) != hcSuccess) return fail(me, "hcBarrier", comm);
+      const size_t big = 80 << 20;
+      if (me == 0) {
+        std::vector<uint8_t> a = pattern(0, 1, big, 1), b = pattern(0, 1, 8, 2);
+        hcRequest_t ra = nullptr, rb = nullptr;
+        if (hcIsendTag(a.data(), big, hcUint8, 1, 1, comm, &ra) || hcIsendTag(b.data(), 8, hcUint8, 1, 2, comm, &rb))
+          return fail(me, "hcIsendTag", comm);
+        if (hcWait(rb) != hcSuccess || hcWait(ra) != hcSuccess) return fail(me, "hcWait", comm);
+        return 0;
+      }
+      std::vector<uint8_t> a(big), b(8);
+      hcRequest_t ra = nullptr, rb = nullptr;
+      if (hcIrecvTag(b.data(), 8, hcUint8, 0, 2, comm, &rb) != hcSuccess) return fail(me, "hcIrecvTag", comm);
+      int done = 0;
+      const auto t0 = std::chrono::steady_clock::now();
+      while (!done && since(t0) < (nodes == 1 ? 0.5 : 10))
+        if (hcTest(rb, &done) != hcSuccess) return fail(me, "hcTest", comm);
+      if (done != (nodes == 1 ? 0 : 1)) {
+        std::fprintf(stderr, "rank 1: tag 2 %s before tag 1's receive was posted\n", done ? "arrived" : "waited");
+        return 60;
+      }
+      if (hcIrecvTag(a.data(), big, hcUint8, 0, 1, comm, &ra) != hcSuccess) return fail(me, "hcIrecvTag", comm);
+      if (hcWait(rb) != hcSuccess || hcWait(ra) != hcSuccess) return fail(me, "hcWait", comm);
+      return wrongBytes(a, 0, 1, 1, me) + wrongBytes(b, 0, 1, 2, me);
+    });
+    expectAllZero(st, nodes == 1 ? "1x2" : "2x1");
+  }
+}
+
+// hcStats counts completed point-to-point operations, their bytes and the messages copied
+// aside: rank 0 sends tags 1, 2, 3 (10, 1000, 0 bytes) and itself 5 bytes; rank 1 takes tag 3
+// first (1 and 2 are copied aside), then 2 and 1. 1x2 and 2x1.
+TEST(P2p, StatsCountOperationsBytesAndCopiesAside) {
+  for (auto [nodes, per] : {std::pair{1, 2}, std::pair{2, 1}}) {
+    Job job = jobOf(nodes, per);
+    auto st = run(job, [&](int me, hcComm_t comm) {
+      if (nodes == 2 && hcBarrier(comm) != hcSuccess) return fail(me, "hcBarrier", comm);
+      std::vector<uint8_t> buf(1000, 1);
+      const size_t sizes[] = {0, 10, 1000, 0};  // by tag
+      if (me == 0) {
+        for (int t = 1; t <= 3; ++t)
+          if (hcSendTag(buf.data(), sizes[t], hcUint8, 1, t, comm, nullptr) != hcSuccess)
+            return fail(me, "hcSendTag", comm);
+        if (hcSend(buf.data(), 5, hcUint8, 0, comm, nullptr) || hcRecv(buf.data(), 5, hcUint8, 0, comm, nullptr))
+          return fail(me, "self", comm);
+      } else {
+        for (int t : {3, 2, 1})
+          if (hcRecvTag(buf.data(), sizes[t], hcUint8, 0, t, comm, nullptr) != hcSuccess)
+            return fail(me, "hcRecvTag", comm);
+      }
+      hcStats s = HC_STATS_INITIALIZER;
+      if (hcCommGetStats(comm, &s) != hcSuccess) return fail(me, "hcCommGetStats", comm);
+      std::fprintf(stderr, "[%dx%d rank %d] p2p sends %llu (%llu B), recvs %llu (%llu B), copied aside %llu\n", nodes,
+                   per, me, (unsigned long long)s.p2p_sends, (unsigned long long)s.p2p_bytes_sent,
+                   (unsigned long long)s.p2p_recvs, (unsigned long long)s.p2p_bytes_received,
+                   (unsigned long long)s.p2p_copied_aside);
+      if (me == 0)
+        return (s.p2p_sends != 4) + (s.p2p_bytes_sent != 1015) + (s.p2p_recvs != 1) + (s.p2p_bytes_received != 5) +
+               (s.p2p_copied_aside != 0);
+      return (s.p2p_sends != 0) + (s.p2p_bytes_sent != 0) + (s.p2p_recvs != 3) + (s.p2p_bytes_received != 1010) +
+             (s.p2p_copied_aside != 2);
+    });
+    expectAllZero(st, nodes == 1 ? "1x2" : "2x1");
+  }
 }
 
 }  // namespace

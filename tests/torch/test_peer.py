@@ -36,5 +36,12 @@ class TestHicollPeer(TestDistBackend, DistributedTest._DistTestBase):
         super().setUp()
         self._spawn_processes()
 
+    def test_send_recv_with_tag(self):
+        super().test_send_recv_with_tag()
+        # On hicoll's tagged point-to-point, not on gloo (checked in each spawned rank).
+        counts = hicoll.torch.fallback_counts()
+        assert not {"send", "recv"} & counts.keys(), (counts, hicoll.torch.fallback_reasons())
+        assert hicoll.torch.hicoll_counts().get("send", 0) > 0, hicoll.torch.hicoll_counts()
+
 
 # Only SELECTED is collected (conftest.py deselects the rest of _DistTestBase's tests).

@@ -51,6 +51,17 @@ def test_point_to_point(world, nodes, layout):
     assert c["send"] == (world - 1) + 4 + 3 and c["recvAnysource"] == world - 1, c
 
 
+@pytest.mark.parametrize("world,nodes,layout", [(2, 1, "block"), (3, 1, "block"), (4, 2, "block")],
+                         ids=lambda v: str(v))
+def test_point_to_point_with_tags(world, nodes, layout):
+    res = launch("p2p_tags:run", world, nodes, layout)
+    for r in res:
+        assert not r["fallback_counts"], r["fallback_counts"]
+    # rank 0: 4 isend + 2 send tagged; (world - 1) receives from any source with a tag
+    c = res[0]["hicoll_counts"]
+    assert c["send"] == 6 and c["recvAnysource"] == world - 1, c
+
+
 @pytest.mark.parametrize("world,nodes,layout", [(2, 1, "block"), (3, 1, "block"), (4, 2, "interleaved")],
                          ids=lambda v: str(v))
 def test_alltoall(world, nodes, layout):

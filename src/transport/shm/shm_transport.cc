@@ -62,6 +62,7 @@ struct ShmTransport::Req {
   uint64_t slot = UINT64_MAX;  // descriptor index once posted
   uint64_t fed = 0;            // bytes put into the bounce ring (sends without CMA)
   bool done = false;
+  Placer place;  // irecvPlaced: buf, len and tag are set from the message it takes
 };
 
 struct alignas(64) QueueShared {
@@ -462,6 +463,12 @@ ReqId ShmTransport::irecv(int peer, void* buf, size_t len, uint64_t tag) {
   return id;
 }
 
+ReqId ShmTransport::irecvPlaced(int peer, Placer place) {
+  const ReqId id = irecv(peer, nullptr, 0, 0);
+  reqs_.at(id)->place = std::move(place);
+  return id;
+}
+
 bool ShmTransport::peek(int peer, uint64_t* tag, size_t* len) {
   const int local = local_of_.at(peer);
   const Pair& p = *pairs_[local];
@@ -528,6 +535,14 @@ bool ShmTransport::progressRecv(int local) {
     Req& r = *reqs_.at(p.recvs.front());
     if (q.head.load(std::memory_order_acquire) <= p.next_recv) break;
     const Desc& d = q.desc[p.next_recv % kQueueDepth];
+    if (r.place) {
+      char* buf = nullptr;
+      if (!r.place(p.recvs.front(), d.tag, d.len, &buf)) break;
+      r.place = nullptr;
+      r.buf = buf;
+      r.len = d.len;
+      r.tag = d.tag;
+    }
     if (d.tag != r.tag || d.len != r.len)
       HC_THROW(hcInvalidUsage,
                "shm: message mismatch from rank {}: it sent {} bytes with tag {:#x}, this rank expected {} bytes "

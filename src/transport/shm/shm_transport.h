@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -59,6 +60,11 @@ class ShmTransport : public Transport {
   // it has posted none): a receive from any source looks before it takes, and a mismatch's
   // message names what was sent. With receives posted to peer, it is the first one's.
   bool peek(int peer, uint64_t* tag, size_t* len);
+  // A receive, in peer's order like any other, whose buffer is chosen when the message it takes
+  // is seen (point-to-point matching by tag): place(req, tag, len, &buf) returns false to leave
+  // the message where it is for now, or sets buf (len bytes); it may throw.
+  using Placer = std::function<bool(ReqId req, uint64_t tag, size_t len, char** buf)>;
+  ReqId irecvPlaced(int peer, Placer place);
 
   // Direct access for the hierarchical algorithms; `local` indexes this node's ranks.
   int localSize() const { return static_cast<int>(local_ranks_.size()); }

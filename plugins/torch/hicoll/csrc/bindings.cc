@@ -140,6 +140,13 @@ PYBIND11_MODULE(_C, m) {
             d["broadcast"] = collStats(s, hcCollBroadcast);
             d["barrier"] = collStats(s, hcCollBarrier);
             d["alltoall"] = collStats(s, hcCollAllToAll);
+            py::dict p2p;
+            p2p["sends"] = s.p2p_sends;
+            p2p["recvs"] = s.p2p_recvs;
+            p2p["bytes_sent"] = s.p2p_bytes_sent;
+            p2p["bytes_received"] = s.p2p_bytes_received;
+            p2p["copied_aside"] = s.p2p_copied_aside;
+            d["p2p"] = p2p;
             return d;
           },
           "hcCommGetStats of the communicator, as a dict.");

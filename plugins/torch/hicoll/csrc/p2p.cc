@@ -1,7 +1,8 @@
-// Point-to-point on hicoll (hcIsend / hcIrecv / hcIrecvAny): CPU tensors as bytes. The worker
-// posts each in issue order and polls it to completion beside the queued calls, so the Works
-// of isend / irecv complete independently (a pair that both send first does not deadlock).
-// Tags other than 0 and device tensors go to the fallback. monitoredBarrier is built on them.
+// Point-to-point on hicoll (hcIsendTag / hcIrecvTag / hcIrecvAnyTag, c10d's tag as hicoll's):
+// CPU tensors as bytes. The worker posts each in issue order and polls it to completion beside
+// the queued calls, so the Works of isend / irecv complete independently (a pair that both send
+// first does not deadlock). Negative tags and device tensors go to the fallback.
+// monitoredBarrier is built on them.
 #include <c10/util/Exception.h>
 
 #include <chrono>
@@ -33,9 +34,7 @@ HicollBackend::WorkPtr HicollBackend::pointToPoint(c10d::OpType type, const char
   TORCH_CHECK(tensors.size() == 1, "hicoll ", op, ": one tensor per call, got ", tensors.size());
   const at::Tensor t = tensors.front();
   auto reason = declineReason(op, tensors, nullptr);
-  if (!reason && tag != 0) {
-    reason = c10::str("tag ", tag, " (hicoll matches a pair's messages in posting order, without tags)");
-  }
+  if (!reason && tag < 0) reason = c10::str("tag ", tag, " (hicoll's tags are >= 0)");
   const auto device = t.device().type();
   if (!reason && device != c10::kCPU) reason = std::string("point-to-point on device tensors runs on the fallback");
   seq_++;
@@ -51,14 +50,14 @@ HicollBackend::WorkPtr HicollBackend::pointToPoint(c10d::OpType type, const char
       t.is_contiguous() ? t : (send ? t.contiguous() : at::empty_like(t, at::MemoryFormat::Contiguous));
   const size_t bytes = static_cast<size_t>(buf.numel()) * buf.element_size();
   auto request = std::make_shared<Request>();
-  HicollWork::Step post = [this, request, buf, bytes, send, peer, op]() -> WorkPtr {
+  HicollWork::Step post = [this, request, buf, bytes, send, peer, tag, op]() -> WorkPtr {
     hcResult_t res;
     if (send) {
-      res = hcIsend(buf.data_ptr(), bytes, hcUint8, peer, comm_, &request->req);
+      res = hcIsendTag(buf.data_ptr(), bytes, hcUint8, peer, tag, comm_, &request->req);
     } else if (peer < 0) {
-      res = hcIrecvAny(buf.data_ptr(), bytes, hcUint8, comm_, &request->req);
+      res = hcIrecvAnyTag(buf.data_ptr(), bytes, hcUint8, tag, comm_, &request->req);
     } else {
-      res = hcIrecv(buf.data_ptr(), bytes, hcUint8, peer, comm_, &request->req);
+      res = hcIrecvTag(buf.data_ptr(), bytes, hcUint8, peer, tag, comm_, &request->req);
     }
     check(res, op);
     return WorkPtr();
