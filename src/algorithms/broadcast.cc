@@ -24,6 +24,24 @@ void hierBroadcast(Run& r, const void* send, void* recv, size_t count, int root)
   char* out = static_cast<char*>(recv);
   const bool holder = me == rl;  // this node's copy arrives here first
   const char* exposed = id.rank == root ? static_cast<const char*>(send) : out;
+  // One node, a small buffer: the root stages it in the half of its scratch buffer this
+  // phase's parity owns (no peer reads it: the phase rule, as the AllGather's eager staging),
+  // and its peers copy it from there. No single-copy read (a system call) and no wait for
+  // the peers to finish reading the root's user buffer.
+  const size_t half = r.buf.scratch_bytes / 2;
+  if (N == 1 && bytes <= half && bytes <= static_cast<size_t>(r.cfg.num(Knob::ShmEagerBytes))) {
+    const size_t slot = (r.seq & 1) * half;
+    if (id.rank == root) std::memcpy(r.shm.scratch(me) + slot, send, bytes);
+    r.post(exposed, hcCollBroadcast);
+    r.waitAllPosted();
+    if (id.rank != root) {
+      std::memcpy(out, r.shm.scratch(rl) + slot, bytes);
+      r.countBytes(root, bytes);
+    } else if (send != recv) {
+      std::memcpy(out, send, bytes);
+    }
+    return r.finishNode(/*peers_read_only_segment=*/true);
+  }
   r.post(exposed, hcCollBroadcast);
   r.waitAllPosted();  // every rank, the holder too: a different root is found here
 

@@ -103,7 +103,6 @@ void runHostCollective(hcComm& c, const CollArgs& a) {
             p.reason);
   HC_TRACE("{}: path {} ({})", describe(a), p.path == hcPathHierarchical ? "hierarchical" : "ring", ruleName(p.rule));
   if (p.modelled && c.plan.cfg.algoAuto()) logModelChoice(c, a, p);
-  c.stats.countCall(a.coll, p.path, p.reason, p.modelled ? p.predicted.total() : 0, p.chunk_bytes, p.net_window);
   try {
     Agreement ag(c.id, c.links.ofi.get(), agreeState(c), CallDesc::of(a), "", piggybacks(c, a, p));
     Run r(c, a, &p, &ag);

@@ -9,8 +9,15 @@ namespace hicoll {
 
 Run::Run(hcComm& c, const CollArgs& args, const CollPlan* p, Agreement* ag)
     : id(c.id), links(c.links), buf(c.buf), stats(c.stats), cfg(c.plan.cfg), timeout_ms(c.health.timeout_ms), a(args),
-      plan(p), desc(CallDesc::of(args)), agreement(ag), deadline(timeout_ms), esize(hcTypeSize(args.dtype)),
-      shm(*c.links.shm), board(*c.links.shm, c.id, deadline, timeout_ms, [&l = c.links] { l.checkPeers(); }) {}
+      plan(p), desc(CallDesc::of(args)), agreement(ag), deadline(Deadline::fromFirstCheck(timeout_ms)),
+      esize(hcTypeSize(args.dtype)), shm(*c.links.shm),
+      board(*c.links.shm, c.id, deadline, timeout_ms, [&l = c.links] { l.checkPeers(); }) {}
+
+Run::~Run() {
+  if (!plan) return;
+  stats.count({a.coll, plan->path, plan->reason, plan->modelled ? plan->predicted.total() : 0, plan->chunk_bytes,
+               plan->net_window, bytes_intra_, bytes_inter_});
+}
 
 ReduceSpec Run::reduceSpec(uint64_t premul_mask, bool final_step) const {
   ReduceSpec s;
@@ -24,7 +31,7 @@ ReduceSpec Run::reduceSpec(uint64_t premul_mask, bool final_step) const {
 
 void Run::post(const void* addr0, int phase_kind, uint64_t flags) {
   phase_kind_ = phase_kind;
-  board.post(seq, CallDesc::of(a, flags).withPhase(phase_kind), addr0);
+  board.post(seq, desc.withFlags(flags).withPhase(phase_kind), addr0);
 }
 
 const char* Run::mappedPosted(int local, size_t off, size_t len) {

@@ -16,8 +16,12 @@
 namespace hicoll {
 
 struct Run {
-  // plan: the call's (null for a call that only takes part in an agreement).
+  // plan: the call's (null for a call that only takes part in an agreement). A planned call is
+  // counted in the statistics when its Run ends, with the bytes it moved, under one lock.
   Run(hcComm& c, const CollArgs& args, const CollPlan* plan, Agreement* agreement = nullptr);
+  ~Run();
+  Run(const Run&) = delete;
+  Run& operator=(const Run&) = delete;
 
   const Identity& id;
   Links& links;
@@ -84,7 +88,7 @@ struct Run {
   // transports that cannot, exactly capacity (Transport::irecvUpTo).
   void recvUpTo(Pending& p, int peer, void* data, size_t capacity, uint64_t tag, size_t* received, size_t key = 0);
   // Payload bytes this call moved to or from peer (the statistics' per-level bytes).
-  void countBytes(int peer, size_t bytes) { stats.countBytes(a.coll, peer, bytes); }
+  void countBytes(int peer, size_t bytes) { (id.sameNode(peer) ? bytes_intra_ : bytes_inter_) += bytes; }
   // Tests each once; calls done(key) for every completed request and removes it. Returns the
   // number completed.
   template <class F>
@@ -110,6 +114,7 @@ struct Run {
   bool test(Req& r);
   std::vector<int> outstanding_;
   int phase_kind_ = 0;
+  size_t bytes_intra_ = 0, bytes_inter_ = 0;
 };
 
 template <class F>

@@ -76,6 +76,11 @@ struct CallDesc {
   // The same call, ignoring the phase kind.
   bool sameCall(const CallDesc& o) const;
   CallDesc withPhase(int phase) const;
+  CallDesc withFlags(uint64_t flags) const {  // of(a, flags) from of(a)
+    CallDesc d = *this;
+    d.w[0] |= (flags & 0xf) << 24;
+    return d;
+  }
 };
 static_assert(sizeof(CallDesc) == 32, "wire layout");
 

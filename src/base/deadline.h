@@ -19,14 +19,31 @@ class Deadline {
     d.end_ = Clock::time_point::max();
     return d;
   }
-  bool expired() const { return Clock::now() >= end_; }
+  // Starts counting at its first check, not at construction: a call's deadline, which most
+  // small calls never check (their waits end within the spin passes), so they read no clock.
+  // For one thread's waits only.
+  static Deadline fromFirstCheck(long timeout_ms) {
+    Deadline d(Clock::time_point{});
+    d.pending_ms_ = timeout_ms;
+    return d;
+  }
+  bool expired() const { return Clock::now() >= end(); }
   long remainingMs() const {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end_ - Clock::now()).count();
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end() - Clock::now()).count();
     return left > 0 ? static_cast<long>(left) : 0;
   }
 
  private:
-  Clock::time_point end_;
+  explicit Deadline(Clock::time_point end) : end_(end) {}
+  Clock::time_point end() const {
+    if (pending_ms_ >= 0) {
+      end_ = Clock::now() + std::chrono::milliseconds(pending_ms_);
+      pending_ms_ = -1;
+    }
+    return end_;
+  }
+  mutable Clock::time_point end_;
+  mutable long pending_ms_ = -1;
 };
 
 // The number of the collective call this rank is in (the communicator's call counter). A
