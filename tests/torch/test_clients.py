@@ -3,7 +3,8 @@
 save/load, HF transformers Trainer, accelerate, Lightning DDPStrategy and ModelParallelStrategy
 (process_group_backend="hicoll"), DeepSpeed ZeRO-3 (deepspeed.init_distributed), and
 torch.distributed.pipelining's GPipe and 1F1B schedules (one stage per rank) and 1F1B over
-2 stages x FSDP2 (a (pp, dp) mesh). One launch
+2 stages x FSDP2 (a (pp, dp) mesh), and ring attention's K/V exchange with batch_isend_irecv
+(context parallelism). One launch
 per world size runs every client twice (gloo, then hicoll) in the same rank processes."""
 import json
 import os
@@ -13,7 +14,8 @@ import pytest
 from harness import launch
 
 CLIENTS = ["ddp", "fsdp1", "fsdp2_hsdp_dcp", "hf_trainer", "accelerate", "lightning_ddp",
-           "lightning_model_parallel", "deepspeed_zero3", "pipeline_gpipe", "pipeline_1f1b", "pipeline_fsdp2"]
+           "lightning_model_parallel", "deepspeed_zero3", "pipeline_gpipe", "pipeline_1f1b", "pipeline_fsdp2",
+           "ring_attention"]
 # What each client must have run on hicoll (not only "no fallback": something ran); each
 # entry is a tuple of ops of which at least one ran.
 GATHERS = ("_allgather_base", "allgather_into_tensor_coalesced", "allgather")
@@ -24,7 +26,7 @@ EXPECT = {
     "lightning_ddp": [("allreduce",)], "lightning_model_parallel": [GATHERS, SCATTERS],
     "deepspeed_zero3": [GATHERS, SCATTERS + ("allreduce",)],
     "pipeline_gpipe": [("send",), ("recv",)], "pipeline_1f1b": [("send",), ("recv",)],
-    "pipeline_fsdp2": [("send",), ("recv",)],
+    "pipeline_fsdp2": [("send",), ("recv",)], "ring_attention": [("send",), ("recv",)],
 }
 # Collectives a client issues that hicoll leaves to gloo, with the reason (README).
 ALLOWED_FALLBACKS: dict = {}
