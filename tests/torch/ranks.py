@@ -843,6 +843,25 @@ def scenario_cuda(sizes=(1, 5, 4099), big: int = 1 << 20) -> dict:
     return {"checks": checks, "hicoll_counts": counts, "fallback_counts": fb, "stats": st}
 
 
+def scenario_timeout_names_missing() -> dict:
+    """A collective one rank never calls, with the group's timeout short and HICOLL_TIMEOUT_MS
+    unset: the call fails on the ranks that wait within the timeout (plus a grace), naming the
+    missing rank, not only "timed out"."""
+    dist.init_process_group("hicoll", store=store(), rank=RANK, world_size=WORLD,
+                            timeout=datetime.timedelta(seconds=3))
+    dist.barrier()
+    missing = WORLD - 1
+    t0, err = time.time(), ""
+    if RANK == missing:
+        time.sleep(8)
+    else:
+        try:
+            dist.all_reduce(torch.ones(4))
+        except Exception as e:  # noqa: BLE001 -- checked by the test
+            err = str(e)
+    return {"error": err, "elapsed": time.time() - t0, "missing": missing}
+
+
 SCENARIOS = {k[len("scenario_"):]: v for k, v in globals().items() if k.startswith("scenario_")}
 
 
@@ -868,3 +887,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+

@@ -40,6 +40,16 @@ def test_monitored_barrier_names_the_late_ranks():
     assert "ranks 2, 3 failed to pass monitoredBarrier" in res[0]["error"], res[0]["error"]
 
 
+@pytest.mark.parametrize("world,nodes", [(2, 1), (4, 2)], ids=lambda v: str(v))
+def test_timeout_names_the_missing_rank(world, nodes):
+    res = launch("timeout_names_missing", world, nodes, unset=("HICOLL_TIMEOUT_MS",), timeout=120)
+    for rank, r in enumerate(res):
+        if rank == r["missing"]:
+            continue
+        assert f"rank {r['missing']}" in r["error"], (rank, r["error"])
+        assert 2.5 < r["elapsed"] < 3 + 5, (rank, r["elapsed"], r["error"])
+
+
 @pytest.mark.parametrize("world,nodes,layout", [(2, 1, "block"), (2, 2, "block"), (4, 2, "interleaved")],
                          ids=lambda v: str(v))
 def test_point_to_point(world, nodes, layout):

@@ -17,6 +17,7 @@
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <mutex>
 
 #include "tensor_ops.hpp"
@@ -42,6 +43,11 @@ hcConfig_t hcConfigOf(const HicollBackend::Config& cfg) {
                                                   {"scratch_bytes", &c.scratchBytes},
                                                   {"sort_bytes", &c.sortBytes},
                                                   {"quant_min_nodes", &c.quantMinNodes}};
+  // The group's timeout is the communicator's unless HICOLL_TIMEOUT_MS (or the timeout_ms
+  // option, below) says otherwise: a call that waits for a missing rank then fails with
+  // hicoll's own error, which names that rank, rather than the Work's bare timeout.
+  if (!std::getenv("HICOLL_TIMEOUT_MS"))
+    c.timeoutMs = std::clamp<long long>(cfg.timeout.count(), 1, std::numeric_limits<int>::max());
   for (const auto& [k, v] : cfg.text_options) {
     auto it = text.find(k);
     TORCH_CHECK(it != text.end(), "hicoll.torch.Options: unknown option '", k, "'");

@@ -2,6 +2,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <thread>
 
 #ifdef HICOLL_PLUGIN_CUDA
@@ -19,7 +20,15 @@ HicollWork::HicollWork(int rank, c10d::OpType type, std::vector<at::Tensor> outp
 bool HicollWork::wait(std::chrono::milliseconds timeout) {
   const auto limit = timeout == kNoTimeout ? timeout_ : timeout;
   std::unique_lock<std::mutex> lock(mutex_);
-  if (!cv_.wait_for(lock, limit, [&] { return completed_; })) {
+  // At the group's timeout the call's own waits (bounded by the same timeout) end too, with an
+  // error naming the ranks they wait for: give it a moment to arrive (the call may have
+  // started after this wait, behind others in the queue). A shorter wait the caller asked for
+  // ends on time.
+  const auto grace = limit < timeout_ ? std::chrono::milliseconds(0)
+                                      : std::clamp<std::chrono::milliseconds>(limit / 10, std::chrono::seconds(1),
+                                                                              std::chrono::seconds(10));
+  if (!cv_.wait_for(lock, limit, [&] { return completed_; }) &&
+      !cv_.wait_for(lock, grace, [&] { return completed_; })) {
     C10_THROW_ERROR(DistBackendError, c10::str("hicoll: rank ", rank_, " timed out after ", limit.count(),
                                                " ms waiting for ", c10d::opTypeToString(opType_), " (seq ", seq_, ")"));
   }
