@@ -6,7 +6,13 @@ rebuild the model with FSDP2 on the 3 survivors, reload the last checkpoint and 
 Rank 0 prints the losses (they keep falling) and the time from the kill to the first step on
 the shrunk group.
 
-    HICOLL_TIMEOUT_MS=20000 torchrun --nproc-per-node 4 examples/shrink_train.py
+    HICOLL_TIMEOUT_MS=20000 python examples/shrink_train.py --spawn 4
+
+--spawn N starts the N ranks itself (RANK, WORLD_SIZE, MASTER_ADDR/PORT as torchrun sets them;
+HICOLL_TOPO_NODE puts them on N/2 simulated nodes) and waits for them: it exits 0 when the
+victim died of its SIGKILL and every survivor finished. Not torchrun: its agent tears down
+every worker within its monitor interval once one dies (torchelastic's fault tolerance is
+"restart everyone"), so the survivors would be killed before they shrink.
 
 Needs torch >= 2.10 (dist.shrink_group) and a libhicoll with hcCommShrink (hicoll._build_info
 .shrink); without them it says so and exits 2.
@@ -48,13 +54,46 @@ def load(model, opt, path):
     set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
 
 
+def spawn(n: int, argv: list[str]) -> int:
+    """Runs n ranks of this script (without --spawn) and waits for them."""
+    import socket
+    import subprocess
+    import sys
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    here = os.path.dirname(os.path.abspath(__file__))
+    procs = []
+    for r in range(n):
+        env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(n), LOCAL_WORLD_SIZE=str(n),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1",
+                   HICOLL_TOPO_NODE=os.environ.get("HICOLL_TOPO_NODE", f"node{r * 2 // n}"),
+                   PYTHONPATH=os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")])))
+        procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), *argv], env=env))
+    codes = [p.wait() for p in procs]
+    ok = codes[-1] == -signal.SIGKILL and all(c == 0 for c in codes[:-1])
+    print(f"shrink_train --spawn: exit codes {codes} ({'as expected' if ok else 'UNEXPECTED'})", flush=True)
+    return 0 if ok else 1
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
+    p.add_argument("--spawn", type=int, default=0, metavar="N",
+                   help="start N ranks of this script and wait for them (instead of torchrun)")
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--kill-step", type=int, default=5)
     p.add_argument("--every", type=int, default=2, help="checkpoint every N steps")
     p.add_argument("--ckpt", default=None)
     args = p.parse_args()
+    if args.spawn:
+        import sys
+        argv, skip = [], False
+        for a in sys.argv[1:]:  # the ranks' arguments: these without --spawn N
+            if skip or a.startswith("--spawn"):
+                skip = a == "--spawn" and not skip
+                continue
+            argv.append(a)
+        raise SystemExit(spawn(args.spawn, argv))
     import hicoll.torch  # noqa: F401  (registers hicoll on torch < 2.14)
     from hicoll import _build_info
     if not hasattr(dist, "shrink_group") or not _build_info.shrink:
