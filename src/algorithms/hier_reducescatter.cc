@@ -52,9 +52,28 @@ void pushReduceScatter(Run& r, const char* in, char* out, size_t count) {
   const Identity& id = r.id;
   const size_t b = count * r.esize;
   const int L = r.shm.localSize(), me = r.shm.localIndex(), n = id.node();
+  auto blockOf = [&](int local) { return static_cast<size_t>(id.topo.rankAt(n, local)) * b; };
+  // Small blocks are staged before the post, in the scratch half this phase's parity owns (the
+  // AllGather's eager rule, transport/shm/board.h): every peer's blocks are readable once it
+  // posted, so the call is one exchange of posts and no wait at its end.
+  const size_t half = r.buf.scratch_bytes / 2, slot0 = (r.seq & 1) * half;
+  const bool early = b <= static_cast<size_t>(r.cfg.num(Knob::ShmEagerBytes)) && static_cast<size_t>(L) * b <= half;
+  if (early)
+    for (int m = 0; m < L; ++m)
+      if (m != me) std::memcpy(r.shm.scratch(me) + slot0 + static_cast<size_t>(m) * b, in + blockOf(m), b);
   r.post(in, hcCollReduceScatter);
   r.waitAllPosted();
   if (r.allPostedNodeMemory()) return sumInNodeMemory(r, in, out, count);
+  if (early) {
+    std::vector<const void*> srcs(L);
+    for (int l = 0; l < L; ++l) {
+      srcs[l] =
+          l == me ? static_cast<const void*>(in + blockOf(me)) : r.shm.scratch(l) + slot0 + static_cast<size_t>(me) * b;
+      if (l != me) r.countBytes(id.topo.rankAt(n, l), b);
+    }
+    reduceN(r.reduceSpec(L >= 64 ? ~0ull : ((1ull << L) - 1), true), out, srcs.data(), L, count);
+    return r.finishNode(/*peers_read_only_segment=*/true);
+  }
   constexpr size_t kDepth = 4;  // chunks of slots per owner
   size_t C = std::min({b, r.chunkBytes(), r.buf.scratch_bytes / (kDepth * L)});
   C = std::max(r.esize, C / r.esize * r.esize);
@@ -63,7 +82,6 @@ void pushReduceScatter(Run& r, const char* in, char* out, size_t count) {
   auto slot = [&](int holder, size_t k, int owner) {
     return r.shm.scratch(holder) + ((k % kDepth) * L + static_cast<size_t>(owner)) * C;
   };
-  auto blockOf = [&](int local) { return static_cast<size_t>(id.topo.rankAt(n, local)) * b; };
   const uint64_t all_inputs = L >= 64 ? ~0ull : ((1ull << L) - 1);
   ReduceSpec spec = r.reduceSpec(all_inputs, true);
   // A large out-of-place output skips the caches (no read for ownership: ~8% at 32 MiB); in place
