@@ -415,10 +415,16 @@ bool P2p::progress() {
 }
 
 bool P2p::test(P2pOp& op) {
-  return testAll({&op}, op.describe(id_).c_str());
+  P2pOp* ops[] = {&op};
+  return testAll(ops, nullptr);
 }
 
-bool P2p::testAll(const std::vector<P2pOp*>& ops, const char* what) {
+std::string P2p::whatOf(Ops ops, const char* what) const {
+  if (what) return what;
+  return ops.size() == 1 ? ops[0]->describe(id_) : fmt::format("{} operations", ops.size());
+}
+
+bool P2p::testAll(Ops ops, const char* what) {
   try {
     bool all = true;
     for (P2pOp* op : ops) {
@@ -436,16 +442,16 @@ bool P2p::testAll(const std::vector<P2pOp*>& ops, const char* what) {
   } catch (const OpFailure&) {
     throw;
   } catch (const Error& e) {
-    explainAndThrow(e, what);
+    explainAndThrow(e, whatOf(ops, what));
   }
 }
 
-void P2p::explainAndThrow(const Error& e, const char* what) {
+void P2p::explainAndThrow(const Error& e, const std::string& what) {
   if (e.symptom()) links_.explainSymptom(250);  // the failure notice of the peer behind it
   throw Error(e.code(), fmt::format("{}: {}", what, e.what()), Error::kFatal);
 }
 
-void P2p::checkDeadline(const std::vector<P2pOp*>& ops, const Deadline& d, const char* what) {
+void P2p::checkDeadline(Ops ops, const Deadline& d, const char* what) {
   if (!d.expired()) return;
   std::vector<std::string> late;
   for (const P2pOp* op : ops) {
@@ -464,13 +470,14 @@ void P2p::checkDeadline(const std::vector<P2pOp*>& ops, const Deadline& d, const
   if (unexpected_bytes_ > 0)
     held = fmt::format(" ({} bytes of messages no receive has taken are held here, at most {})", unexpected_bytes_,
                        kUnexpectedBytes);
-  throw Error(hcTimeout,
-              fmt::format("timed out after {} ms in {}: {}{}", timeout_ms_, what, fmt::join(late, "; "), held),
-              Error::kFatal);
+  throw Error(
+      hcTimeout,
+      fmt::format("timed out after {} ms in {}: {}{}", timeout_ms_, whatOf(ops, what), fmt::join(late, "; "), held),
+      Error::kFatal);
 }
 
-void P2p::wait(const std::vector<P2pOp*>& ops, const char* what) {
-  const Deadline d(timeout_ms_);
+void P2p::wait(Ops ops, const char* what) {
+  const Deadline d = Deadline::fromFirstCheck(timeout_ms_);
   try {
     waitUntil(
         [&] {
@@ -487,7 +494,7 @@ void P2p::wait(const std::vector<P2pOp*>& ops, const char* what) {
     throw;
   } catch (const Error& e) {
     if (e.code() == hcTimeout) throw Error(e.code(), e.what(), Error::kFatal);  // names what already
-    explainAndThrow(e, what);
+    explainAndThrow(e, whatOf(ops, what));
   }
 }
 

@@ -38,6 +38,7 @@
 #include <deque>
 #include <list>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -137,6 +138,10 @@ class P2p {
   P2p(const P2p&) = delete;
   P2p& operator=(const P2p&) = delete;
 
+  // Operations waited for together. `what` names them in errors; nullptr: described from the
+  // ops themselves (only when an error needs it: formatting costs more than a small message).
+  using Ops = std::span<P2pOp* const>;
+
   // Posts; peer = -1 receives from any source; tag >= 0. Arguments are checked by the caller;
   // the network must be open when peer is on another node (or, for any source, when the
   // communicator spans nodes).
@@ -144,12 +149,12 @@ class P2p {
   // One progress pass over every operation; true when op (every op) is complete. Throws an
   // op's error (and keeps throwing it), or any other prefixed with what.
   bool test(P2pOp& op);
-  bool testAll(const std::vector<P2pOp*>& ops, const char* what);
+  bool testAll(Ops ops, const char* what);
   // Until every op is complete, bounded by the timeout from now; its expiry names what is late.
-  void wait(const std::vector<P2pOp*>& ops, const char* what);
+  void wait(Ops ops, const char* what);
   // When d has passed: throws hcTimeout naming the ops not complete (a wait over several
   // communicators runs its own loop).
-  void checkDeadline(const std::vector<P2pOp*>& ops, const Deadline& d, const char* what);
+  void checkDeadline(Ops ops, const Deadline& d, const char* what);
 
  private:
   struct Slot;  // an envelope receive posted to a peer on another node
@@ -179,7 +184,8 @@ class P2p {
   bool step(Transport* t, ReqId& r, int from);
   [[noreturn]] void fail(P2pOp& op, hcResult_t code, const std::string& why);
   [[noreturn]] void failSize(P2pOp& op, int from, uint64_t sent);
-  [[noreturn]] void explainAndThrow(const Error& e, const char* what);
+  [[noreturn]] void explainAndThrow(const Error& e, const std::string& what);
+  std::string whatOf(Ops ops, const char* what) const;
   bool local(int peer) const { return id_.sameNode(peer); }
 
   const Identity& id_;

@@ -489,7 +489,8 @@ hcResult_t p2pBlocking(hcComm_t comm, const char* fn, bool send, void* buf, size
     const size_t bytes = p2pBytes(*comm, buf, count, dt, peer, tag, stream, fn);
     HC_CHECK(peer >= 0, hcInvalidArgument, "{}: peer {} is outside [0, {})", fn, peer, comm->id.nranks);
     op = postP2p(*comm, send, buf, bytes, peer, tag, fn);
-    if (t_group.depth == 0) p2pOf(*comm).wait({op.get()}, op->describe(comm->id).c_str());
+    P2pOp* ops[] = {op.get()};
+    if (t_group.depth == 0) p2pOf(*comm).wait(ops, nullptr);
   });
   if (r == hcSuccess && t_group.depth > 0) t_group.ops.emplace_back(comm, std::move(op));
   return r;
@@ -1074,7 +1075,8 @@ hcResult_t hcWait(hcRequest_t req) {
   if (!gate.owned()) return refuse(*comm, "hcWait", gate.busy(), /*revoke_comm=*/false);
   const hcResult_t res = guard(comm, "hcWait", [&] {
     P2pOp& op = *req->op;
-    if (!op.done()) p2pOf(*comm).wait({&op}, op.describe(comm->id).c_str());
+    P2pOp* ops[] = {&op};
+    if (!op.done()) p2pOf(*comm).wait(ops, nullptr);
   });
   retireRequest(req);  // on every return but a refused entry
   return res;

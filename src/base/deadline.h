@@ -1,6 +1,8 @@
 // Every wait in hicoll is bounded: a Deadline carries the time it must give up.
 #pragma once
 
+#include <time.h>
+
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -45,6 +47,15 @@ class Deadline {
   mutable Clock::time_point end_;
   mutable long pending_ms_ = -1;
 };
+
+// The monotonic clock at the kernel tick's resolution (a few ms), read without the TSC: for
+// rate limits on hot paths (a check every 20 ms), where the precise clock costs more than the
+// work of a small message. Same epoch as Deadline::Clock.
+inline Deadline::Clock::time_point coarseNow() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return Deadline::Clock::time_point(std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec));
+}
 
 // The number of the collective call this rank is in (the communicator's call counter). A
 // failure a peer reports carries the number of the call it failed in, and a wait in an earlier

@@ -16,11 +16,14 @@
 namespace hicoll {
 namespace {
 
-constexpr uint64_t kSegMagic = 0x6863736567303032ULL;  // "hcseg002"
+constexpr uint64_t kSegMagic = 0x6863736567303033ULL;  // "hcseg003"
 constexpr int kMaxLocal = 256;
 constexpr int kQueueDepth = 64;
-constexpr size_t kBounceBytes = 256 << 10;  // per ordered pair, only used without CMA
-constexpr size_t kCmaPiece = 4 << 20;       // large pieces: CMA pins pages per call
+constexpr size_t kBounceBytes = 256 << 10;  // per ordered pair
+// Messages up to this size go through the bounce ring even with CMA: two small copies cost less
+// than the process_vm_readv system call (Open MPI's vader has the same eager limit).
+constexpr size_t kEagerBytes = 4096;
+constexpr size_t kCmaPiece = 4 << 20;  // large pieces: CMA pins pages per call
 constexpr size_t kPage = 4096;
 
 size_t roundUp(size_t x, size_t a) {
@@ -62,15 +65,18 @@ struct ShmTransport::Req {
   uint64_t slot = UINT64_MAX;  // descriptor index once posted
   uint64_t fed = 0;            // bytes put into the bounce ring (sends without CMA)
   bool done = false;
-  Placer place;  // irecvPlaced: buf, len and tag are set from the message it takes
+  Placer place;      // irecvPlaced: buf, len and tag are set from the message it takes
+  uint32_t gen = 0;  // the slab slot's generation (ReqId's high half); 0: free
 };
 
+// What each side writes shares a cache line, so a receiver that sees a message's descriptor
+// posted has the ring's byte count with it.
 struct alignas(64) QueueShared {
-  std::atomic<uint64_t> head{0};                   // sender: descriptors posted
-  alignas(64) std::atomic<uint64_t> tail{0};       // receiver: descriptors completed
-  alignas(64) std::atomic<uint64_t> bytes_in{0};   // sender: bytes written into the bounce ring
-  alignas(64) std::atomic<uint64_t> bytes_out{0};  // receiver: bytes taken out of it
-  Desc desc[kQueueDepth];
+  std::atomic<uint64_t> head{0};              // sender: descriptors posted
+  std::atomic<uint64_t> bytes_in{0};          // sender: bytes written into the bounce ring
+  alignas(64) std::atomic<uint64_t> tail{0};  // receiver: descriptors completed
+  std::atomic<uint64_t> bytes_out{0};         // receiver: bytes taken out of it
+  alignas(64) Desc desc[kQueueDepth];
 };
 
 struct ShmTransport::Header {
@@ -323,7 +329,7 @@ void ShmTransport::dropFreedPeerMemory(uint64_t call) {
 }
 
 void ShmTransport::checkPeers() {
-  auto now = Deadline::Clock::now();
+  auto now = coarseNow();
   if (now - last_check_ < std::chrono::milliseconds(20)) return;
   last_check_ = now;
   for (int i = 0; i < localSize(); ++i) {
@@ -447,8 +453,7 @@ void ShmTransport::abort() {
 ReqId ShmTransport::isend(int peer, const void* buf, size_t len, uint64_t tag) {
   HC_CHECK(!aborted_, hcRemoteError, "shm: send on an aborted communicator");
   int local = local_of_.at(peer);
-  ReqId id = next_req_++;
-  reqs_[id] = std::make_unique<Req>(Req{true, local, static_cast<char*>(const_cast<void*>(buf)), len, tag});
+  ReqId id = newReq(Req{true, local, static_cast<char*>(const_cast<void*>(buf)), len, tag});
   pairs_[local]->sends.push_back(id);
   progressSend(local);
   return id;
@@ -457,15 +462,14 @@ ReqId ShmTransport::isend(int peer, const void* buf, size_t len, uint64_t tag) {
 ReqId ShmTransport::irecv(int peer, void* buf, size_t len, uint64_t tag) {
   HC_CHECK(!aborted_, hcRemoteError, "shm: receive on an aborted communicator");
   int local = local_of_.at(peer);
-  ReqId id = next_req_++;
-  reqs_[id] = std::make_unique<Req>(Req{false, local, static_cast<char*>(buf), len, tag});
+  ReqId id = newReq(Req{false, local, static_cast<char*>(buf), len, tag});
   pairs_[local]->recvs.push_back(id);
   return id;
 }
 
 ReqId ShmTransport::irecvPlaced(int peer, Placer place) {
   const ReqId id = irecv(peer, nullptr, 0, 0);
-  reqs_.at(id)->place = std::move(place);
+  req(id).place = std::move(place);
   return id;
 }
 
@@ -480,45 +484,49 @@ bool ShmTransport::peek(int peer, uint64_t* tag, size_t* len) {
   return true;
 }
 
-// Posts descriptors while the queue has room; without CMA, also feeds the bounce ring.
+bool ShmTransport::viaRing(size_t len) const {
+  return !direct_ || len <= kEagerBytes;
+}
+
+// Posts descriptors while the queue has room and feeds the bounce ring the sends it carries.
 bool ShmTransport::progressSend(int local) {
   Pair& p = *pairs_[local];
   QueueShared& q = header(me_).queue[local];
   bool moved = false;
+  const uint64_t posted = p.next_send;
   for (ReqId id : p.sends) {
-    Req& r = *reqs_.at(id);
+    Req& r = req(id);
     if (r.slot != UINT64_MAX) continue;
     if (p.next_send - q.tail.load(std::memory_order_acquire) >= kQueueDepth) break;
     r.slot = p.next_send++;
     q.desc[r.slot % kQueueDepth] = Desc{r.tag, reinterpret_cast<uint64_t>(r.buf), r.len};
-    q.head.store(p.next_send, std::memory_order_release);
     moved = true;
   }
-  if (!direct_) {
-    // The ring carries the bytes of posted sends in order.
-    char* ring = static_cast<char*>(segs_[me_].base()) + header_bytes_ + bounce_bytes_ * local;
-    for (ReqId id : p.sends) {
-      Req& r = *reqs_.at(id);
-      if (r.slot == UINT64_MAX) break;
-      if (r.fed == r.len) continue;
-      uint64_t in = q.bytes_in.load(std::memory_order_relaxed);
-      size_t room = bounce_bytes_ - (in - q.bytes_out.load(std::memory_order_acquire));
-      while (room > 0 && r.fed < r.len) {
-        size_t pos = in % bounce_bytes_;
-        size_t n = std::min({room, r.len - r.fed, bounce_bytes_ - pos});
-        std::memcpy(ring + pos, r.buf + r.fed, n);
-        in += n;
-        room -= n;
-        r.fed += n;
-        moved = true;
-      }
-      q.bytes_in.store(in, std::memory_order_release);
-      if (r.fed < r.len) break;
+  // The ring carries the bytes of the posted sends it takes, in order. Fed before the head
+  // moves: a small message is then whole when the receiver sees its descriptor.
+  char* ring = static_cast<char*>(segs_[me_].base()) + header_bytes_ + bounce_bytes_ * local;
+  for (ReqId id : p.sends) {
+    Req& r = req(id);
+    if (r.slot == UINT64_MAX) break;
+    if (!viaRing(r.len) || r.fed == r.len) continue;
+    uint64_t in = q.bytes_in.load(std::memory_order_relaxed);
+    size_t room = bounce_bytes_ - (in - q.bytes_out.load(std::memory_order_acquire));
+    while (room > 0 && r.fed < r.len) {
+      size_t pos = in % bounce_bytes_;
+      size_t n = std::min({room, r.len - r.fed, bounce_bytes_ - pos});
+      std::memcpy(ring + pos, r.buf + r.fed, n);
+      in += n;
+      room -= n;
+      r.fed += n;
+      moved = true;
     }
+    q.bytes_in.store(in, std::memory_order_release);
+    if (r.fed < r.len) break;
   }
+  if (p.next_send != posted) q.head.store(p.next_send, std::memory_order_release);
   // Completion: the receiver has taken the descriptor (and so the data).
   while (!p.sends.empty()) {
-    Req& r = *reqs_.at(p.sends.front());
+    Req& r = req(p.sends.front());
     if (r.slot == UINT64_MAX || q.tail.load(std::memory_order_acquire) <= r.slot) break;
     r.done = true;
     p.sends.pop_front();
@@ -532,7 +540,7 @@ bool ShmTransport::progressRecv(int local) {
   QueueShared& q = header(local).queue[me_];
   bool moved = false;
   while (!p.recvs.empty()) {
-    Req& r = *reqs_.at(p.recvs.front());
+    Req& r = req(p.recvs.front());
     if (q.head.load(std::memory_order_acquire) <= p.next_recv) break;
     const Desc& d = q.desc[p.next_recv % kQueueDepth];
     if (r.place) {
@@ -548,7 +556,7 @@ bool ShmTransport::progressRecv(int local) {
                "shm: message mismatch from rank {}: it sent {} bytes with tag {:#x}, this rank expected {} bytes "
                "with tag {:#x} (collectives called in a different order, or with different counts or types)",
                commRank(local), d.len, d.tag, r.len, r.tag);
-    if (direct_) {
+    if (!viaRing(r.len)) {
       read(local, reinterpret_cast<void*>(d.addr), r.buf, r.len);
     } else {
       char* ring = static_cast<char*>(segs_[local].base()) + header_bytes_ + bounce_bytes_ * me_;
@@ -585,18 +593,42 @@ void ShmTransport::progress() {
 }
 
 bool ShmTransport::test(ReqId id) {
-  auto it = reqs_.find(id);
-  HC_CHECK(it != reqs_.end(), hcInternalError, "shm: unknown request {}", id);
+  Req& r = req(id);
   if (aborted_.load(std::memory_order_relaxed)) HC_THROW(hcRemoteError, "shm: the communicator was aborted");
-  if (!it->second->done) {
+  if (!r.done) {
     progress();
-    if (!it->second->done) {
+    if (!r.done) {
       checkPeers();
       return false;
     }
   }
-  reqs_.erase(it);
+  r = Req{};
+  free_reqs_.push_back(static_cast<uint32_t>(id));
   return true;
+}
+
+// Requests live in a slab whose slots are reused (a message allocates nothing); the id carries
+// the slot's generation, so a stale id is an error rather than another request.
+ReqId ShmTransport::newReq(Req r) {
+  uint32_t slot;
+  if (free_reqs_.empty()) {
+    slot = static_cast<uint32_t>(reqs_.size());
+    reqs_.push_back(std::make_unique<Req>());
+  } else {
+    slot = free_reqs_.back();
+    free_reqs_.pop_back();
+  }
+  if (next_gen_ == 0) next_gen_ = 1;  // 0 marks a free slot
+  const uint32_t gen = next_gen_++;
+  r.gen = gen;
+  *reqs_[slot] = std::move(r);
+  return (static_cast<ReqId>(gen) << 32) | slot;
+}
+
+ShmTransport::Req& ShmTransport::req(ReqId id) {
+  const uint32_t slot = static_cast<uint32_t>(id), gen = static_cast<uint32_t>(id >> 32);
+  HC_CHECK(slot < reqs_.size() && gen != 0 && reqs_[slot]->gen == gen, hcInternalError, "shm: unknown request {}", id);
+  return *reqs_[slot];
 }
 
 }  // namespace hicoll

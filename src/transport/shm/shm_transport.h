@@ -4,8 +4,9 @@
 // bounce ring per peer, then its scratch and sort buffers. Every local rank maps every other
 // rank's segment, so the hierarchical algorithms read peers' scratch and sort buffers with a
 // plain memcpy, and read peers' user buffers with one copy through process_vm_readv (CMA),
-// described on the peer's board. Point-to-point messages (the ring) are single-copy with CMA,
-// or stream through the bounce ring when CMA is not permitted (HICOLL_SHM_CMA=0).
+// described on the peer's board. Point-to-point messages (the ring algorithms' and hcSend's)
+// are single-copy with CMA; small ones (every one when CMA is not permitted, HICOLL_SHM_CMA=0)
+// stream through the pair's bounce ring instead.
 #pragma once
 
 #include <atomic>
@@ -114,7 +115,11 @@ class ShmTransport : public Transport {
   // A single-copy read failed (EFAULT, ESRCH): a peer that failed, died or closed meanwhile
   // freed the buffer; throws that cause if it shows within a moment.
   void explainReadFailure(int local);
+  ReqId newReq(Req r);
+  Req& req(ReqId id);
   bool progressSend(int local);
+  // A message of len bytes goes through the bounce ring (else the receiver reads it with CMA).
+  bool viaRing(size_t len) const;
   bool progressRecv(int local);
   static std::string allowPeerReads(const std::string& mode, const std::vector<int>& pids, int me);
   std::string cma_note_;
@@ -139,9 +144,10 @@ class ShmTransport : public Transport {
   };
   std::map<std::pair<int, uint64_t>, PeerMemory> peer_mem_;
   size_t peer_mem_bytes_ = 0;
-  std::vector<uint64_t> freed_seen_;  // per local peer: its free log's ids read
-  std::map<ReqId, std::unique_ptr<Req>> reqs_;
-  ReqId next_req_ = 1;
+  std::vector<uint64_t> freed_seen_;        // per local peer: its free log's ids read
+  std::vector<std::unique_ptr<Req>> reqs_;  // the slab; a Req stays put (a placer may post while one is held)
+  std::vector<uint32_t> free_reqs_;
+  uint32_t next_gen_ = 1;
   Deadline::Clock::time_point last_check_{};
   std::atomic<bool> aborted_{false};  // abort() may come from another thread (hcCommRevoke)
 };
