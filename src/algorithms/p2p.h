@@ -31,6 +31,11 @@
 //
 // Progress is manual: operations move while this rank is in a p2p call (hcTest, hcWait, a
 // blocking send or receive) and, within a node, while it is in a collective.
+//
+// The network of a communicator spanning nodes opens at its first call that needs it, in an
+// exchange every rank joins (hcComm::ensureNetwork): a rank's first p2p call across nodes
+// waits until every rank has made such a call (a collective, or a p2p call across nodes).
+// A rank that first blocks in a call within its node makes it wait until the timeout.
 #pragma once
 
 #include <cstddef>

@@ -513,20 +513,29 @@ hcResult_t waitGroupOps(const std::vector<std::pair<hcComm*, std::shared_ptr<P2p
   const std::string what = fmt::format("hcGroupEnd ({} operations)", ops.size());
   if (comms.size() == 1) return entered(comms[0], "hcGroupEnd", [&] { p2pOf(*comms[0]).wait(of[0], what.c_str()); });
   const Deadline d(timeout);
-  Backoff backoff;
-  for (;;) {
-    bool all = true;
+  struct Stop {};  // one communicator's call failed: its error is the group's
+  hcResult_t err = hcSuccess;
+  auto each = [&](auto&& f) {
     for (size_t i = 0; i < comms.size(); ++i) {
-      hcComm* c = comms[i];
-      const hcResult_t r = entered(c, "hcGroupEnd", [&] {
-        all &= p2pOf(*c).testAll(of[i], what.c_str());
-        c->links.checkPeers();
-        p2pOf(*c).checkDeadline(of[i], d, what.c_str());
-      });
-      if (r != hcSuccess) return r;
+      const hcResult_t r = entered(comms[i], "hcGroupEnd", [&] { f(i); });
+      if (r != hcSuccess) {
+        err = r;
+        throw Stop{};
+      }
     }
-    if (all) return hcSuccess;
-    backoff.pause();
+  };
+  try {
+    const bool done = waitUntil(
+        [&] {
+          bool all = true;
+          each([&](size_t i) { all &= p2pOf(*comms[i]).testAll(of[i], what.c_str()); });
+          return all;
+        },
+        d, [&] { each([&](size_t i) { comms[i]->links.checkPeers(); }); },
+        [&] { each([&](size_t i) { p2pOf(*comms[i]).checkDeadline(of[i], d, what.c_str()); }); });
+    return done ? hcSuccess : hcTimeout;
+  } catch (const Stop&) {
+    return err;
   }
 }
 

@@ -178,6 +178,35 @@ TEST(P2p, GroupedRingExchangeDoesNotDeadlock) {
   }
 }
 
+// One group over two communicators (the parent and a split of it): every rank sends 4 MiB to
+// the next and receives from the previous, the two on different communicators, the receive
+// posted first; one wait over both completes every operation. 1x2 and 2x1.
+TEST(P2p, GroupOverTwoCommunicators) {
+  for (auto [nodes, per] : {std::pair{1, 2}, std::pair{2, 1}}) {
+    Job job = jobOf(nodes, per, 20000);
+    auto st = run(job, [&](int me, hcComm_t comm) {
+      hcComm_t other = nullptr;
+      if (hcCommSplit(comm, 0, me, &other) != hcSuccess || !other) return fail(me, "hcCommSplit", comm);
+      // Across nodes a communicator's network opens in a call every rank makes (p2p.h).
+      if (nodes == 2 && (hcBarrier(comm) != hcSuccess || hcBarrier(other) != hcSuccess))
+        return fail(me, "hcBarrier", comm);
+      const int W = nodes * per, next = (me + 1) % W, prev = (me + W - 1) % W;
+      const size_t n = 4 << 20;
+      std::vector<uint8_t> out = pattern(me, next, n, 3), in(n);
+      // Odd ranks send on the parent, even ones on the split; a receive uses its sender's.
+      hcComm_t sends = me % 2 ? comm : other, recvs = prev % 2 ? comm : other;
+      if (hcGroupStart() != hcSuccess) return 20;
+      const hcResult_t a = hcRecv(in.data(), n, hcUint8, prev, recvs, nullptr);
+      const hcResult_t b = hcSend(out.data(), n, hcUint8, next, sends, nullptr);
+      const hcResult_t e = hcGroupEnd();
+      if (a != hcSuccess || b != hcSuccess || e != hcSuccess) return fail(me, "grouped over two communicators", comm);
+      const int wrong = wrongBytes(in, prev, me, 3, me);
+      return hcCommDestroy(other) == hcSuccess ? wrong : 21;
+    });
+    expectAllZero(st, nodes == 1 ? "1x2" : "2x1");
+  }
+}
+
 // hcIsend / hcIrecv completed by polling hcTest; the request names its peer; a completed
 // request stays valid until hcWait frees it.
 TEST(P2p, NonBlockingCompletedByPollingTest) {
