@@ -15,6 +15,13 @@ Verdict no(Rule r, std::string why) {
   return Verdict{r, std::move(why)};
 }
 
+// Only a preference refuses it: no reason to build (device calls plan every call).
+Verdict preferredElsewhere() {
+  Verdict v;
+  v.elsewhere = true;
+  return v;
+}
+
 // The user's word, before any path's own rules: HICOLL_FORCE_FALLBACK, HICOLL_ALGO=ring.
 Verdict requested(const PlanInput& in) {
   if (in.ctx.cfg.forceFallbackMask() & (1u << in.a.coll))
@@ -30,7 +37,7 @@ Verdict hierarchical(const PlanInput& in) {
   if (Verdict v = requested(in); !v.ok()) return v;
   if (in.a.coll != hcCollAllReduce) return hierarchicalRules(in.id, in.ctx, in.a, in.caps, in.p);
   if (in.preference && in.p.allreduce_small)
-    return no(Rule::Hierarchical, "the latency path is preferred at this size (HICOLL_ALLREDUCE_SMALL_BYTES)");
+    return preferredElsewhere();  // the latency path, at this size (HICOLL_ALLREDUCE_SMALL_BYTES)
   CollPlan q = in.p;
   q.allreduce_small = false;
   q.allreduce_block = allReduceBlock(in.a.count, in.id.nranks, in.caps);
@@ -44,8 +51,7 @@ Verdict latencyAllReduce(const PlanInput& in) {
   if (in.id.nranks > in.caps.max_reduce_inputs)
     return no(Rule::Hierarchical,
               fmt::format("{} ranks exceed the {} inputs of one reduction", in.id.nranks, in.caps.max_reduce_inputs));
-  if (in.preference && !in.p.allreduce_small)
-    return no(Rule::Hierarchical, "ReduceScatter + AllGather is preferred at this size (HICOLL_ALLREDUCE_SMALL_BYTES)");
+  if (in.preference && !in.p.allreduce_small) return preferredElsewhere();  // ReduceScatter + AllGather, at this size
   CollPlan q = in.p;
   q.allreduce_small = true;
   q.block_bytes = in.a.count * hcTypeSize(in.a.dtype);

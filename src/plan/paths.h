@@ -37,8 +37,8 @@ struct PathInfo {
   bool modelled;        // the cost model predicts it (Algo below)
   Algo algo;
   const char* what;  // for people
-  // Whether its rules let it run in.a: a Verdict with no reason, or the Rule that refuses it
-  // (Rule::Hierarchical with a reason where another path is only preferred) and why. null for
+  // Whether its rules let it run in.a: an ok() Verdict, or the Rule that refuses it and why
+  // (Verdict::elsewhere, without a reason, where another path is only preferred). null for
   // a variant the planner does not choose among the others (quantized: planQuantized).
   Verdict (*allows)(const PlanInput& in);
 };

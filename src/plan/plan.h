@@ -137,8 +137,9 @@ Shape modelShape(const Identity& id, const PlanContext& ctx, size_t chunk_bytes,
 // hicoll_info --algorithms ask it.
 struct Verdict {
   Rule rule = Rule::Hierarchical;
-  std::string reason;  // "" when the path may run the call
-  bool ok() const { return reason.empty(); }
+  std::string reason;      // why a rule refuses the path ("" when none does)
+  bool elsewhere = false;  // no rule refuses it, but another path is preferred for this call
+  bool ok() const { return reason.empty() && !elsewhere; }
 };
 Verdict hierarchicalRules(const Identity& id, const PlanContext& ctx, const CollArgs& a, const Capabilities& caps,
                           const CollPlan& p);
