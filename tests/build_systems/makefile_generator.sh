@@ -2,9 +2,15 @@
 # What a C++ user types first must work: `cmake -S . -B build && cmake --build build` with the
 # default generator (Unix Makefiles), with CUDA when a toolkit is found and without. Configures
 # both into scratch directories and builds the library's tool in the host-only one.
+#
+#   makefile_generator.sh SOURCE_DIR [WORK_DIR]
+# WORK_DIR (emptied first) is a fixed place so that ccache finds the objects of the last run:
+# a temporary directory's new path would miss every one.
 set -euo pipefail
 src=$1
-work=$(mktemp -d)
+work=${2:-$(mktemp -d)}
+rm -rf "$work"
+mkdir -p "$work"
 trap 'rm -rf "$work"' EXIT
 for cuda in AUTO OFF; do
   echo "== cmake -G 'Unix Makefiles' (HICOLL_WITH_CUDA=$cuda)"
