@@ -10,9 +10,14 @@
 namespace hicoll {
 namespace {
 
-thread_local int t_rank = -1;
-thread_local int t_level = -1;
-thread_local const char* t_name = nullptr;
+// One thread-local object: in a shared library each thread-local costs a __tls_get_addr per
+// function that touches it, and every call sets and restores all three.
+struct LogContext {
+  int rank = -1;
+  int level = -1;
+  const char* name = nullptr;
+};
+thread_local LogContext t_log;
 
 LogLevel parseLevel() {
   // Read directly (not via Config) so logging works before any communicator exists; the
@@ -40,30 +45,36 @@ LogLevel logLevelOf(const std::string& v) {
 }
 
 LogLevel logLevel() {
-  static const LogLevel level = parseLevel();
-  return t_level >= 0 ? static_cast<LogLevel>(t_level) : level;
+  static const LogLevel level = parseLevel();  // (a function's static: logging works during load)
+  const int t = t_log.level;
+  return t >= 0 ? static_cast<LogLevel>(t) : level;
 }
 
 void logLine(LogLevel level, const std::string& msg) {
   static std::mutex mu;
-  const std::string name = t_name && *t_name ? fmt::format(" '{}'", t_name) : "";
+  const LogContext& c = t_log;
+  const std::string name = c.name && *c.name ? fmt::format(" '{}'", c.name) : "";
   std::string line =
-      t_rank >= 0 ? fmt::format("hicoll [rank {}{} pid {}] {} {}\n", t_rank, name, getpid(), levelName(level), msg)
+      c.rank >= 0 ? fmt::format("hicoll [rank {}{} pid {}] {} {}\n", c.rank, name, getpid(), levelName(level), msg)
                   : fmt::format("hicoll [pid {}] {} {}\n", getpid(), levelName(level), msg);
   std::lock_guard<std::mutex> lock(mu);
   fputs(line.c_str(), stderr);
 }
 
-ScopedLogRank::ScopedLogRank(int rank, int level, const char* name)
-    : prev_(t_rank), prev_level_(t_level), prev_name_(t_name) {
-  t_rank = rank;
-  if (level >= 0) t_level = level;
-  if (name) t_name = name;
+ScopedLogRank::ScopedLogRank(int rank, int level, const char* name) {
+  LogContext& c = t_log;
+  prev_ = c.rank;
+  prev_level_ = c.level;
+  prev_name_ = c.name;
+  c.rank = rank;
+  if (level >= 0) c.level = level;
+  if (name) c.name = name;
 }
 ScopedLogRank::~ScopedLogRank() {
-  t_rank = prev_;
-  t_level = prev_level_;
-  t_name = prev_name_;
+  LogContext& c = t_log;
+  c.rank = prev_;
+  c.level = prev_level_;
+  c.name = prev_name_;
 }
 
 }  // namespace hicoll
