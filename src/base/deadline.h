@@ -72,6 +72,10 @@ class Backoff {
  public:
   void pause();
   void reset() { n_ = 0; }
+  // This process's ranks share their host with more ranks than it has cores: a wait yields
+  // from the first pause (spinning holds the core the awaited rank needs; Open MPI's
+  // yield_when_idle). Set by a communicator that finds it so; never cleared.
+  static void yieldFirst();
 
  private:
   unsigned n_ = 0;
