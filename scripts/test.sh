@@ -28,7 +28,7 @@ echo "== test: ctest"
 (cd build && ctest --output-on-failure -j 2 --timeout 900)
 
 echo "== test: pytest tests/torch"
-.venv/bin/python -m pytest -q tests/torch
+.venv/bin/python -m pytest -q --durations=15 tests/torch  # the slowest 15: where the time goes
 
 echo "== test: sanitizers"
 bash scripts/sanitize.sh
