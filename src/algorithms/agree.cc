@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 
 #include "algorithms/run.h"
 #include "base/error.h"
@@ -156,7 +157,18 @@ bool Agreement::poll(bool collect) {
       check(i);
     }
   }
-  left_ -= completeEach(sends_, [&](ReqId s) { return net_->test(s); });
+  // A send that failed leaves the list with its error, so that a later poll (explain) does
+  // not test a request the transport already released.
+  std::optional<Error> failed;
+  left_ -= completeEach(sends_, [&](ReqId s) {
+    try {
+      return net_->test(s);
+    } catch (const Error& e) {
+      if (!failed) failed = e;
+      return true;
+    }
+  });
+  if (failed) throw *failed;
   return left_ == 0;
 }
 
@@ -174,7 +186,9 @@ void Agreement::explain(long ms) {
   try {
     waitUntil([&] { return poll(); }, Deadline(ms));
   } catch (const Error& e) {
-    if (e.code() == hcInvalidUsage || e.code() == hcRemoteError) throw;
+    // A disagreement or a peer's own report explains the error; a link that broke meanwhile
+    // is one more symptom, and the caller's error stays (the caller then waits for its cause).
+    if (e.code() == hcInvalidUsage || (e.code() == hcRemoteError && !e.symptom())) throw;
   }
 }
 
