@@ -367,8 +367,16 @@ HC_API hcResult_t hcAllToAll(const void* sendbuff, void* recvbuff, size_t count,
 
 /* Point-to-point (as ncclSend / ncclRecv, with MPI's requests). count elements of datatype go
  * from one rank to one peer; peer may be the calling rank itself (the data is copied; a send to
- * self completes at once). Host buffers only (stream NULL): device buffers are hcUnsupported
- * for now.
+ * self completes at once). What follows is for host buffers (stream NULL).
+ *   Device buffers go with a stream, in hcSend / hcRecv and their tag-0 forms: the call enqueues
+ * ncclSend / ncclRecv on the stream through the NCCL fallback and returns, as NCCL's does (the
+ * device path has no point-to-point of its own yet). NCCL's rules apply there: no tags, no
+ * receive from any source, sizes not compared between the pair, a send to itself only in a
+ * group with its receive; hcGroupStart / hcGroupEnd make an NCCL group. The first call with a
+ * stream on a communicator creates its device path and NCCL communicator collectively: every
+ * rank must make one (a collective or a point-to-point call with a stream). The non-blocking
+ * calls take host buffers only (hcUnsupported for device memory). hcCommGetStats counts device
+ * operations when they are enqueued.
  *   Matching: the messages a rank sends a peer match that peer's receives from it in the order
  *   each side posted them. Sender and receiver must pass the same size in bytes: a size that
  *   differs fails the call on both ranks (hcInvalidUsage, naming the peer and both sizes; over
@@ -393,7 +401,7 @@ typedef struct hcRequest* hcRequest_t;
 
 /* Blocking: returns once sendbuff may be reused (the receiver has taken or acknowledged the
  * message) or recvbuff holds the data. Between hcGroupStart and hcGroupEnd they only post, and
- * hcGroupEnd completes them. stream must be NULL. */
+ * hcGroupEnd completes them. With a stream (device buffers): enqueued, see above. */
 HC_API hcResult_t hcSend(const void* sendbuff, size_t count, hcDataType_t datatype, int peer, hcComm_t comm,
                          hcStream_t stream);
 HC_API hcResult_t hcRecv(void* recvbuff, size_t count, hcDataType_t datatype, int peer, hcComm_t comm,
@@ -441,7 +449,8 @@ HC_API hcResult_t hcRequestSource(hcRequest_t request, int* source);
  * only post, so a batch to many peers in any order cannot deadlock; the outermost hcGroupEnd
  * waits for all of them (on every communicator used, bounded by the smallest timeout) and
  * returns the first error. Non-blocking calls inside a group are not waited for by it;
- * collectives inside a group run at once, as outside one. */
+ * collectives inside a group run at once, as outside one. Device-buffer calls inside a group
+ * form one NCCL group, which the outermost hcGroupEnd ends (enqueued, not waited for). */
 HC_API hcResult_t hcGroupStart(void);
 HC_API hcResult_t hcGroupEnd(void);
 

@@ -449,8 +449,16 @@ size_t p2pBytes(const hcComm& c, const void* buf, size_t count, hcDataType_t dt,
   const size_t e = hcTypeSize(dt);
   HC_CHECK(count <= SIZE_MAX / e, hcInvalidArgument, "{}: count {} overflows", fn, count);
   HC_CHECK(count == 0 || buf, hcInvalidArgument, "{}: NULL buffer for {} elements", fn, count);
-  HC_CHECK(!stream && !isDevicePointer(buf), hcUnsupported,
-           "{}: point-to-point is not supported on device buffers yet (host buffers, stream NULL)", fn);
+  if (stream) {
+    HC_CHECK(tag == 0, hcUnsupported, "{}: tag {} on device buffers: they go to NCCL, which has no tags (tag 0 only)",
+             fn, tag);
+    HC_CHECK(peer >= 0, hcUnsupported, "{}: a receive from any source takes host buffers only", fn);
+  } else {
+    HC_CHECK(!isDevicePointer(buf), hcUnsupported,
+             "{}: {} is device memory: device buffers go with a stream (hcSend / hcRecv and their tag-0 forms), "
+             "the non-blocking calls take host buffers only",
+             fn, buf);
+  }
   return count * e;
 }
 
@@ -474,12 +482,29 @@ std::shared_ptr<P2pOp> postP2p(hcComm& c, bool send, void* buf, size_t bytes, in
   }
 }
 
-// The operations hcSend / hcRecv posted inside a group on this thread, for hcGroupEnd.
+// The operations hcSend / hcRecv posted inside a group on this thread, for hcGroupEnd, and the
+// communicators whose device path holds a group open (NCCL's, closed there too).
 struct Group {
   int depth = 0;
   std::vector<std::pair<hcComm*, std::shared_ptr<P2pOp>>> ops;
+  std::vector<hcComm*> device;
 };
 thread_local Group t_group;
+
+// Device buffers: enqueued on the stream through the device path (NCCL), as ncclSend / ncclRecv.
+void p2pDevice(hcComm& c, bool send, void* buf, size_t count, hcDataType_t dt, int peer, hcStream_t stream,
+               const char* fn) {
+  const bool grouped = t_group.depth > 0;
+  HC_CHECK(peer != c.id.rank || grouped, hcInvalidUsage,
+           "{}: a send or receive with itself on device buffers must be in a group with its counterpart "
+           "(hcGroupStart / hcGroupEnd), as in NCCL",
+           fn);
+  if (!c.device) c.device = makeDeviceEngine({c.id, c.plan, *c.links.bootstrap, c.stats, c.health});
+  HC_CHECK(c.device, hcUnsupported, "{}: a stream was given but this build of hicoll has no CUDA support", fn);
+  c.device->enqueueP2p({send, buf, count, dt, peer, stream, grouped});
+  if (grouped && std::find(t_group.device.begin(), t_group.device.end(), &c) == t_group.device.end())
+    t_group.device.push_back(&c);
+}
 
 hcResult_t p2pBlocking(hcComm_t comm, const char* fn, bool send, void* buf, size_t count, hcDataType_t dt, int peer,
                        int tag, hcStream_t stream) {
@@ -488,11 +513,12 @@ hcResult_t p2pBlocking(hcComm_t comm, const char* fn, bool send, void* buf, size
   const hcResult_t r = entered(comm, fn, [&] {
     const size_t bytes = p2pBytes(*comm, buf, count, dt, peer, tag, stream, fn);
     HC_CHECK(peer >= 0, hcInvalidArgument, "{}: peer {} is outside [0, {})", fn, peer, comm->id.nranks);
+    if (stream) return p2pDevice(*comm, send, buf, count, dt, peer, stream, fn);
     op = postP2p(*comm, send, buf, bytes, peer, tag, fn);
     P2pOp* ops[] = {op.get()};
     if (t_group.depth == 0) p2pOf(*comm).wait(ops, nullptr);
   });
-  if (r == hcSuccess && t_group.depth > 0) t_group.ops.emplace_back(comm, std::move(op));
+  if (r == hcSuccess && t_group.depth > 0 && op) t_group.ops.emplace_back(comm, std::move(op));
   return r;
 }
 
@@ -1113,9 +1139,18 @@ hcResult_t hcGroupEnd(void) {
   }
   if (--t_group.depth > 0) return hcSuccess;
   const auto ops = std::move(t_group.ops);
+  const auto device = std::move(t_group.device);
   t_group.ops.clear();
-  if (ops.empty()) return hcSuccess;
-  return waitGroupOps(ops);
+  t_group.device.clear();
+  hcResult_t r = hcSuccess;
+  for (hcComm* c : device) {  // NCCL's groups first: they only enqueue
+    if (bad(c, "hcGroupEnd")) return hcInvalidArgument;
+    const hcResult_t d = entered(c, "hcGroupEnd", [&] { c->device->endGroup(); });
+    if (r == hcSuccess) r = d;
+  }
+  if (ops.empty()) return r;
+  const hcResult_t h = waitGroupOps(ops);
+  return r != hcSuccess ? r : h;
 }
 
 }  // extern "C"

@@ -24,6 +24,17 @@ struct DeviceParts {
   const Health& health;  // failed at destruction: hcCommAbort, do not wait for peers
 };
 
+// A point-to-point operation on device buffers (hcSend / hcRecv with a stream).
+struct DeviceP2p {
+  bool send = true;
+  void* buf = nullptr;
+  size_t count = 0;
+  hcDataType_t dtype = hcUint8;
+  int peer = 0;
+  void* stream = nullptr;
+  bool grouped = false;  // inside hcGroupStart / hcGroupEnd: endGroup completes the batch
+};
+
 class DeviceEngine {
  public:
   virtual ~DeviceEngine() = default;
@@ -32,6 +43,11 @@ class DeviceEngine {
   virtual void enqueue(const CollArgs& a) = 0;
   // Blocks until every enqueued collective has finished (destroy, abort).
   virtual void drain() = 0;
+  // Enqueues p on p.stream and returns: NCCL's ncclSend / ncclRecv (the device path has no
+  // point-to-point of its own yet). Throws for what it can see up front (not CUDA memory).
+  virtual void enqueueP2p(const DeviceP2p& p) = 0;
+  // Closes the batch that grouped operations opened (hcGroupEnd); nothing when none is open.
+  virtual void endGroup() = 0;
 };
 
 // Created lazily by the first call with a non-NULL stream.

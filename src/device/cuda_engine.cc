@@ -10,6 +10,8 @@
 
 #include <cstdio>
 #include <cstring>
+#include <functional>
+#include <string>
 #include <utility>
 
 #include "base/error.h"
@@ -83,13 +85,16 @@ class CudaDeviceEngine final : public DeviceEngine {
   void drain() override {
     if (hier_) hier_->drain();
   }
+  void enqueueP2p(const DeviceP2p& p) override;
+  void endGroup() override { nccl_->endGroup(); }
 
  private:
   void setup();
   void dropResources();
   void setupLocal(SetupRecord& mine, const dev::BufferSizes& sz);
   void setupNode(const std::vector<SetupRecord>& all, SetupRecord& mine);
-  void checkBuffer(const void* p, const char* which, const CollArgs& a) const;
+  // what(): the call, for messages (formatted only on an error).
+  void checkBuffer(const void* p, const char* which, const std::function<std::string()>& what) const;
   nccl::Fallback& fallback();
 
   DeviceParts p_;
@@ -294,19 +299,19 @@ void CudaDeviceEngine::dropResources() {
     if (b->p && cudaFreeHost(std::exchange(b->p, nullptr)) != cudaSuccess) (void)cudaGetLastError();
 }
 
-void CudaDeviceEngine::checkBuffer(const void* p, const char* which, const CollArgs& a) const {
+void CudaDeviceEngine::checkBuffer(const void* p, const char* which, const std::function<std::string()>& what) const {
   cudaPointerAttributes at{};
   cudaError_t e = cudaPointerGetAttributes(&at, p);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
-    HC_THROW(hcInvalidArgument, "{}: {} {} is not CUDA memory ({})", describe(a), which, p, cudaGetErrorString(e));
+    HC_THROW(hcInvalidArgument, "{}: {} {} is not CUDA memory ({})", what(), which, p, cudaGetErrorString(e));
   }
   HC_CHECK(at.type == cudaMemoryTypeDevice || at.type == cudaMemoryTypeManaged, hcInvalidArgument,
-           "{}: {} {} is host memory but a stream was given (device buffers go with a stream)", describe(a), which, p);
+           "{}: {} {} is host memory but a stream was given (device buffers go with a stream)", what(), which, p);
   HC_CHECK(at.type == cudaMemoryTypeManaged || at.device == device_, hcInvalidUsage,
            "{}: {} {} is on GPU {} but this communicator's device path runs on GPU {} (the current device at its "
            "first device call)",
-           describe(a), which, p, at.device, device_);
+           what(), which, p, at.device, device_);
 }
 
 nccl::Fallback& CudaDeviceEngine::fallback() {
@@ -317,8 +322,9 @@ void CudaDeviceEngine::enqueue(const CollArgs& a) {
   ScopedLogRank log_rank(p_.id.rank);
   HC_CHECK(device_ >= 0, hcSystemError, "{}: no usable CUDA device", describe(a));
   dev::DeviceGuard g(device_);
-  if (a.coll != hcCollBroadcast || p_.id.rank == a.root) checkBuffer(a.send, "sendbuff", a);
-  checkBuffer(a.recv, "recvbuff", a);
+  const auto what = [&a] { return describe(a); };
+  if (a.coll != hcCollBroadcast || p_.id.rank == a.root) checkBuffer(a.send, "sendbuff", what);
+  checkBuffer(a.recv, "recvbuff", what);
 
   CollArgs run = a;  // a quantized call that does not quantize runs exact, described as itself
   if (a.quant.block) {
@@ -343,6 +349,20 @@ void CudaDeviceEngine::enqueue(const CollArgs& a) {
   hier_->forEachPeerBytes(run, [this, &a](int peer, size_t bytes) { p_.stats.countBytes(a.coll, peer, bytes); });
   hier_->enqueue(run);
   if (hier_->wireBlock(run)) p_.stats.countQuantized(a.coll);
+}
+
+void CudaDeviceEngine::enqueueP2p(const DeviceP2p& p) {
+  ScopedLogRank log_rank(p_.id.rank);
+  const auto what = [&p] {
+    return fmt::format("{} of {} x {} {} rank {}", p.send ? "hcSend" : "hcRecv", p.count, dtypeName(p.dtype),
+                       p.send ? "to" : "from", p.peer);
+  };
+  HC_CHECK(device_ >= 0, hcSystemError, "{}: no usable CUDA device", what());
+  dev::DeviceGuard g(device_);
+  if (p.count) checkBuffer(p.buf, p.send ? "sendbuff" : "recvbuff", what);
+  HC_TRACE("{}: on NCCL (the device path has no point-to-point of its own)", what());
+  fallback().sendRecv(p.send, p.buf, p.count, p.dtype, p.peer, p.stream, p.grouped);
+  p_.stats.countP2p(p.send, p.count * hcTypeSize(p.dtype));
 }
 
 }  // namespace

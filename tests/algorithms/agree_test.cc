@@ -48,8 +48,8 @@ class ScriptedNet final : public Transport {
   void progress() override {}
   void abort() override {}
 
-  std::set<int> broken;                 // sends to this peer fail (a closed link)
-  std::map<int, CallDesc> arrived;      // this peer's descriptor has come
+  std::set<int> broken;             // sends to this peer fail (a closed link)
+  std::map<int, CallDesc> arrived;  // this peer's descriptor has come
   std::map<ReqId, Req> live;
 
  private:

@@ -283,8 +283,16 @@ TEST(Api, PointToPointArgumentsAreRejectedWithAMessage) {
     EXPECT_EQ(hcSend(nullptr, 16, hcInt32, peer, c, nullptr), hcInvalidArgument);
     EXPECT_NE(last().find("NULL buffer"), std::string::npos) << last();
     EXPECT_EQ(hcSend(buf.data(), 16, static_cast<hcDataType_t>(42), peer, c, nullptr), hcInvalidArgument);
-    EXPECT_EQ(hcSend(buf.data(), 16, hcInt32, peer, c, reinterpret_cast<void*>(1)), hcUnsupported);
-    EXPECT_NE(last().find("device buffers"), std::string::npos) << last();
+    // Device buffers go to NCCL: what NCCL cannot do is refused before anything is created.
+    void* stream = reinterpret_cast<void*>(1);
+    EXPECT_EQ(hcSendTag(buf.data(), 16, hcInt32, peer, 3, c, stream), hcUnsupported);
+    EXPECT_NE(last().find("no tags"), std::string::npos) << last();
+    EXPECT_EQ(hcSend(buf.data(), 16, hcInt32, rank, c, stream), hcInvalidUsage);
+    EXPECT_NE(last().find("must be in a group"), std::string::npos) << last();
+    // Then the device path: no CUDA in this build, or no device on this machine.
+    EXPECT_NE(hcSend(buf.data(), 16, hcInt32, peer, c, stream), hcSuccess);
+    EXPECT_TRUE(last().find("no CUDA support") != std::string::npos || last().find("CUDA device") != std::string::npos)
+        << last();
     hcRequest_t r = nullptr;
     EXPECT_EQ(hcIsend(buf.data(), 16, hcInt32, peer, c, nullptr), hcInvalidArgument);
     EXPECT_EQ(hcIrecv(buf.data(), 16, hcInt32, -3, c, &r), hcInvalidArgument);

@@ -279,3 +279,40 @@ STANDIN_API Result ncclRedOpDestroy(RedOp op, CommHandle comm) {
   c.comm = comm;
   return injected("ncclRedOpDestroy");
 }
+
+// Point-to-point: the peer is recorded as root, the buffer as send or recv.
+STANDIN_API Result ncclSend(const void* send, size_t count, DataType dt, int peer, CommHandle comm, Stream stream) {
+  std::lock_guard<std::mutex> lk(g_mu);
+  StandinCall& c = record("ncclSend");
+  c.send = send;
+  c.count = count;
+  c.dtype = dt;
+  c.root = peer;
+  c.comm = comm;
+  c.stream = stream;
+  return injected("ncclSend");
+}
+
+STANDIN_API Result ncclRecv(void* recv, size_t count, DataType dt, int peer, CommHandle comm, Stream stream) {
+  std::lock_guard<std::mutex> lk(g_mu);
+  StandinCall& c = record("ncclRecv");
+  c.recv = recv;
+  c.count = count;
+  c.dtype = dt;
+  c.root = peer;
+  c.comm = comm;
+  c.stream = stream;
+  return injected("ncclRecv");
+}
+
+STANDIN_API Result ncclGroupStart() {
+  std::lock_guard<std::mutex> lk(g_mu);
+  record("ncclGroupStart");
+  return injected("ncclGroupStart");
+}
+
+STANDIN_API Result ncclGroupEnd() {
+  std::lock_guard<std::mutex> lk(g_mu);
+  record("ncclGroupEnd");
+  return injected("ncclGroupEnd");
+}

@@ -63,6 +63,16 @@ nccl::BootstrapOps soloOps() {
   return ops;
 }
 
+// Rank 0 of n whose bootstrap answers alone (the other ranks' entries read as successes).
+nccl::BootstrapOps soloOpsOf(int n) {
+  nccl::BootstrapOps ops;
+  ops.allgather = [n](const void* mine, void* all, size_t len) {
+    for (int r = 0; r < n; ++r) std::memcpy(static_cast<char*>(all) + r * len, mine, len);
+  };
+  ops.broadcast = [](void*, size_t, int) {};
+  return ops;
+}
+
 // Bootstrap collectives among threads of the test (ranks 0..n-1).
 class ThreadBootstrap {
  public:
@@ -133,12 +143,13 @@ TEST(NcclLibrary, ResolvesEverySymbolAndVersion) {
   EXPECT_EQ(lib->path(), HCSTANDIN_PATH);
   size_t n = 0;
   nccl::symbolNames(&n);
-  EXPECT_EQ(n, 14u);
+  EXPECT_EQ(n, 18u);
   const nccl::Functions& f = lib->fn();
-  for (void* p : {(void*)f.getVersion, (void*)f.getUniqueId, (void*)f.commInitRank, (void*)f.commDestroy,
-                  (void*)f.commAbort, (void*)f.commGetAsyncError, (void*)f.getErrorString, (void*)f.getLastError,
-                  (void*)f.allGather, (void*)f.reduceScatter, (void*)f.allReduce, (void*)f.broadcast,
-                  (void*)f.redOpCreatePreMulSum, (void*)f.redOpDestroy})
+  for (void* p :
+       {(void*)f.getVersion, (void*)f.getUniqueId, (void*)f.commInitRank, (void*)f.commDestroy, (void*)f.commAbort,
+        (void*)f.commGetAsyncError, (void*)f.getErrorString, (void*)f.getLastError, (void*)f.allGather,
+        (void*)f.reduceScatter, (void*)f.allReduce, (void*)f.broadcast, (void*)f.redOpCreatePreMulSum,
+        (void*)f.redOpDestroy, (void*)f.send, (void*)f.recv, (void*)f.groupStart, (void*)f.groupEnd})
     EXPECT_NE(p, nullptr);
   EXPECT_EQ(s.calls("ncclGetVersion").size(), 1u);
   EXPECT_EQ(lib->describe(nccl::InvalidArgument, nullptr), "standin error 4");
@@ -250,6 +261,52 @@ TEST(NcclFallback, LazyAndForwardsExactly) {
   auto d = s.calls("ncclCommDestroy");
   ASSERT_EQ(d.size(), 1u);
   EXPECT_TRUE(s.calls("ncclCommAbort").empty());
+}
+
+// Device point-to-point (hcSend / hcRecv with a stream) on NCCL: the communicator is created
+// before a group opens (a creation inside a group would wait for its end), the group opens at
+// the first grouped operation and closes once, and a failure names the call.
+TEST(NcclFallback, PointToPointForwardsAndGroupsAfterCreation) {
+  Standin s;
+  nccl::Fallback fb(HCSTANDIN_PATH, 0, 2, soloOpsOf(2));
+  static char sbuf[64], rbuf[64];
+  void* stream = reinterpret_cast<void*>(0x7171);
+  fb.sendRecv(true, sbuf, 5, hcFloat32, 1, stream, /*grouped=*/true);
+  fb.sendRecv(false, rbuf, 6, hcInt64, 1, stream, /*grouped=*/true);
+  fb.endGroup();
+  fb.endGroup();  // nothing open: nothing called
+  fb.sendRecv(true, sbuf, 2, hcUint8, 0, stream, /*grouped=*/false);
+  std::vector<std::string> order;
+  for (const StandinCall& c : s.calls())
+    if (std::string(c.fn) != "ncclGetVersion" && std::string(c.fn) != "ncclCommGetAsyncError") order.push_back(c.fn);
+  const std::vector<std::string> expected = {"ncclGetUniqueId", "ncclCommInitRank", "ncclGroupStart", "ncclSend",
+                                             "ncclRecv",        "ncclGroupEnd",     "ncclSend"};
+  EXPECT_EQ(order, expected);
+  auto sends = s.calls("ncclSend");
+  ASSERT_EQ(sends.size(), 2u);
+  EXPECT_EQ(sends[0].send, sbuf);
+  EXPECT_EQ(sends[0].count, 5u);
+  EXPECT_EQ(sends[0].dtype, nccl::Float32);
+  EXPECT_EQ(sends[0].root, 1);
+  EXPECT_EQ(sends[0].stream, stream);
+  EXPECT_EQ(sends[1].root, 0);
+  auto recvs = s.calls("ncclRecv");
+  ASSERT_EQ(recvs.size(), 1u);
+  EXPECT_EQ(recvs[0].recv, rbuf);
+  EXPECT_EQ(recvs[0].count, 6u);
+  EXPECT_EQ(recvs[0].dtype, nccl::Int64);
+  EXPECT_EQ(recvs[0].root, 1);
+
+  s.fail("ncclRecv", nccl::InvalidArgument);
+  try {
+    fb.sendRecv(false, rbuf, 3, hcBfloat16, 1, stream, false);
+    FAIL() << "a failing ncclRecv is not reported";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), hcInvalidArgument);
+    const std::string m = e.what();
+    EXPECT_NE(m.find("ncclRecv"), std::string::npos) << m;
+    EXPECT_NE(m.find("a receive of 3 x bfloat16 from rank 1"), std::string::npos) << m;
+  }
 }
 
 TEST(NcclFallback, PreMulSumCreatesAndDestroysAnOpPerCall) {

@@ -65,5 +65,9 @@ using BroadcastFn = Result (*)(const void* send, void* recv, size_t count, DataT
 using RedOpCreatePreMulSumFn = Result (*)(RedOp* op, void* scalar, DataType dtype, ScalarResidence residence,
                                           CommHandle comm);
 using RedOpDestroyFn = Result (*)(RedOp op, CommHandle comm);
+using SendFn = Result (*)(const void* send, size_t count, DataType dtype, int peer, CommHandle comm, Stream stream);
+using RecvFn = Result (*)(void* recv, size_t count, DataType dtype, int peer, CommHandle comm, Stream stream);
+using GroupStartFn = Result (*)();
+using GroupEndFn = Result (*)();
 
 }  // namespace hicoll::nccl

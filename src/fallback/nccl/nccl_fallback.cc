@@ -145,14 +145,15 @@ void Fallback::init() {
 
 void Fallback::check(Result r, const char* fn, const CollArgs& a) {
   if (r == Success) return;
-  HC_THROW(codeOf(r), "NCCL fallback: {} for {} failed: {}", fn, describe(a), lib_->describe(r, comm_));
+  check(r, fn, describe(a));
 }
 
-void Fallback::run(const CollArgs& a) {
-  // Before NCCL is loaded or its communicator made: every rank refuses alike.
-  HC_CHECK(!isBitwise(a.op.kind), hcUnsupported,
-           "NCCL fallback: {}: NCCL has no {} reduction (bitwise ops run on hicoll's own paths only)", describe(a),
-           opName(a.op.kind));
+void Fallback::check(Result r, const char* fn, const std::string& what) {
+  if (r == Success) return;
+  HC_THROW(codeOf(r), "NCCL fallback: {} for {} failed: {}", fn, what, lib_->describe(r, comm_));
+}
+
+void Fallback::ready(const std::string& what) {
   if (!comm_) {
     HC_CHECK(init_code_ == hcSuccess, init_code_, "{}", init_error_);
     try {
@@ -163,12 +164,39 @@ void Fallback::run(const CollArgs& a) {
       throw;
     }
   }
-  const Functions& f = lib_->fn();
   Result async = Success;
-  Result r = f.commGetAsyncError(comm_, &async);
-  check(r, "ncclCommGetAsyncError", a);
+  check(lib_->fn().commGetAsyncError(comm_, &async), "ncclCommGetAsyncError", what);
   HC_CHECK(async == Success, hcRemoteError, "NCCL fallback: the NCCL communicator failed earlier: {}",
            lib_->describe(async, comm_));
+}
+
+void Fallback::sendRecv(bool send, void* buf, size_t count, hcDataType_t dtype, int peer, Stream stream, bool grouped) {
+  const std::string what = fmt::format("{} of {} x {} {} rank {}", send ? "a send" : "a receive", count,
+                                       dtypeName(dtype), send ? "to" : "from", peer);
+  const DataType dt = toNccl(dtype);
+  ready(what);
+  const Functions& f = lib_->fn();
+  if (grouped && !group_open_) {
+    check(f.groupStart(), "ncclGroupStart", what);
+    group_open_ = true;
+  }
+  if (send) check(f.send(buf, count, dt, peer, comm_, stream), "ncclSend", what);
+  else check(f.recv(buf, count, dt, peer, comm_, stream), "ncclRecv", what);
+}
+
+void Fallback::endGroup() {
+  if (!group_open_) return;
+  group_open_ = false;
+  check(lib_->fn().groupEnd(), "ncclGroupEnd", "a group of point-to-point calls");
+}
+
+void Fallback::run(const CollArgs& a) {
+  // Before NCCL is loaded or its communicator made: every rank refuses alike.
+  HC_CHECK(!isBitwise(a.op.kind), hcUnsupported,
+           "NCCL fallback: {}: NCCL has no {} reduction (bitwise ops run on hicoll's own paths only)", describe(a),
+           opName(a.op.kind));
+  ready(describe(a));
+  const Functions& f = lib_->fn();
 
   const DataType dt = toNccl(a.dtype);
   switch (a.coll) {

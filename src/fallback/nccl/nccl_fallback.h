@@ -37,6 +37,13 @@ class Fallback {
   // error string and ncclGetLastError's text; hcUnsupported for a bitwise op (before any
   // NCCL call).
   void run(const CollArgs& a);
+  // Point-to-point on device buffers: ncclSend / ncclRecv of count elements with peer on
+  // stream, enqueued (the first call creates the communicator, as run() does). grouped: the
+  // first such call opens an NCCL group (after the communicator exists: a creation inside a
+  // group would wait for its end), which endGroup closes.
+  void sendRecv(bool send, void* buf, size_t count, hcDataType_t dtype, int peer, Stream stream, bool grouped);
+  // ncclGroupEnd of the group sendRecv opened; nothing when none is open.
+  void endGroup();
   // The communicator is unusable: destroy it with ncclCommAbort.
   void abort() { aborted_ = true; }
   bool initialized() const { return comm_ != nullptr; }
@@ -44,7 +51,11 @@ class Fallback {
 
  private:
   void init();
+  // Creates the communicator at the first call, then checks NCCL's asynchronous error; what
+  // describes the call for messages.
+  void ready(const std::string& what);
   void check(Result r, const char* fn, const CollArgs& a);
+  void check(Result r, const char* fn, const std::string& what);
 
   std::string lib_path_;
   int rank_, nranks_;
@@ -52,6 +63,7 @@ class Fallback {
   std::shared_ptr<Library> lib_;
   CommHandle comm_ = nullptr;
   bool aborted_ = false;
+  bool group_open_ = false;           // sendRecv opened an NCCL group that endGroup has not closed
   hcResult_t init_code_ = hcSuccess;  // a failed creation is repeated to later calls
   std::string init_error_;
 };

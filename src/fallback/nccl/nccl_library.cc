@@ -10,9 +10,24 @@ namespace hicoll::nccl {
 namespace {
 
 const char* const kSymbols[] = {
-    "ncclGetVersion",        "ncclGetUniqueId",    "ncclCommInitRank",         "ncclCommDestroy",  "ncclCommAbort",
-    "ncclCommGetAsyncError", "ncclGetErrorString", "ncclGetLastError",         "ncclAllGather",    "ncclReduceScatter",
-    "ncclAllReduce",         "ncclBroadcast",      "ncclRedOpCreatePreMulSum", "ncclRedOpDestroy",
+    "ncclGetVersion",
+    "ncclGetUniqueId",
+    "ncclCommInitRank",
+    "ncclCommDestroy",
+    "ncclCommAbort",
+    "ncclCommGetAsyncError",
+    "ncclGetErrorString",
+    "ncclGetLastError",
+    "ncclAllGather",
+    "ncclReduceScatter",
+    "ncclAllReduce",
+    "ncclBroadcast",
+    "ncclRedOpCreatePreMulSum",
+    "ncclRedOpDestroy",
+    "ncclSend",
+    "ncclRecv",
+    "ncclGroupStart",
+    "ncclGroupEnd",
 };
 
 std::string versionString(int code) {
@@ -66,6 +81,10 @@ std::shared_ptr<Library> Library::open(const std::string& path) {
   f.broadcast = reinterpret_cast<BroadcastFn>(addr[i++]);
   f.redOpCreatePreMulSum = reinterpret_cast<RedOpCreatePreMulSumFn>(addr[i++]);
   f.redOpDestroy = reinterpret_cast<RedOpDestroyFn>(addr[i++]);
+  f.send = reinterpret_cast<SendFn>(addr[i++]);
+  f.recv = reinterpret_cast<RecvFn>(addr[i++]);
+  f.groupStart = reinterpret_cast<GroupStartFn>(addr[i++]);
+  f.groupEnd = reinterpret_cast<GroupEndFn>(addr[i++]);
 
   int v = 0;
   Result r = f.getVersion(&v);

@@ -28,6 +28,10 @@ struct Functions {
   BroadcastFn broadcast = nullptr;
   RedOpCreatePreMulSumFn redOpCreatePreMulSum = nullptr;
   RedOpDestroyFn redOpDestroy = nullptr;
+  SendFn send = nullptr;
+  RecvFn recv = nullptr;
+  GroupStartFn groupStart = nullptr;
+  GroupEndFn groupEnd = nullptr;
 };
 
 class Library {
