@@ -497,6 +497,42 @@ int bitwiseOnNccl(int rank, char* dsend, char* drecv, cudaStream_t s) {
   return 0;
 }
 
+// Point-to-point on device buffers (ncclSend / ncclRecv through the fallback): a ring exchange
+// in one group (with itself on one rank), every value checked, then the statistics.
+int p2pOnNccl(int rank, int W, char* dsend, char* drecv, cudaStream_t s) {
+  const size_t n = 1000;
+  std::vector<int32_t> mine(n), got(n, -1);
+  for (size_t i = 0; i < n; ++i) mine[i] = static_cast<int32_t>(rank * 100000 + static_cast<int>(i));
+  CK(cudaMemcpy(dsend, mine.data(), n * sizeof(int32_t), cudaMemcpyHostToDevice));
+  CK(cudaMemset(drecv, 0xff, n * sizeof(int32_t)));
+  hcStats before = HC_STATS_INITIALIZER;
+  HK(hcCommGetStats(g_comm, &before));
+  const int to = (rank + 1) % W, from = (rank + W - 1) % W;
+  HK(hcGroupStart());
+  HK(hcSend(dsend, n, hcInt32, to, g_comm, s));
+  HK(hcRecv(drecv, n, hcInt32, from, g_comm, s));
+  HK(hcGroupEnd());
+  CK(cudaStreamSynchronize(s));
+  CK(cudaMemcpy(got.data(), drecv, n * sizeof(int32_t), cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < n; ++i) {
+    if (got[i] != from * 100000 + static_cast<int>(i)) {
+      std::fprintf(stderr, "[rank %d] device hcRecv from rank %d: element %zu is %d, want %d\n", rank, from, i, got[i],
+                   from * 100000 + static_cast<int>(i));
+      return 1;
+    }
+  }
+  hcStats after = HC_STATS_INITIALIZER;
+  HK(hcCommGetStats(g_comm, &after));
+  if (after.p2p_sends != before.p2p_sends + 1 || after.p2p_recvs != before.p2p_recvs + 1) {
+    std::fprintf(stderr, "[rank %d] device hcSend / hcRecv counted %llu sends, %llu receives (want 1 each)\n", rank,
+                 static_cast<unsigned long long>(after.p2p_sends - before.p2p_sends),
+                 static_cast<unsigned long long>(after.p2p_recvs - before.p2p_recvs));
+    return 1;
+  }
+  if (rank == 0) std::printf("  hcSend / hcRecv on device buffers (NCCL, one group): the ring exchange matches\n");
+  return 0;
+}
+
 int rankMain(const Scenario& sc, int rank, int W) {
   g_rank = rank;
   int ndev = 0;
@@ -527,6 +563,7 @@ int rankMain(const Scenario& sc, int rank, int W) {
     std::printf("  %zu collectives (%zu datatypes, counts up to %zu) in %.1f s, %s\n", cases.size(), sc.types.size(),
                 sc.counts.back(), secs, bad ? "FAILURES" : "all match the reference");
   if (!bad && on_nccl) bad += bitwiseOnNccl(rank, dsend, drecv, s);
+  if (!bad && on_nccl) bad += p2pOnNccl(rank, W, dsend, drecv, s);
   if (!bad && sc.ordering) bad += orderingChecks(rank, W, dsend, drecv, s);
   if (!bad && sc.repeat) bad += repeatChecks(rank, W, s);
   if (!bad && sc.quant) bad += quantChecks(sc, rank, W, s);
