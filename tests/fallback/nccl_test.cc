@@ -55,14 +55,6 @@ class Standin {
   StandinFailFn fail_;
 };
 
-// A one-rank bootstrap.
-nccl::BootstrapOps soloOps() {
-  nccl::BootstrapOps ops;
-  ops.allgather = [](const void* mine, void* all, size_t len) { std::memcpy(all, mine, len); };
-  ops.broadcast = [](void*, size_t, int) {};
-  return ops;
-}
-
 // Rank 0 of n whose bootstrap answers alone (the other ranks' entries read as successes).
 nccl::BootstrapOps soloOpsOf(int n) {
   nccl::BootstrapOps ops;
@@ -71,6 +63,11 @@ nccl::BootstrapOps soloOpsOf(int n) {
   };
   ops.broadcast = [](void*, size_t, int) {};
   return ops;
+}
+
+// A one-rank bootstrap.
+nccl::BootstrapOps soloOps() {
+  return soloOpsOf(1);
 }
 
 // Bootstrap collectives among threads of the test (ranks 0..n-1).
