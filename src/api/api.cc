@@ -338,6 +338,13 @@ void validate(hcComm& c, const CollArgs& a, const char* fn) {
              "{}: device buffers need a stream (NULL means host buffers)", fn);
 }
 
+// The device path, created by the first call with a stream (collectively: every rank makes one).
+DeviceEngine& deviceOf(hcComm& c, const char* fn) {
+  if (!c.device) c.device = makeDeviceEngine({c.id, c.plan, *c.links.bootstrap, c.stats, c.health});
+  HC_CHECK(c.device, hcUnsupported, "{}: a stream was given but this build of hicoll has no CUDA support", fn);
+  return *c.device;
+}
+
 // A zero count completes at once without communication (every rank must pass zero; one that
 // does not is found at the next call, whose call numbers then differ).
 void runColl(hcComm& c, CollArgs& a, const char* fn, const hcRedOp_t* op) {
@@ -352,12 +359,7 @@ void runColl(hcComm& c, CollArgs& a, const char* fn, const hcRedOp_t* op) {
   // An AllToAll always communicates: zero from this rank says nothing of what it receives.
   if (a.count == 0 && a.coll != hcCollBarrier && a.coll != hcCollAllToAll) return;
   a.call = ++c.links.calls;
-  if (a.stream) {
-    if (!c.device) c.device = makeDeviceEngine({c.id, c.plan, *c.links.bootstrap, c.stats, c.health});
-    HC_CHECK(c.device, hcUnsupported, "{}: a stream was given but this build of hicoll has no CUDA support", fn);
-    c.device->enqueue(a);
-    return;
-  }
+  if (a.stream) return deviceOf(c, fn).enqueue(a);
   runHostCollective(c, a);
 }
 
@@ -499,11 +501,11 @@ void p2pDevice(hcComm& c, bool send, void* buf, size_t count, hcDataType_t dt, i
            "{}: a send or receive with itself on device buffers must be in a group with its counterpart "
            "(hcGroupStart / hcGroupEnd), as in NCCL",
            fn);
-  if (!c.device) c.device = makeDeviceEngine({c.id, c.plan, *c.links.bootstrap, c.stats, c.health});
-  HC_CHECK(c.device, hcUnsupported, "{}: a stream was given but this build of hicoll has no CUDA support", fn);
-  c.device->enqueueP2p({send, buf, count, dt, peer, stream, grouped});
+  DeviceEngine& d = deviceOf(c, fn);
+  // Listed first: a group the call opens is ended at hcGroupEnd even if the call fails.
   if (grouped && std::find(t_group.device.begin(), t_group.device.end(), &c) == t_group.device.end())
     t_group.device.push_back(&c);
+  d.enqueueP2p({send, buf, count, dt, peer, stream, grouped});
 }
 
 hcResult_t p2pBlocking(hcComm_t comm, const char* fn, bool send, void* buf, size_t count, hcDataType_t dt, int peer,
