@@ -145,15 +145,15 @@ void Fallback::init() {
 
 void Fallback::check(Result r, const char* fn, const CollArgs& a) {
   if (r == Success) return;
-  check(r, fn, describe(a));
+  check(r, fn, [&a] { return describe(a); });
 }
 
-void Fallback::check(Result r, const char* fn, const std::string& what) {
+void Fallback::check(Result r, const char* fn, const std::function<std::string()>& what) {
   if (r == Success) return;
-  HC_THROW(codeOf(r), "NCCL fallback: {} for {} failed: {}", fn, what, lib_->describe(r, comm_));
+  HC_THROW(codeOf(r), "NCCL fallback: {} for {} failed: {}", fn, what(), lib_->describe(r, comm_));
 }
 
-void Fallback::ready(const std::string& what) {
+void Fallback::ready(const std::function<std::string()>& what) {
   if (!comm_) {
     HC_CHECK(init_code_ == hcSuccess, init_code_, "{}", init_error_);
     try {
@@ -171,8 +171,10 @@ void Fallback::ready(const std::string& what) {
 }
 
 void Fallback::sendRecv(bool send, void* buf, size_t count, hcDataType_t dtype, int peer, Stream stream, bool grouped) {
-  const std::string what = fmt::format("{} of {} x {} {} rank {}", send ? "a send" : "a receive", count,
-                                       dtypeName(dtype), send ? "to" : "from", peer);
+  const auto what = [&] {
+    return fmt::format("{} of {} x {} {} rank {}", send ? "a send" : "a receive", count, dtypeName(dtype),
+                       send ? "to" : "from", peer);
+  };
   const DataType dt = toNccl(dtype);
   ready(what);
   const Functions& f = lib_->fn();
@@ -187,7 +189,7 @@ void Fallback::sendRecv(bool send, void* buf, size_t count, hcDataType_t dtype, 
 void Fallback::endGroup() {
   if (!group_open_) return;
   group_open_ = false;
-  check(lib_->fn().groupEnd(), "ncclGroupEnd", "a group of point-to-point calls");
+  check(lib_->fn().groupEnd(), "ncclGroupEnd", [] { return std::string("a group of point-to-point calls"); });
 }
 
 void Fallback::run(const CollArgs& a) {
@@ -195,7 +197,7 @@ void Fallback::run(const CollArgs& a) {
   HC_CHECK(!isBitwise(a.op.kind), hcUnsupported,
            "NCCL fallback: {}: NCCL has no {} reduction (bitwise ops run on hicoll's own paths only)", describe(a),
            opName(a.op.kind));
-  ready(describe(a));
+  ready([&a] { return describe(a); });
   const Functions& f = lib_->fn();
 
   const DataType dt = toNccl(a.dtype);

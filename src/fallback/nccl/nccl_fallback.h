@@ -53,9 +53,10 @@ class Fallback {
   void init();
   // Creates the communicator at the first call, then checks NCCL's asynchronous error; what
   // describes the call for messages.
-  void ready(const std::string& what);
+  void ready(const std::function<std::string()>& what);
   void check(Result r, const char* fn, const CollArgs& a);
-  void check(Result r, const char* fn, const std::string& what);
+  // what(): the call, formatted only on an error.
+  void check(Result r, const char* fn, const std::function<std::string()>& what);
 
   std::string lib_path_;
   int rank_, nranks_;
