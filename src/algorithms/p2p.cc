@@ -75,8 +75,10 @@ std::shared_ptr<P2pOp> P2p::post(bool send, int peer, int tag, void* buf, size_t
     op->state = P2pOp::State::Done;
     stats_.countP2p(true, len);
     P2pOp* r = firstWaiting(ops_, peer, tag);
-    if (!r) peers_[static_cast<size_t>(peer)].unexpected.push_back(std::move(m));
-    else takeNoThrow(*r, [&] { take(*r, std::move(m)); });
+    if (!r) {
+      peers_[static_cast<size_t>(peer)].unexpected.push_back(std::move(m));
+      ++held_;
+    } else takeNoThrow(*r, [&] { take(*r, std::move(m)); });
     return op;
   }
   ops_.push_back(op);
@@ -102,6 +104,68 @@ std::shared_ptr<P2pOp> P2p::post(bool send, int peer, int tag, void* buf, size_t
   if (len) op->data_req = op->t->isend(peer, buf, len, p2ptag::data(seq));
   op->ack_req = op->t->irecv(peer, &op->ack, sizeof op->ack, p2ptag::ack(seq));
   return op;
+}
+
+bool P2p::direct(bool send, int peer, int tag, void* buf, size_t len, const char* fn, const Deadline& d) {
+  // Anything pending (an operation, a placed receive, a message held or being copied aside)
+  // moves only while the general wait runs.
+  if (!ops_.empty() || placed_ > 0 || held_ > 0 || peer == id_.rank || !local(peer)) return false;
+  ShmTransport& shm = *links_.shm;
+  if (!send && shm.postedRecvs(peer) > 0) return false;
+  const uint64_t want = p2ptag::shm(tag);
+  uint64_t index = ShmTransport::kNotNow;
+  ReqId req = 0;
+  if (send) {
+    index = shm.postNow(peer, buf, len, want);
+    if (index == ShmTransport::kNotNow) req = shm.isend(peer, buf, len, want);
+  }
+  bool arrived = send, theirs = false;
+  // For messages only: what the wait is, as the general path would describe it.
+  auto op = [&] {
+    P2pOp o;
+    o.send = send;
+    o.peer = o.source = peer;
+    o.tag = tag;
+    o.len = len;
+    o.fn = fn;
+    o.state = arrived ? P2pOp::State::Moving : P2pOp::State::Waiting;
+    return o;
+  };
+  try {
+    waitUntil(
+        [&] {
+          if (!arrived) {
+            uint64_t t = 0;
+            size_t n = 0;
+            if (!shm.peek(peer, &t, &n)) {
+              shm.prefetchFrom(peer);
+              return Progress::Idle;
+            }
+            if (t != want || n != len) {
+              theirs = true;
+              return Progress::Done;
+            }
+            arrived = true;
+            if (shm.takeNow(peer, buf, len)) return Progress::Done;
+            req = shm.irecv(peer, buf, len, want);
+          }
+          if (req ? shm.test(req) : shm.taken(peer, index)) return Progress::Done;
+          if (send) shm.prefetchFrom(peer);  // a send's wait is often followed by a receive of the reply
+          return Progress::Idle;
+        },
+        d, [&] { links_.checkPeers(); },
+        [&] {
+          P2pOp o = op();
+          P2pOp* ops[] = {&o};
+          checkDeadline(ops, d, nullptr);
+        });
+  } catch (const Error& e) {
+    if (e.code() == hcTimeout) throw Error(e.code(), e.what(), Error::kFatal);  // names what already
+    explainAndThrow(e, op().describe(id_));
+  }
+  if (theirs) return false;
+  stats_.countP2p(send, len);
+  return true;
 }
 
 void P2p::fail(P2pOp& op, hcResult_t code, const std::string& why) {
@@ -141,6 +205,7 @@ bool P2p::takeUnexpected(P2pOp& op) {
       if ((*it)->tag != op.tag) continue;
       std::unique_ptr<P2pMsg> m = std::move(*it);
       q.erase(it);
+      --held_;
       take(op, std::move(m));
       return true;
     }
@@ -199,6 +264,7 @@ bool P2p::place(int from, ReqId req, uint64_t tag, size_t len, char** buf) {
   --p.shm_free;
   *buf = m->data.data();
   p.unexpected.push_back(std::move(m));
+  ++held_;
   return true;
 }
 
@@ -208,6 +274,7 @@ void P2p::postPlaced(int peer) {
   Peer& p = peers_[static_cast<size_t>(peer)];
   ++p.shm_free;
   ++p.shm_open;
+  ++placed_;
 }
 
 // Every receive naming a local peer has a placed receive that has not seen a message yet (one
@@ -297,6 +364,7 @@ bool P2p::matchEnvelopes() {
       m->len = env.len;
       m->seq = env.seq;
       p.unexpected.push_back(std::move(m));
+      ++held_;
     }
     // What no receive takes while one waits for this peer is copied aside in arrival order
     // (oldest first, so that a later one of the same tag is never taken before it).
@@ -334,7 +402,10 @@ void P2p::postSlots() {
 bool P2p::step(Transport* t, ReqId& r, int from) {
   if (!r || !t->test(r)) return false;
   r = 0;
-  if (from >= 0 && t == links_.shm.get()) --peers_[static_cast<size_t>(from)].shm_open;
+  if (from >= 0 && t == links_.shm.get()) {
+    --peers_[static_cast<size_t>(from)].shm_open;
+    --placed_;
+  }
   return true;
 }
 
@@ -476,8 +547,8 @@ void P2p::checkDeadline(Ops ops, const Deadline& d, const char* what) {
       Error::kFatal);
 }
 
-void P2p::wait(Ops ops, const char* what) {
-  const Deadline d = Deadline::fromFirstCheck(timeout_ms_);
+void P2p::wait(Ops ops, const char* what, const Deadline* dl) {
+  const Deadline d = dl ? *dl : Deadline::fromFirstCheck(timeout_ms_);
   try {
     waitUntil(
         [&] {

@@ -151,12 +151,20 @@ class P2p {
   // the network must be open when peer is on another node (or, for any source, when the
   // communicator spans nodes).
   std::shared_ptr<P2pOp> post(bool send, int peer, int tag, void* buf, size_t len, const char* fn);
+  // A blocking send or receive with a local peer (not itself) that needs no matching: nothing
+  // else is pending on this communicator, and for a receive nothing from other ranks is held
+  // and the message at the head of the pair's queue is its own (its tag and size). It goes
+  // straight to the queue and polls only it: a ping-pong's latency. Returns false, having
+  // consumed nothing, when it does not apply (then post() and wait() from the same deadline:
+  // another tag, a collective's message or a size that differs is theirs to take or report).
+  bool direct(bool send, int peer, int tag, void* buf, size_t len, const char* fn, const Deadline& d);
   // One progress pass over every operation; true when op (every op) is complete. Throws an
   // op's error (and keeps throwing it), or any other prefixed with what.
   bool test(P2pOp& op);
   bool testAll(Ops ops, const char* what);
-  // Until every op is complete, bounded by the timeout from now; its expiry names what is late.
-  void wait(Ops ops, const char* what);
+  // Until every op is complete, bounded by the timeout from now (or by d); its expiry names
+  // what is late.
+  void wait(Ops ops, const char* what, const Deadline* d = nullptr);
   // When d has passed: throws hcTimeout naming the ops not complete (a wait over several
   // communicators runs its own loop).
   void checkDeadline(Ops ops, const Deadline& d, const char* what);
@@ -200,6 +208,8 @@ class P2p {
   std::vector<Peer> peers_;
   std::list<std::shared_ptr<P2pOp>> ops_;  // in posting order, until complete
   size_t unexpected_bytes_ = 0;            // pulled and not taken (sends to self not counted)
+  size_t held_ = 0;                        // messages in the peers' unexpected lists
+  int placed_ = 0;                         // placed receives not complete (every peer's shm_open)
 };
 
 }  // namespace hicoll

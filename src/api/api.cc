@@ -516,9 +516,11 @@ hcResult_t p2pBlocking(hcComm_t comm, const char* fn, bool send, void* buf, size
     const size_t bytes = p2pBytes(*comm, buf, count, dt, peer, tag, stream, fn);
     HC_CHECK(peer >= 0, hcInvalidArgument, "{}: peer {} is outside [0, {})", fn, peer, comm->id.nranks);
     if (stream) return p2pDevice(*comm, send, buf, count, dt, peer, stream, fn);
+    const Deadline d = Deadline::fromFirstCheck(comm->health.timeout_ms);
+    if (t_group.depth == 0 && p2pOf(*comm).direct(send, peer, tag, buf, bytes, fn, d)) return;
     op = postP2p(*comm, send, buf, bytes, peer, tag, fn);
     P2pOp* ops[] = {op.get()};
-    if (t_group.depth == 0) p2pOf(*comm).wait(ops, nullptr);
+    if (t_group.depth == 0) p2pOf(*comm).wait(ops, nullptr, &d);
   });
   if (r == hcSuccess && t_group.depth > 0 && op) t_group.ops.emplace_back(comm, std::move(op));
   return r;

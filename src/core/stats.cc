@@ -45,9 +45,11 @@ void Stats::countQuantized(hcColl_t c, double predicted_s) {
 }
 
 void Stats::countP2p(bool send, size_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
-  (send ? s_.p2p_sends : s_.p2p_recvs)++;
-  (send ? s_.p2p_bytes_sent : s_.p2p_bytes_received) += bytes;
+  auto bump = [](std::atomic<uint64_t>& a, uint64_t n) {
+    a.store(a.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  };
+  bump(p2p_[send ? 0 : 1], 1);
+  bump(p2p_[send ? 2 : 3], bytes);
 }
 
 void Stats::countP2pCopiedAside() {
@@ -71,7 +73,12 @@ void Stats::countBytes(hcColl_t c, int peer, size_t bytes) {
 
 hcStats Stats::snapshot() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return s_;
+  hcStats s = s_;
+  s.p2p_sends = p2p_[0].load(std::memory_order_relaxed);
+  s.p2p_recvs = p2p_[1].load(std::memory_order_relaxed);
+  s.p2p_bytes_sent = p2p_[2].load(std::memory_order_relaxed);
+  s.p2p_bytes_received = p2p_[3].load(std::memory_order_relaxed);
+  return s;
 }
 
 }  // namespace hicoll

@@ -2,7 +2,9 @@
 // figures. Calls run on one thread at a time, but hcCommGetStats may read from another.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <mutex>
 #include <string>
 
@@ -45,6 +47,8 @@ class Stats {
   const Identity& id_;
   mutable std::mutex mu_;
   hcStats s_{};
+  // Point-to-point counts, one writer: relaxed atomics (a lock costs a small message's time).
+  std::atomic<uint64_t> p2p_[4] = {};  // sends, receives, bytes sent, bytes received
 };
 
 }  // namespace hicoll

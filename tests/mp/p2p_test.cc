@@ -281,6 +281,70 @@ TEST(P2p, ReceiveFromAnySourceNamesTheSource) {
   }
 }
 
+// Blocking messages of sizes around the limits of the pair's queue (inline in the descriptor,
+// through the bounce ring, read in one copy) sent back and forth until the 256 KiB ring has
+// wrapped many times, messages straddling its end; with single-copy reads and without
+// (HICOLL_SHM_CMA=0: everything through the ring, larger than it too). Every byte checked.
+TEST(P2p, RingSizesAcrossTheRingsEndWithAndWithoutSingleCopy) {
+  for (const char* cma : {"auto", "0"}) {
+    Job job = jobOf(1, 2);
+    job.env["HICOLL_SHM_CMA"] = cma;
+    auto st = run(job, [&](int me, hcComm_t comm) {
+      const size_t sizes[] = {39, 40, 41, 1000, 3001, 4096, 4097, 100003, 300007};
+      int f = 0, k = 0;
+      for (size_t n : sizes) {
+        const int reps = n < 10000 ? 400 : 6;
+        for (int rep = 0; rep < reps && f == 0; ++rep) {
+          ++k;
+          std::vector<uint8_t> out = pattern(me, 1 - me, n, k), in(n, 0xee);
+          for (int leg = 0; leg < 2; ++leg) {
+            const bool sending = (leg == 0) == (me == 0);
+            const hcResult_t r = sending ? hcSend(out.data(), n, hcUint8, 1 - me, comm, nullptr)
+                                         : hcRecv(in.data(), n, hcUint8, 1 - me, comm, nullptr);
+            if (r != hcSuccess) return fail(me, sending ? "hcSend" : "hcRecv", comm) + 100;
+          }
+          f += wrongBytes(in, 1 - me, me, k, me);
+        }
+      }
+      return f;
+    });
+    expectAllZero(st, cma);
+  }
+}
+
+// A blocking receive whose message never comes, and a send never received, time out naming the
+// operation, the peer and what is missing (1x2: shared memory; 2x1: libfabric).
+TEST(P2p, AWaitThatTimesOutNamesWhatIsLate) {
+  for (bool send : {false, true}) {
+    for (auto [nodes, per] : {std::pair{1, 2}, std::pair{2, 1}}) {
+      Job job = jobOf(nodes, per, 1000);
+      auto st = run(job, [&](int me, hcComm_t comm) {
+        uint64_t x = 0;
+        if (nodes == 2 && hcBarrier(comm) != hcSuccess) return fail(me, "hcBarrier", comm);
+        if (me == 1) {  // in no call until rank 0 has timed out
+          std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+          return 0;
+        }
+        const auto t0 = std::chrono::steady_clock::now();
+        const hcResult_t r = send ? hcSend(&x, 8, hcUint8, 1, comm, nullptr) : hcRecv(&x, 8, hcUint8, 1, comm, nullptr);
+        const double took = since(t0);
+        const std::string msg = hcGetLastError(comm);
+        std::fprintf(stderr, "[%dx%d rank 0] %s after %.2f s: %s\n", nodes, per, hcGetErrorString(r), took,
+                     msg.c_str());
+        if (r != hcTimeout) return 70;
+        if (took < 0.9 || took > 2.4) return 71;
+        if (msg.find(send ? "hcSend of 8 bytes to rank 1" : "hcRecv of 8 bytes from rank 1") == std::string::npos)
+          return 72;
+        if (msg.find(send ? "the receiver has not taken it" : "no message from it with this tag has arrived") ==
+            std::string::npos)
+          return 73;
+        return 0;
+      });
+      expectAllZero(st, send ? "send" : "recv");
+    }
+  }
+}
+
 // A send to self is a copy: blocking send then receive, and a receive posted before the send.
 TEST(P2p, SendToSelfCopies) {
   Job job = jobOf(1, 2);

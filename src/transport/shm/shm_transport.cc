@@ -16,7 +16,7 @@
 namespace hicoll {
 namespace {
 
-constexpr uint64_t kSegMagic = 0x6863736567303033ULL;  // "hcseg003"
+constexpr uint64_t kSegMagic = 0x6863736567303034ULL;  // "hcseg004"
 constexpr int kMaxLocal = 256;
 constexpr int kQueueDepth = 64;
 constexpr size_t kBounceBytes = 256 << 10;  // per ordered pair
@@ -40,9 +40,22 @@ int yamaScope() {
   return v;
 }
 
-struct Desc {
-  uint64_t tag, addr, len;
+// A message's descriptor fills one cache line and says itself that it is posted, so the receiver
+// of a small message (its bytes inline) takes one line from the sender's cache, and of one in the
+// bounce ring two it can fetch at once (the line and the ring's bytes at its own position).
+constexpr size_t kInlineBytes = 40;
+struct alignas(64) Desc {
+  std::atomic<uint64_t> posted;  // its queue index + 1, stored last
+  uint64_t tag, len;
+  union {
+    struct {
+      uint64_t addr;  // where it is in the sender (single-copy reads)
+      uint64_t in;    // bytes written into the bounce ring when it was posted
+    } at;
+    char data[kInlineBytes];  // len <= kInlineBytes
+  };
 };
+static_assert(sizeof(Desc) == 64, "one cache line");
 
 }  // namespace
 
@@ -69,14 +82,12 @@ struct ShmTransport::Req {
   uint32_t gen = 0;  // the slab slot's generation (ReqId's high half); 0: free
 };
 
-// What each side writes shares a cache line, so a receiver that sees a message's descriptor
-// posted has the ring's byte count with it.
+// What each side writes has its own cache line.
 struct alignas(64) QueueShared {
-  std::atomic<uint64_t> head{0};              // sender: descriptors posted
   std::atomic<uint64_t> bytes_in{0};          // sender: bytes written into the bounce ring
   alignas(64) std::atomic<uint64_t> tail{0};  // receiver: descriptors completed
   std::atomic<uint64_t> bytes_out{0};         // receiver: bytes taken out of it
-  alignas(64) Desc desc[kQueueDepth];
+  Desc desc[kQueueDepth];                     // sender
 };
 
 struct ShmTransport::Header {
@@ -120,8 +131,9 @@ ShmTransport::ShmTransport(Bootstrap& bs, const std::vector<int>& local_ranks, c
     : local_ranks_(local_ranks), opt_(opt) {
   const int L = localSize();
   HC_CHECK(L <= kMaxLocal, hcUnsupported, "shm: {} ranks on one node; at most {} are supported", L, kMaxLocal);
-  for (int i = 0; i < L; ++i) local_of_[local_ranks_[i]] = i;
-  me_ = local_of_.at(bs.rank());
+  local_of_.assign(static_cast<size_t>(bs.size()), -1);
+  for (int i = 0; i < L; ++i) local_of_[static_cast<size_t>(local_ranks_[i])] = i;
+  me_ = localOf(bs.rank());
   header_bytes_ = roundUp(sizeof(Header) + sizeof(QueueShared) * (L - 1), kPage);
   bounce_bytes_ = kBounceBytes;
   size_t total = header_bytes_ + bounce_bytes_ * L + roundUp(opt.scratch_bytes, kPage) + roundUp(opt.sort_bytes, kPage);
@@ -215,6 +227,11 @@ ShmTransport::~ShmTransport() {
   }
   for (int fd : pidfds_)
     if (fd >= 0) ::close(fd);
+}
+
+int ShmTransport::localOf(int peer) const {
+  HC_CHECK(canConnect(peer), hcInternalError, "shm: rank {} is not on this node", peer);
+  return local_of_[static_cast<size_t>(peer)];
 }
 
 ShmTransport::Header& ShmTransport::header(int local) {
@@ -452,8 +469,8 @@ void ShmTransport::abort() {
 
 ReqId ShmTransport::isend(int peer, const void* buf, size_t len, uint64_t tag) {
   HC_CHECK(!aborted_, hcRemoteError, "shm: send on an aborted communicator");
-  int local = local_of_.at(peer);
-  ReqId id = newReq(Req{true, local, static_cast<char*>(const_cast<void*>(buf)), len, tag});
+  int local = localOf(peer);
+  ReqId id = newReq(true, local, static_cast<char*>(const_cast<void*>(buf)), len, tag);
   pairs_[local]->sends.push_back(id);
   progressSend(local);
   return id;
@@ -461,8 +478,8 @@ ReqId ShmTransport::isend(int peer, const void* buf, size_t len, uint64_t tag) {
 
 ReqId ShmTransport::irecv(int peer, void* buf, size_t len, uint64_t tag) {
   HC_CHECK(!aborted_, hcRemoteError, "shm: receive on an aborted communicator");
-  int local = local_of_.at(peer);
-  ReqId id = newReq(Req{false, local, static_cast<char*>(buf), len, tag});
+  int local = localOf(peer);
+  ReqId id = newReq(false, local, static_cast<char*>(buf), len, tag);
   pairs_[local]->recvs.push_back(id);
   return id;
 }
@@ -474,18 +491,87 @@ ReqId ShmTransport::irecvPlaced(int peer, Placer place) {
 }
 
 bool ShmTransport::peek(int peer, uint64_t* tag, size_t* len) {
-  const int local = local_of_.at(peer);
+  const int local = localOf(peer);
   const Pair& p = *pairs_[local];
-  const QueueShared& q = header(local).queue[me_];
-  if (q.head.load(std::memory_order_acquire) <= p.next_recv) return false;
-  const Desc& d = q.desc[p.next_recv % kQueueDepth];
+  const Desc& d = header(local).queue[me_].desc[p.next_recv % kQueueDepth];
+  if (d.posted.load(std::memory_order_acquire) != p.next_recv + 1) return false;
   *tag = d.tag;
   *len = d.len;
   return true;
 }
 
+uint64_t ShmTransport::postNow(int peer, const void* buf, size_t len, uint64_t tag) {
+  HC_CHECK(!aborted_, hcRemoteError, "shm: send on an aborted communicator");
+  const int local = localOf(peer);
+  Pair& p = *pairs_[local];
+  QueueShared& q = header(me_).queue[local];
+  if (!p.sends.empty() || p.next_send - q.tail.load(std::memory_order_acquire) >= kQueueDepth) return kNotNow;
+  uint64_t in = q.bytes_in.load(std::memory_order_relaxed);
+  const bool ring = viaRing(len);
+  if (ring && len > bounce_bytes_ - (in - q.bytes_out.load(std::memory_order_acquire))) return kNotNow;
+  const uint64_t slot = p.next_send++;
+  Desc& d = q.desc[slot % kQueueDepth];
+  d.tag = tag;
+  d.len = len;
+  d.at.addr = reinterpret_cast<uint64_t>(buf);
+  if (len <= kInlineBytes) {
+    if (len) std::memcpy(d.data, buf, len);
+  } else if (ring) {
+    char* base = static_cast<char*>(segs_[me_].base()) + header_bytes_ + bounce_bytes_ * local;
+    const size_t pos = in % bounce_bytes_, first = std::min(len, bounce_bytes_ - pos);
+    std::memcpy(base + pos, buf, first);
+    std::memcpy(base, static_cast<const char*>(buf) + first, len - first);
+    in += len;
+    q.bytes_in.store(in, std::memory_order_release);
+  }
+  if (len > kInlineBytes) d.at.in = in;
+  d.posted.store(slot + 1, std::memory_order_release);
+  return slot;
+}
+
+bool ShmTransport::taken(int peer, uint64_t index) {
+  return header(me_).queue[localOf(peer)].tail.load(std::memory_order_acquire) > index;
+}
+
+bool ShmTransport::takeNow(int peer, void* buf, size_t len) {
+  if (aborted_.load(std::memory_order_relaxed)) HC_THROW(hcRemoteError, "shm: the communicator was aborted");
+  const int local = localOf(peer);
+  Pair& p = *pairs_[local];
+  QueueShared& q = header(local).queue[me_];
+  const Desc& d = q.desc[p.next_recv % kQueueDepth];
+  if (!p.recvs.empty() || d.posted.load(std::memory_order_acquire) != p.next_recv + 1 || d.len != len) return false;
+  if (len <= kInlineBytes) {
+    if (len) std::memcpy(buf, d.data, len);
+  } else if (!viaRing(len)) {
+    read(local, reinterpret_cast<void*>(d.at.addr), buf, len);
+  } else {
+    const uint64_t out = q.bytes_out.load(std::memory_order_relaxed);
+    if ((d.at.in > out ? d.at.in - out : 0) < len && q.bytes_in.load(std::memory_order_acquire) - out < len)
+      return false;
+    const char* base = static_cast<char*>(segs_[local].base()) + header_bytes_ + bounce_bytes_ * me_;
+    const size_t pos = out % bounce_bytes_, first = std::min(len, bounce_bytes_ - pos);
+    std::memcpy(buf, base + pos, first);
+    std::memcpy(static_cast<char*>(buf) + first, base, len - first);
+    q.bytes_out.store(out + len, std::memory_order_release);
+  }
+  q.tail.store(++p.next_recv, std::memory_order_release);
+  return true;
+}
+
+void ShmTransport::prefetchFrom(int peer) {
+  const int local = localOf(peer);
+  const QueueShared& q = header(local).queue[me_];
+  __builtin_prefetch(&q.desc[pairs_[local]->next_recv % kQueueDepth]);
+  const char* ring = static_cast<char*>(segs_[local].base()) + header_bytes_ + bounce_bytes_ * me_;
+  __builtin_prefetch(ring + q.bytes_out.load(std::memory_order_relaxed) % bounce_bytes_);
+}
+
+size_t ShmTransport::postedRecvs(int peer) const {
+  return pairs_[static_cast<size_t>(localOf(peer))]->recvs.size();
+}
+
 bool ShmTransport::viaRing(size_t len) const {
-  return !direct_ || len <= kEagerBytes;
+  return len > kInlineBytes && (!direct_ || len <= kEagerBytes);
 }
 
 // Posts descriptors while the queue has room and feeds the bounce ring the sends it carries.
@@ -499,11 +585,15 @@ bool ShmTransport::progressSend(int local) {
     if (r.slot != UINT64_MAX) continue;
     if (p.next_send - q.tail.load(std::memory_order_acquire) >= kQueueDepth) break;
     r.slot = p.next_send++;
-    q.desc[r.slot % kQueueDepth] = Desc{r.tag, reinterpret_cast<uint64_t>(r.buf), r.len};
+    Desc& d = q.desc[r.slot % kQueueDepth];
+    d.tag = r.tag;
+    d.len = r.len;
+    d.at.addr = reinterpret_cast<uint64_t>(r.buf);
+    if (r.len <= kInlineBytes && r.len) std::memcpy(d.data, r.buf, r.len);
     moved = true;
   }
-  // The ring carries the bytes of the posted sends it takes, in order. Fed before the head
-  // moves: a small message is then whole when the receiver sees its descriptor.
+  // The ring carries the bytes of the posted sends it takes, in order. Fed before they are
+  // posted: a small message is then whole when the receiver sees its descriptor.
   char* ring = static_cast<char*>(segs_[me_].base()) + header_bytes_ + bounce_bytes_ * local;
   for (ReqId id : p.sends) {
     Req& r = req(id);
@@ -523,7 +613,12 @@ bool ShmTransport::progressSend(int local) {
     q.bytes_in.store(in, std::memory_order_release);
     if (r.fed < r.len) break;
   }
-  if (p.next_send != posted) q.head.store(p.next_send, std::memory_order_release);
+  const uint64_t in = q.bytes_in.load(std::memory_order_relaxed);
+  for (uint64_t slot = posted; slot < p.next_send; ++slot) {
+    Desc& d = q.desc[slot % kQueueDepth];
+    if (d.len > kInlineBytes) d.at.in = in;
+    d.posted.store(slot + 1, std::memory_order_release);
+  }
   // Completion: the receiver has taken the descriptor (and so the data).
   while (!p.sends.empty()) {
     Req& r = req(p.sends.front());
@@ -541,8 +636,8 @@ bool ShmTransport::progressRecv(int local) {
   bool moved = false;
   while (!p.recvs.empty()) {
     Req& r = req(p.recvs.front());
-    if (q.head.load(std::memory_order_acquire) <= p.next_recv) break;
     const Desc& d = q.desc[p.next_recv % kQueueDepth];
+    if (d.posted.load(std::memory_order_acquire) != p.next_recv + 1) break;
     if (r.place) {
       char* buf = nullptr;
       if (!r.place(p.recvs.front(), d.tag, d.len, &buf)) break;
@@ -556,12 +651,16 @@ bool ShmTransport::progressRecv(int local) {
                "shm: message mismatch from rank {}: it sent {} bytes with tag {:#x}, this rank expected {} bytes "
                "with tag {:#x} (collectives called in a different order, or with different counts or types)",
                commRank(local), d.len, d.tag, r.len, r.tag);
-    if (!viaRing(r.len)) {
-      read(local, reinterpret_cast<void*>(d.addr), r.buf, r.len);
+    if (r.len <= kInlineBytes) {
+      if (r.len) std::memcpy(r.buf, d.data, r.len);
+    } else if (!viaRing(r.len)) {
+      read(local, reinterpret_cast<void*>(d.at.addr), r.buf, r.len);
     } else {
       char* ring = static_cast<char*>(segs_[local].base()) + header_bytes_ + bounce_bytes_ * me_;
       uint64_t out = q.bytes_out.load(std::memory_order_relaxed);
-      uint64_t avail = q.bytes_in.load(std::memory_order_acquire) - out;
+      // What was in the ring when it was posted is usually all of it: no look at the count.
+      uint64_t avail = d.at.in > out ? d.at.in - out : 0;
+      if (avail < r.len - p.bounce_recvd) avail = q.bytes_in.load(std::memory_order_acquire) - out;
       while (avail > 0 && p.bounce_recvd < r.len) {
         size_t pos = out % bounce_bytes_;
         size_t n = std::min<uint64_t>({avail, r.len - p.bounce_recvd, bounce_bytes_ - pos});
@@ -602,14 +701,15 @@ bool ShmTransport::test(ReqId id) {
       return false;
     }
   }
-  r = Req{};
+  r.gen = 0;
+  r.place = nullptr;
   free_reqs_.push_back(static_cast<uint32_t>(id));
   return true;
 }
 
 // Requests live in a slab whose slots are reused (a message allocates nothing); the id carries
 // the slot's generation, so a stale id is an error rather than another request.
-ReqId ShmTransport::newReq(Req r) {
+ReqId ShmTransport::newReq(bool send, int local, char* buf, size_t len, uint64_t tag) {
   uint32_t slot;
   if (free_reqs_.empty()) {
     slot = static_cast<uint32_t>(reqs_.size());
@@ -620,8 +720,16 @@ ReqId ShmTransport::newReq(Req r) {
   }
   if (next_gen_ == 0) next_gen_ = 1;  // 0 marks a free slot
   const uint32_t gen = next_gen_++;
+  Req& r = *reqs_[slot];
+  r.send = send;
+  r.peer = local;
+  r.buf = buf;
+  r.len = len;
+  r.tag = tag;
+  r.slot = UINT64_MAX;
+  r.fed = 0;
+  r.done = false;
   r.gen = gen;
-  *reqs_[slot] = std::move(r);
   return (static_cast<ReqId>(gen) << 32) | slot;
 }
 

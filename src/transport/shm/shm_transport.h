@@ -6,7 +6,7 @@
 // plain memcpy, and read peers' user buffers with one copy through process_vm_readv (CMA),
 // described on the peer's board. Point-to-point messages (the ring algorithms' and hcSend's)
 // are single-copy with CMA; small ones (every one when CMA is not permitted, HICOLL_SHM_CMA=0)
-// stream through the pair's bounce ring instead.
+// stream through the pair's bounce ring instead, and the smallest ride in their descriptor.
 #pragma once
 
 #include <atomic>
@@ -51,7 +51,9 @@ class ShmTransport : public Transport {
 
   // Transport (point-to-point with ranks of this node).
   const char* name() const override { return "shm"; }
-  bool canConnect(int peer) const override { return local_of_.count(peer) > 0; }
+  bool canConnect(int peer) const override {
+    return peer >= 0 && static_cast<size_t>(peer) < local_of_.size() && local_of_[static_cast<size_t>(peer)] >= 0;
+  }
   ReqId isend(int peer, const void* buf, size_t len, uint64_t tag) override;
   ReqId irecv(int peer, void* buf, size_t len, uint64_t tag) override;
   bool test(ReqId req) override;
@@ -61,6 +63,23 @@ class ShmTransport : public Transport {
   // it has posted none): a receive from any source looks before it takes, and a mismatch's
   // message names what was sent. With receives posted to peer, it is the first one's.
   bool peek(int peer, uint64_t* tag, size_t* len);
+  // For a caller that waits for one message alone (a blocking point-to-point call with nothing
+  // else pending), without a request. postNow posts a send to peer when nothing is queued
+  // before it and it can go whole at once (inline, into the bounce ring's free room, or for a
+  // single-copy read): its queue index, else kNotNow (then isend). taken() says the receiver
+  // has it. takeNow receives the message peek() shows when no receive is posted to peer and it
+  // is whole (its tag and size are the caller's to check first): false, taking nothing, when
+  // it is not (then irecv).
+  static constexpr uint64_t kNotNow = UINT64_MAX;
+  uint64_t postNow(int peer, const void* buf, size_t len, uint64_t tag);
+  bool taken(int peer, uint64_t index);
+  bool takeNow(int peer, void* buf, size_t len);
+  // Starts fetching what the next message from peer will be read from (its descriptor and
+  // the bounce ring at this rank's position), for a wait that will read it next: the lines then
+  // cross between the cores at once rather than one after the other.
+  void prefetchFrom(int peer);
+  // Receives posted to peer and not complete.
+  size_t postedRecvs(int peer) const;
   // A receive, in peer's order like any other, whose buffer is chosen when the message it takes
   // is seen (point-to-point matching by tag): place(req, tag, len, &buf) returns false to leave
   // the message where it is for now, or sets buf (len bytes); it may throw.
@@ -115,7 +134,7 @@ class ShmTransport : public Transport {
   // A single-copy read failed (EFAULT, ESRCH): a peer that failed, died or closed meanwhile
   // freed the buffer; throws that cause if it shows within a moment.
   void explainReadFailure(int local);
-  ReqId newReq(Req r);
+  ReqId newReq(bool send, int local, char* buf, size_t len, uint64_t tag);
   Req& req(ReqId id);
   bool progressSend(int local);
   // A message of len bytes goes through the bounce ring (else the receiver reads it with CMA).
@@ -125,7 +144,8 @@ class ShmTransport : public Transport {
   std::string cma_note_;
 
   std::vector<int> local_ranks_;
-  std::map<int, int> local_of_;  // comm rank -> local index
+  std::vector<int> local_of_;  // comm rank -> local index (-1: another node's)
+  int localOf(int peer) const;
   int me_ = 0;
   ShmOptions opt_;
   size_t bounce_bytes_ = 0;
