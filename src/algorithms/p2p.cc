@@ -138,7 +138,7 @@ bool P2p::direct(bool send, int peer, int tag, void* buf, size_t len, const char
             uint64_t t = 0;
             size_t n = 0;
             if (!shm.peek(peer, &t, &n)) {
-              shm.prefetchFrom(peer);
+              shm.prefetchFrom(peer, len);
               return Progress::Idle;
             }
             if (t != want || n != len) {
@@ -150,7 +150,7 @@ bool P2p::direct(bool send, int peer, int tag, void* buf, size_t len, const char
             req = shm.irecv(peer, buf, len, want);
           }
           if (req ? shm.test(req) : shm.taken(peer, index)) return Progress::Done;
-          if (send) shm.prefetchFrom(peer);  // a send's wait is often followed by a receive of the reply
+          if (send) shm.prefetchFrom(peer, len);  // a send's wait is often followed by a receive of the reply
           return Progress::Idle;
         },
         d, [&] { links_.checkPeers(); },

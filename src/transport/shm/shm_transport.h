@@ -74,10 +74,10 @@ class ShmTransport : public Transport {
   uint64_t postNow(int peer, const void* buf, size_t len, uint64_t tag);
   bool taken(int peer, uint64_t index);
   bool takeNow(int peer, void* buf, size_t len);
-  // Starts fetching what the next message from peer will be read from (its descriptor and
-  // the bounce ring at this rank's position), for a wait that will read it next: the lines then
-  // cross between the cores at once rather than one after the other.
-  void prefetchFrom(int peer);
+  // Starts fetching what the next message from peer, of about len bytes, will be read from
+  // (its descriptor, the bounce ring at this rank's position), for a wait that will read it
+  // next: the lines then cross between the cores at once rather than one after the other.
+  void prefetchFrom(int peer, size_t len);
   // Receives posted to peer and not complete.
   size_t postedRecvs(int peer) const;
   // A receive, in peer's order like any other, whose buffer is chosen when the message it takes
