@@ -173,6 +173,7 @@ bool Agreement::poll(bool collect) {
 }
 
 void Agreement::finish(Run& r, bool collect) {
+  if (left_ == 0) return;  // no agreement peers (one node), or every descriptor already in
   if (piggyback_) {
     HC_CHECK(left_ == 0, hcInternalError, "agreement: {} agreement peer(s) exchanged no message in {}", left_,
              describeCall(mine_));

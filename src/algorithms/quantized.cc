@@ -67,7 +67,7 @@ void runQuantized(hcComm& c, const CollArgs& a) {
       quant::dequantize(image(p, j), len(p), a.dtype, block, dst + (j * a.count + p * piece) * e);
   };
   // Piece p is its own call, numbered a.call + p (every rank cuts alike).
-  c.links.calls += pieces - 1;
+  c.links.nextCall(pieces - 1);
   auto gather = [&](size_t p) {
     CollArgs wire = a;
     wire.send = image(p, R);

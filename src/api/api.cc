@@ -353,12 +353,12 @@ void runColl(hcComm& c, CollArgs& a, const char* fn, const hcRedOp_t* op) {
     validate(c, a, fn);
   } catch (const Error& e) {
     if (a.stream || c.id.nranks == 1) throw;
-    a.call = ++c.links.calls;
+    a.call = c.links.nextCall();
     rejectCall(c, a, e.what());
   }
   // An AllToAll always communicates: zero from this rank says nothing of what it receives.
   if (a.count == 0 && a.coll != hcCollBarrier && a.coll != hcCollAllToAll) return;
-  a.call = ++c.links.calls;
+  a.call = c.links.nextCall();
   if (a.stream) return deviceOf(c, fn).enqueue(a);
   runHostCollective(c, a);
 }
@@ -384,7 +384,7 @@ hcResult_t quantized(hcComm_t comm, const char* fn, CollArgs a, const hcQuant* q
   return entered(comm, fn, [&] {
     if (op) a.op = resolveOp(*comm, *op);
     if (a.stream || comm->id.nranks == 1) HC_THROW(hcInvalidArgument, "{}", why);
-    a.call = ++comm->links.calls;
+    a.call = comm->links.nextCall();
     rejectCall(*comm, a, why);
   });
 }
@@ -767,7 +767,7 @@ hcResult_t hcCommDestroy(hcComm_t comm) {
         comm->ensureNetwork(/*destroying=*/true);  // never opened (no call): nothing in flight
         if (!comm->links.ofi) return;
         CollArgs b{.coll = hcCollBarrier, .dtype = hcUint8, .destroy = true};
-        b.call = ++comm->links.calls;
+        b.call = comm->links.nextCall();
         runHostCollective(*comm, b);
         comm->links.bootstrap->barrier();
       } catch (const Error& e) {

@@ -37,6 +37,13 @@ struct Links {
   // Calls that communicated or were rejected (CollArgs::call): their messages carry it, and a
   // revoke from another thread reads it (the failure it reports names the call).
   std::atomic<uint64_t> calls{0};
+  // The next call's number. One writer, the thread in the call (CallGate): a store, not a
+  // locked increment.
+  uint64_t nextCall(uint64_t n = 1) {
+    const uint64_t v = calls.load(std::memory_order_relaxed) + n;
+    calls.store(v, std::memory_order_release);
+    return v;
+  }
   uint64_t shrinks = 0;  // hcCommShrink calls (names the survivors' bootstrap keys)
 
   // The transport that reaches peer: shm on the same node, ofi otherwise.

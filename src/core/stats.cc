@@ -15,41 +15,40 @@ void Stats::start() {
   s_.local_rank = id_.localRank();
 }
 
+namespace {
+// One writer at a time: no read-modify-write needed, only an atomic store for the readers.
+void bump(std::atomic<uint64_t>& a, uint64_t n) {
+  a.store(a.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+}
+}  // namespace
+
 void Stats::countCall(hcColl_t c, hcPath_t path, const std::string& reason, double predicted_s, size_t chunk_bytes,
                       size_t net_window) {
-  std::lock_guard<std::mutex> lock(mu_);
-  countCallLocked(c, path, reason, predicted_s, chunk_bytes, net_window);
-}
-
-void Stats::countCallLocked(hcColl_t c, hcPath_t path, const std::string& reason, double predicted_s,
-                            size_t chunk_bytes, size_t net_window) {
-  s_.coll[c].calls[path]++;
-  s_.predicted_us[c] = predicted_s * 1e6;
-  s_.chunk_bytes[c] = chunk_bytes;
-  s_.net_window[c] = net_window;
-  if (path == hcPathFallback && !reason.empty())  // a ring the model chose is no fallback
+  bump(hot_.calls[c][path], 1);
+  hot_.predicted_us[c].store(predicted_s * 1e6, std::memory_order_relaxed);
+  hot_.chunk_bytes[c].store(chunk_bytes, std::memory_order_relaxed);
+  hot_.net_window[c].store(net_window, std::memory_order_relaxed);
+  if (path == hcPathFallback && !reason.empty()) {  // a ring the model chose is no fallback
+    std::lock_guard<std::mutex> lock(mu_);
     std::snprintf(s_.coll[c].last_fallback_reason, sizeof s_.coll[c].last_fallback_reason, "%s", reason.c_str());
+  }
 }
 
 void Stats::count(const Call& k) {
-  std::lock_guard<std::mutex> lock(mu_);
-  countCallLocked(k.coll, k.path, k.fallback_reason, k.predicted_s, k.chunk_bytes, k.net_window);
-  s_.coll[k.coll].bytes_intra += k.bytes_intra;
-  s_.coll[k.coll].bytes_inter += k.bytes_inter;
+  countCall(k.coll, k.path, k.fallback_reason, k.predicted_s, k.chunk_bytes, k.net_window);
+  bump(hot_.bytes_intra[k.coll], k.bytes_intra);
+  bump(hot_.bytes_inter[k.coll], k.bytes_inter);
 }
 
 void Stats::countQuantized(hcColl_t c, double predicted_s) {
   std::lock_guard<std::mutex> lock(mu_);
   s_.quantized_calls[c]++;
-  if (predicted_s > 0) s_.predicted_us[c] = predicted_s * 1e6;
+  if (predicted_s > 0) hot_.predicted_us[c].store(predicted_s * 1e6, std::memory_order_relaxed);
 }
 
 void Stats::countP2p(bool send, size_t bytes) {
-  auto bump = [](std::atomic<uint64_t>& a, uint64_t n) {
-    a.store(a.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
-  };
-  bump(p2p_[send ? 0 : 1], 1);
-  bump(p2p_[send ? 2 : 3], bytes);
+  bump(hot_.p2p[send ? 0 : 1], 1);
+  bump(hot_.p2p[send ? 2 : 3], bytes);
 }
 
 void Stats::countP2pCopiedAside() {
@@ -63,21 +62,25 @@ void Stats::countNodeMemory(hcColl_t c, size_t bytes) {
 }
 
 void Stats::countBytes(hcColl_t c, int peer, size_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (id_.sameNode(peer)) {
-    s_.coll[c].bytes_intra += bytes;
-  } else {
-    s_.coll[c].bytes_inter += bytes;
-  }
+  bump(id_.sameNode(peer) ? hot_.bytes_intra[c] : hot_.bytes_inter[c], bytes);
 }
 
 hcStats Stats::snapshot() const {
   std::lock_guard<std::mutex> lock(mu_);
   hcStats s = s_;
-  s.p2p_sends = p2p_[0].load(std::memory_order_relaxed);
-  s.p2p_recvs = p2p_[1].load(std::memory_order_relaxed);
-  s.p2p_bytes_sent = p2p_[2].load(std::memory_order_relaxed);
-  s.p2p_bytes_received = p2p_[3].load(std::memory_order_relaxed);
+  auto get = [](const auto& a) { return a.load(std::memory_order_relaxed); };
+  for (int c = 0; c < hcNumColls; ++c) {
+    for (int p = 0; p < hcNumPaths; ++p) s.coll[c].calls[p] = get(hot_.calls[c][p]);
+    s.coll[c].bytes_intra = get(hot_.bytes_intra[c]);
+    s.coll[c].bytes_inter = get(hot_.bytes_inter[c]);
+    s.predicted_us[c] = get(hot_.predicted_us[c]);
+    s.chunk_bytes[c] = get(hot_.chunk_bytes[c]);
+    s.net_window[c] = get(hot_.net_window[c]);
+  }
+  s.p2p_sends = get(hot_.p2p[0]);
+  s.p2p_recvs = get(hot_.p2p[1]);
+  s.p2p_bytes_sent = get(hot_.p2p[2]);
+  s.p2p_bytes_received = get(hot_.p2p[3]);
   return s;
 }
 

@@ -42,13 +42,19 @@ class Stats {
   hcStats snapshot() const;
 
  private:
-  void countCallLocked(hcColl_t c, hcPath_t path, const std::string& reason, double predicted_s, size_t chunk_bytes,
-                       size_t net_window);
   const Identity& id_;
   mutable std::mutex mu_;
   hcStats s_{};
-  // Point-to-point counts, one writer: relaxed atomics (a lock costs a small message's time).
-  std::atomic<uint64_t> p2p_[4] = {};  // sends, receives, bytes sent, bytes received
+  // What every call or message updates lives outside s_: relaxed atomics written by the one
+  // thread in a call, loaded by snapshot() on any thread (a lock per call cost a small call's
+  // time). s_ keeps the rest, under mu_.
+  struct Hot {
+    std::atomic<uint64_t> calls[hcNumColls][hcNumPaths] = {};
+    std::atomic<uint64_t> bytes_intra[hcNumColls] = {}, bytes_inter[hcNumColls] = {};
+    std::atomic<double> predicted_us[hcNumColls] = {};
+    std::atomic<uint64_t> chunk_bytes[hcNumColls] = {}, net_window[hcNumColls] = {};
+    std::atomic<uint64_t> p2p[4] = {};  // sends, receives, bytes sent, bytes received
+  } hot_;
 };
 
 }  // namespace hicoll
