@@ -7,7 +7,10 @@
 # perf/model_report.py turns the JSON files into the table and the plot.
 #
 #   perf/model_validate.sh [-a agbench] [-o outdir] [-r "500mbit 1gbit 2gbit"]
-#                          [-l "2x1 3x1 4x1 2x2 3x2"] [-s "64K 32M"]
+#                          [-l "2x1 3x1 4x1 2x2 3x2"] [-s "64K 32M"] [-u]
+#
+# -u: uncalibrated, as a user without a model file runs: no calibration, no HICOLL_MODEL_FILE
+# (the built-in figures, the link measured at each communicator's first call).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 agbench="$here/../build/perf/agbench"
@@ -15,10 +18,12 @@ out="$here/results/model"
 rates="500mbit 1gbit 2gbit"
 layouts="2x1 3x1 4x1 2x2 3x2"
 sizes="64K 32M"
-while getopts "a:o:r:l:s:h" o; do
+uncalibrated=0
+while getopts "a:o:r:l:s:uh" o; do
   case $o in
     a) agbench=$OPTARG ;; o) out=$OPTARG ;; r) rates=$OPTARG ;; l) layouts=$OPTARG ;; s) sizes=$OPTARG ;;
-    h) sed -n '2,11p' "$0"; exit 0 ;;
+    u) uncalibrated=1 ;;
+    h) sed -n '2,14p' "$0"; exit 0 ;;
     *) exit 2 ;;
   esac
 done
@@ -28,7 +33,11 @@ emu() { "$here/netns_emulate.sh" -a "$agbench" "$@"; }
 echo "# model_validate: $(date -u +%FT%TZ) rates [$rates] layouts [$layouts] sizes $lo..$hi x8, load $(cut -d' ' -f1-3 /proc/loadavg)"
 for rate in $rates; do
   cal="$out/calibrate_$rate.json"
-  emu -N 2 -L 2 -r "$rate" -t 300 -- calibrate -J "$cal" | grep -v '^# netns_emulate: link\|^# netns_emulate: tcp' || exit 1
+  if ((uncalibrated)); then
+    cal=""
+  else
+    emu -N 2 -L 2 -r "$rate" -t 300 -- calibrate -J "$cal" | grep -v '^# netns_emulate: link\|^# netns_emulate: tcp' || exit 1
+  fi
   for lay in $layouts; do
     N=${lay%x*} L=${lay#*x}
     for coll in allgather reducescatter allreduce; do

@@ -175,6 +175,11 @@ typedef struct {
   uint64_t p2p_sends, p2p_recvs;
   uint64_t p2p_bytes_sent, p2p_bytes_received;
   uint64_t p2p_copied_aside;
+  /* The cost model's figures in use: its link (bytes per second each way per node) and where
+   * the figures come from ("built-in defaults (tcp;ofi_rxm)", HICOLL_MODEL_FILE's path, and
+   * "; link ... measured at the first call" when HICOLL_NET_PROBE_BYTES measured it). */
+  double model_net_Bps;
+  char model_source[192];
 } hcStats;
 #define HC_STATS_INITIALIZER \
   { sizeof(hcStats) }

@@ -223,7 +223,8 @@ double printFooter(const Args& a, const World& w, const std::vector<Row>& rows, 
 }
 
 void printFinalStats(const std::vector<hcStats>& all) {
-  static const char* colls[] = {"allgather", "reducescatter", "allreduce", "broadcast", "barrier"};
+  static const char* colls[] = {"allgather", "reducescatter", "allreduce", "broadcast", "barrier", "alltoall"};
+  static_assert(sizeof colls / sizeof colls[0] == hcNumColls, "a name per collective");
   std::printf("# hcCommGetStats of the measured communicator, cumulative (warm-up, timing, check):\n");
   std::printf("# %4s %4s %5s  %-13s %10s %10s %10s %14s %14s %14s  %s\n", "rank", "node", "local", "coll", "hier",
               "ring", "fallback", "bytes_intra", "of node_mem", "bytes_inter", "last fallback reason");
@@ -243,6 +244,10 @@ void printFinalStats(const std::vector<hcStats>& all) {
                   s.rank, s.node, s.local_rank, "p2p", (unsigned long long)s.p2p_sends,
                   (unsigned long long)s.p2p_bytes_sent, (unsigned long long)s.p2p_recvs,
                   (unsigned long long)s.p2p_bytes_received, (unsigned long long)s.p2p_copied_aside);
+  // The model's figures, as rank 0 has them (every rank decides with the same).
+  if (!all.empty() && all[0].model_net_Bps > 0)
+    std::printf("# cost model: link %.0f MB/s each way per node; figures: %s\n", all[0].model_net_Bps / 1e6,
+                all[0].model_source);
 }
 
 void writeJson(const Args& a, const World& w, const std::vector<RankInfo>& ranks, const std::vector<Row>& rows,
@@ -349,6 +354,7 @@ void writeJson(const Args& a, const World& w, const std::vector<RankInfo>& ranks
                 {"bytes_sent", s.p2p_bytes_sent},
                 {"bytes_received", s.p2p_bytes_received},
                 {"copied_aside", s.p2p_copied_aside}};
+    r["model"] = {{"net_Bps", s.model_net_Bps}, {"source", std::string(s.model_source)}};
     j["final_stats"].push_back(r);
   }
   j["wrong"] = wrong_total;

@@ -16,6 +16,7 @@
 #include "base/log.h"
 #include "base/machine_figures.h"
 #include "bootstrap/liveness.h"
+#include "core/net_probe.h"
 #include "transport/ofi/ofi_transport.h"
 #include "transport/shm/node_memory.h"
 #include "transport/shm/shm_transport.h"
@@ -293,6 +294,7 @@ std::unique_ptr<hcComm> createComm(std::unique_ptr<Bootstrap> bs, std::shared_pt
         [who](int r) { return who->who(r); }, call_now);
   }
   c->stats.start();
+  c->stats.setModel(c->plan.model.net_Bps, c->plan.model.source);
   HC_INFO("communicator of {} ranks on {} node(s){}; this rank is node {} ({}) local {}", id.nranks, id.topo.nnodes,
           id.topo.uniform ? "" : " (uneven)", id.node(), id.topo.labels[id.node()], id.localRank());
   return c;
@@ -345,6 +347,32 @@ void hcComm::ensureNetwork(bool destroying) {
   auto net = hicoll::makeOfiTransport(*links.bootstrap, links.net_opt);
   net->registerRegion(buf.scratch, buf.scratch_bytes);
   net->registerRegion(buf.sort, buf.sort_bytes);
-  std::lock_guard<std::mutex> lock(api.lifecycle_mu);
-  links.ofi = std::move(net);
+  {
+    std::lock_guard<std::mutex> lock(api.lifecycle_mu);
+    links.ofi = std::move(net);
+  }
+  measureLink();
+}
+
+void hcComm::measureLink() {
+  // Every rank decides alike: the knobs agree, and so do the topology and the provider.
+  const size_t bytes =
+      std::min({static_cast<size_t>(plan.cfg.num(hicoll::Knob::NetProbeBytes)), buf.scratch_bytes, buf.sort_bytes});
+  if (!plan.cfg.str(hicoll::Knob::ModelFile).empty() || bytes == 0 || !id.topo.uniform || links.ofi->tagBits() < 63)
+    return;
+  hicoll::LinkProbe p;
+  p.bytes = bytes;
+  p.chunk = static_cast<size_t>(plan.cfg.num(hicoll::Knob::NetChunkBytes));
+  p.send = buf.scratch;
+  p.recv = buf.sort;
+  p.timeout_ms = health.timeout_ms;
+  p.check_peers = [this] { links.checkPeers(); };
+  p.while_blocked = links.net_opt.while_blocked;
+  const double bps = hicoll::probeLink(id, *links.ofi, *links.bootstrap, p);
+  if (bps <= 0) return;
+  plan.model.net_Bps = bps;
+  plan.model.source += fmt::format("; link {:.0f} MB/s each way, measured at the first call", bps / 1e6);
+  plan.memo = {};  // no plan made with the guess survives
+  stats.setModel(bps, plan.model.source);
+  HC_INFO("cost model: the link measured {:.0f} MB/s each way per node ({} bytes per rank)", bps / 1e6, bytes);
 }

@@ -61,6 +61,9 @@ struct hcComm {
   // collective over the bootstrap, the start of every call. With destroying (hcCommDestroy),
   // it opens nothing: it meets ranks that call a collective instead, and fails them.
   void ensureNetwork(bool destroying = false);
+  // The model's link figure measured once the network is open (core/net_probe.h), when the
+  // model has no file (HICOLL_ALGO=auto decides by it; every algo predicts with it).
+  void measureLink();
   // Frees everything it holds (transports first, as the destructor would) and marks it dead.
   void release();
 };

@@ -65,6 +65,12 @@ void Stats::countBytes(hcColl_t c, int peer, size_t bytes) {
   bump(id_.sameNode(peer) ? hot_.bytes_intra[c] : hot_.bytes_inter[c], bytes);
 }
 
+void Stats::setModel(double net_Bps, const std::string& source) {
+  std::lock_guard<std::mutex> lock(mu_);
+  s_.model_net_Bps = net_Bps;
+  std::snprintf(s_.model_source, sizeof s_.model_source, "%s", source.c_str());
+}
+
 hcStats Stats::snapshot() const {
   std::lock_guard<std::mutex> lock(mu_);
   hcStats s = s_;

@@ -39,6 +39,8 @@ class Stats {
   // A point-to-point operation completed; a message copied aside (algorithms/p2p.h).
   void countP2p(bool send, size_t bytes);
   void countP2pCopiedAside();
+  // The cost model's figures in use (hcStats.model_*).
+  void setModel(double net_Bps, const std::string& source);
   hcStats snapshot() const;
 
  private:

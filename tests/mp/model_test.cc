@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <string>
 
@@ -161,6 +162,39 @@ TEST(Model, PredictionsAreInTheStatistics) {
   EXPECT_EQ(predicted[0][0], predicted[0][1]) << "the same path, the same prediction";
   std::remove(slow.c_str());
   std::remove(fast.c_str());
+}
+
+// Without a model file, under auto, the link is measured at the first call across nodes: every
+// rank ends with the same figure to the last bit (the ranks exchange their times; a decision
+// made on it must be the same everywhere), and hcStats says where it came from. With
+// HICOLL_NET_PROBE_BYTES=0 the figure stays the built-in guess.
+TEST(Model, TheLinkMeasuredAtTheFirstCallIsTheSameOnEveryRank) {
+  double* shared = static_cast<double*>(hctest::sharedBytes(sizeof(double) * 8));
+  for (int probe = 0; probe < 2; ++probe) {
+    Job job;
+    job.nranks = 4;
+    job.node = contiguous(2, 2);
+    job.env["HICOLL_ALGO"] = "auto";
+    if (!probe) job.env["HICOLL_NET_PROBE_BYTES"] = "0";
+    auto st = hctest::run(job, [&](int rank, hcComm_t comm) {
+      hcStats s = HC_STATS_INITIALIZER;
+      if (hcCommGetStats(comm, &s) != hcSuccess) return 1;
+      const double before = s.model_net_Bps;
+      std::vector<float> in(1 << 16, 1.f), all(4u << 16);
+      if (hcAllGather(in.data(), all.data(), in.size(), hcFloat32, comm, nullptr) != hcSuccess) return 2;
+      if (hcCommGetStats(comm, &s) != hcSuccess) return 3;
+      shared[probe * 4 + rank] = s.model_net_Bps;
+      const bool measured = std::strstr(s.model_source, "measured at the first call") != nullptr;
+      std::fprintf(stderr, "[rank %d] link %.0f -> %.0f B/s: %s\n", rank, before, s.model_net_Bps, s.model_source);
+      if (before <= 0 || std::strstr(s.model_source, "built-in defaults") == nullptr) return 4;
+      if (measured != (probe == 1)) return 5;
+      if (!probe && s.model_net_Bps != before) return 6;
+      return s.model_net_Bps > 0 ? 0 : 7;
+    });
+    for (int r = 0; r < 4; ++r) EXPECT_EQ(st[r], 0) << "rank " << r << (probe ? " (measured)" : " (built-in)");
+    for (int r = 1; r < 4; ++r) EXPECT_EQ(shared[probe * 4 + r], shared[probe * 4]) << "rank " << r;
+  }
+  EXPECT_NE(shared[0], shared[4]) << "the measured link is the built-in guess";
 }
 
 // A ring the model chooses is no fallback: counted as the ring, and the fallback reason stays

@@ -147,6 +147,10 @@ PYBIND11_MODULE(_C, m) {
             p2p["bytes_received"] = s.p2p_bytes_received;
             p2p["copied_aside"] = s.p2p_copied_aside;
             d["p2p"] = p2p;
+            py::dict model;  // the cost model's figures the group decides with
+            model["net_Bps"] = s.model_net_Bps;
+            model["source"] = std::string(s.model_source);
+            d["model"] = model;
             return d;
           },
           "hcCommGetStats of the communicator, as a dict.");

@@ -1,0 +1,65 @@
+#include "core/net_probe.h"
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "base/deadline.h"
+#include "base/error.h"
+
+namespace hicoll {
+namespace {
+
+// Bit 62: no collective (below 2^60), agreement (bit 60), point-to-point (bit 61) or device
+// message (below 2^57) carries it, so a peer already in its first call cannot match these.
+constexpr uint64_t kProbeTag = uint64_t{1} << 62;
+
+}  // namespace
+
+double probeLink(const Identity& id, Transport& net, Bootstrap& bs, const LinkProbe& p) {
+  const Topology& t = id.topo;
+  const int N = t.nnodes, n = id.node(), l = id.localRank();
+  const int to = t.rankAt((n + 1) % N, l), from = t.rankAt((n + N - 1) % N, l);
+  const size_t C = std::max<size_t>(1, std::min(p.chunk, p.bytes));
+  const Deadline deadline(p.timeout_ms);
+  auto exchange = [&](size_t bytes, uint64_t round) {
+    std::vector<ReqId> reqs;
+    for (size_t off = 0; off < bytes; off += C) {
+      const size_t len = std::min(C, bytes - off), k = off / C;
+      reqs.push_back(net.irecv(from, static_cast<char*>(p.recv) + off, len, kProbeTag | round << 32 | k));
+      reqs.push_back(net.isend(to, static_cast<char*>(p.send) + off, len, kProbeTag | round << 32 | k));
+    }
+    waitUntil(
+        [&] {
+          for (ReqId& r : reqs)
+            if (r && net.test(r)) r = 0;
+          return std::all_of(reqs.begin(), reqs.end(), [](ReqId r) { return r == 0; });
+        },
+        deadline, [&] { p.check_peers(); },
+        [&] {
+          HC_THROW(hcTimeout, "timed out after {} ms measuring the link with rank {} and rank {} (HICOLL_NET_PROBE_BYTES)",
+                   p.timeout_ms, to, from);
+        });
+  };
+  exchange(std::min<size_t>(C, 4096), 0);  // opens the connections
+  double best = 0;
+  for (uint64_t round = 1; round <= 2; ++round) {
+    const auto t0 = std::chrono::steady_clock::now();
+    exchange(p.bytes, round);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = round == 1 ? s : std::min(best, s);
+  }
+  std::vector<double> all(static_cast<size_t>(id.nranks));
+  bs.allgather(&best, all.data(), sizeof best, p.while_blocked);
+  // A node's link carried its ranks' bytes in its slowest rank's time; the slowest node bounds.
+  double figure = 0;
+  for (int m = 0; m < N; ++m) {
+    double slowest = 0;
+    for (int r : t.ranks_of[m]) slowest = std::max(slowest, all[static_cast<size_t>(r)]);
+    const double bps = slowest > 0 ? static_cast<double>(p.bytes) * t.localSize(m) / slowest : 0;
+    figure = m == 0 ? bps : std::min(figure, bps);
+  }
+  return figure;
+}
+
+}  // namespace hicoll

@@ -1,0 +1,34 @@
+// The cost model's link figure measured at a communicator's first call across nodes, for a
+// communicator whose model has no file (HICOLL_MODEL_FILE unset): the built-in figure is a
+// guess (10 Gbit/s for TCP), and HICOLL_ALGO=auto's decisions and every prediction in hcStats
+// made on a guess are off by the ratio of the guess to the link.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+
+#include "base/identity.h"
+#include "bootstrap/bootstrap.h"
+#include "transport/transport.h"
+
+namespace hicoll {
+
+struct LinkProbe {
+  size_t bytes = 0;  // per rank and round
+  size_t chunk = 0;  // per message
+  void* send = nullptr;
+  void* recv = nullptr;  // bytes each, registered with the transport
+  long timeout_ms = 0;
+  std::function<void()> check_peers, while_blocked;
+};
+
+// Every rank sends p.bytes to its rail peer on the next node while it receives as much from
+// the previous one, twice after a warm-up message (connections open lazily); a node's link then
+// carried its ranks' bytes each way in the slowest of them's time. The ranks exchange their
+// times over the bootstrap, so every rank returns the same figure (its decisions must be the
+// same everywhere): the slowest node's bytes per second each way. Collective over the
+// communicator (uniform nodes, a transport with 63 tag bits or more); throws on a peer's
+// failure or the timeout.
+double probeLink(const Identity& id, Transport& net, Bootstrap& bs, const LinkProbe& p);
+
+}  // namespace hicoll
