@@ -8,11 +8,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -144,16 +147,32 @@ TEST(TrainGpt, QuantizedCollectivesStayCloseToExact) {
   }
 }
 
-int freePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-                  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
-  close(fd);
-  return ok ? ntohs(a.sin_port) : 0;
+// A port P with P + 1 free too (a per-node launch listens on both), below the kernel's
+// ephemeral range: the connections this job's ranks (or a test running beside it) open take
+// their local ports from that range, so none can take P + 1 before the launcher listens on it.
+int freePortPair() {
+  auto bindable = [](int port) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    const bool ok = fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    if (fd >= 0) close(fd);
+    return ok;
+  };
+  int lo = 32768, hi = 60999;
+  if (FILE* f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    if (std::fscanf(f, "%d %d", &lo, &hi) != 2) lo = 32768;
+    std::fclose(f);
+  }
+  const int first = std::max(1024, lo - 12000), span = std::max(2, lo - 2 - first);
+  std::mt19937 rng(std::random_device{}());
+  for (int tries = 0; tries < 500; ++tries) {
+    const int p = first + static_cast<int>(rng() % static_cast<unsigned>(span));
+    if (bindable(p) && bindable(p + 1)) return p;
+  }
+  return 0;
 }
 
 // One launcher per node, as perf/netns_emulate.sh runs it (one per namespace; here both on
@@ -161,7 +180,7 @@ int freePort() {
 TEST(TrainGpt, OneLauncherPerNodeMatchesTheSelfLaunchedRun) {
   const TrainRun& self = sharded(4);
   ASSERT_EQ(self.status, 0) << self.command;
-  const int port = freePort();
+  const int port = freePortPair();
   ASSERT_GT(port, 0);
   const std::string args = "--np 4 --nodes 2 --sdp-degree 4 --precision fp32" + kCommon +
                            " --master-addr 127.0.0.1 --master-port " + std::to_string(port);
