@@ -267,7 +267,12 @@ std::unique_ptr<hcComm> createComm(std::unique_ptr<Bootstrap> bs, std::shared_pt
   so.peer_mem_bytes = static_cast<size_t>(pc.cfg.num(Knob::MemCacheBytes));
   Links* lk = &links;
   const Identity* who = &id;
-  const CallClock call_now = [lk] { return lk->calls.load(std::memory_order_relaxed); };
+  // The call this rank is in, or between calls the next one: a rank that fails (a revoke) after
+  // finishing call n owes its peers nothing in n, which they may still be finishing.
+  const ApiState* api = &c->api;
+  const CallClock call_now = [lk, api] {
+    return lk->calls.load(std::memory_order_relaxed) + (api->in_call.load(std::memory_order_acquire) ? 0 : 1);
+  };
   so.call_now = call_now;
   links.shm = std::make_unique<ShmTransport>(*links.bootstrap, id.topo.ranks_of[id.node()], so);
   buf.scratch = links.shm->scratch(links.shm->localIndex());
