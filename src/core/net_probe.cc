@@ -37,7 +37,8 @@ double probeLink(const Identity& id, Transport& net, Bootstrap& bs, const LinkPr
         },
         deadline, [&] { p.check_peers(); },
         [&] {
-          HC_THROW(hcTimeout, "timed out after {} ms measuring the link with rank {} and rank {} (HICOLL_NET_PROBE_BYTES)",
+          HC_THROW(hcTimeout,
+                   "timed out after {} ms measuring the link with rank {} and rank {} (HICOLL_NET_PROBE_BYTES)",
                    p.timeout_ms, to, from);
         });
   };
