@@ -58,6 +58,19 @@ struct alignas(64) Desc {
 };
 static_assert(sizeof(Desc) == 128 && alignof(Desc) == 64, "two cache lines");
 
+// A send's descriptor, all but its posted word (small bytes inline).
+void describe(Desc& d, uint64_t tag, const void* buf, size_t len) {
+  d.tag = tag;
+  d.len = len;
+  d.at.addr = reinterpret_cast<uint64_t>(buf);
+  if (len <= kInlineBytes && len) std::memcpy(d.data, buf, len);
+}
+// Posts it as queue index slot, with the ring's byte count `in` (after its bytes were fed).
+void publish(Desc& d, uint64_t slot, uint64_t in) {
+  if (d.len > kInlineBytes) d.at.in = in;
+  d.posted.store(slot + 1, std::memory_order_release);
+}
+
 }  // namespace
 
 // One queue per ordered pair (sender -> receiver), in the sender's segment.
@@ -245,6 +258,9 @@ Board& ShmTransport::board(int local) {
 
 char* ShmTransport::scratch(int local) {
   return static_cast<char*>(segs_[local].base()) + header_bytes_ + bounce_bytes_ * localSize();
+}
+char* ShmTransport::ring(int sender, int receiver) {
+  return static_cast<char*>(segs_[sender].base()) + header_bytes_ + bounce_bytes_ * receiver;
 }
 char* ShmTransport::sort(int local) {
   return scratch(local) + roundUp(opt_.scratch_bytes, kPage);
@@ -509,25 +525,20 @@ uint64_t ShmTransport::postNow(int peer, const void* buf, size_t len, uint64_t t
   QueueShared& q = header(me_).queue[local];
   if (!p.sends.empty() || p.next_send - q.tail.load(std::memory_order_acquire) >= kQueueDepth) return kNotNow;
   uint64_t in = q.bytes_in.load(std::memory_order_relaxed);
-  const bool ring = viaRing(len);
-  if (ring && len > bounce_bytes_ - (in - q.bytes_out.load(std::memory_order_acquire))) return kNotNow;
+  const bool via_ring = viaRing(len);
+  if (via_ring && len > bounce_bytes_ - (in - q.bytes_out.load(std::memory_order_acquire))) return kNotNow;
   const uint64_t slot = p.next_send++;
   Desc& d = q.desc[slot % kQueueDepth];
-  d.tag = tag;
-  d.len = len;
-  d.at.addr = reinterpret_cast<uint64_t>(buf);
-  if (len <= kInlineBytes) {
-    if (len) std::memcpy(d.data, buf, len);
-  } else if (ring) {
-    char* base = static_cast<char*>(segs_[me_].base()) + header_bytes_ + bounce_bytes_ * local;
+  describe(d, tag, buf, len);
+  if (via_ring) {
+    char* base = ring(me_, local);
     const size_t pos = in % bounce_bytes_, first = std::min(len, bounce_bytes_ - pos);
     std::memcpy(base + pos, buf, first);
     std::memcpy(base, static_cast<const char*>(buf) + first, len - first);
     in += len;
     q.bytes_in.store(in, std::memory_order_release);
   }
-  if (len > kInlineBytes) d.at.in = in;
-  d.posted.store(slot + 1, std::memory_order_release);
+  publish(d, slot, in);
   return slot;
 }
 
@@ -550,7 +561,7 @@ bool ShmTransport::takeNow(int peer, void* buf, size_t len) {
     const uint64_t out = q.bytes_out.load(std::memory_order_relaxed);
     if ((d.at.in > out ? d.at.in - out : 0) < len && q.bytes_in.load(std::memory_order_acquire) - out < len)
       return false;
-    const char* base = static_cast<char*>(segs_[local].base()) + header_bytes_ + bounce_bytes_ * me_;
+    const char* base = ring(local, me_);
     const size_t pos = out % bounce_bytes_, first = std::min(len, bounce_bytes_ - pos);
     std::memcpy(buf, base + pos, first);
     std::memcpy(static_cast<char*>(buf) + first, base, len - first);
@@ -568,8 +579,7 @@ void ShmTransport::prefetchFrom(int peer, size_t len) {
   if (len > 64 - 3 * sizeof(uint64_t) && len <= kInlineBytes)
     __builtin_prefetch(d + 64);  // inline bytes in the 2nd line
   if (!viaRing(len)) return;
-  const char* ring = static_cast<char*>(segs_[local].base()) + header_bytes_ + bounce_bytes_ * me_;
-  __builtin_prefetch(ring + q.bytes_out.load(std::memory_order_relaxed) % bounce_bytes_);
+  __builtin_prefetch(ring(local, me_) + q.bytes_out.load(std::memory_order_relaxed) % bounce_bytes_);
 }
 
 size_t ShmTransport::postedRecvs(int peer) const {
@@ -591,16 +601,12 @@ bool ShmTransport::progressSend(int local) {
     if (r.slot != UINT64_MAX) continue;
     if (p.next_send - q.tail.load(std::memory_order_acquire) >= kQueueDepth) break;
     r.slot = p.next_send++;
-    Desc& d = q.desc[r.slot % kQueueDepth];
-    d.tag = r.tag;
-    d.len = r.len;
-    d.at.addr = reinterpret_cast<uint64_t>(r.buf);
-    if (r.len <= kInlineBytes && r.len) std::memcpy(d.data, r.buf, r.len);
+    describe(q.desc[r.slot % kQueueDepth], r.tag, r.buf, r.len);
     moved = true;
   }
   // The ring carries the bytes of the posted sends it takes, in order. Fed before they are
   // posted: a small message is then whole when the receiver sees its descriptor.
-  char* ring = static_cast<char*>(segs_[me_].base()) + header_bytes_ + bounce_bytes_ * local;
+  char* to = ring(me_, local);
   for (ReqId id : p.sends) {
     Req& r = req(id);
     if (r.slot == UINT64_MAX) break;
@@ -610,7 +616,7 @@ bool ShmTransport::progressSend(int local) {
     while (room > 0 && r.fed < r.len) {
       size_t pos = in % bounce_bytes_;
       size_t n = std::min({room, r.len - r.fed, bounce_bytes_ - pos});
-      std::memcpy(ring + pos, r.buf + r.fed, n);
+      std::memcpy(to + pos, r.buf + r.fed, n);
       in += n;
       room -= n;
       r.fed += n;
@@ -620,11 +626,7 @@ bool ShmTransport::progressSend(int local) {
     if (r.fed < r.len) break;
   }
   const uint64_t in = q.bytes_in.load(std::memory_order_relaxed);
-  for (uint64_t slot = posted; slot < p.next_send; ++slot) {
-    Desc& d = q.desc[slot % kQueueDepth];
-    if (d.len > kInlineBytes) d.at.in = in;
-    d.posted.store(slot + 1, std::memory_order_release);
-  }
+  for (uint64_t slot = posted; slot < p.next_send; ++slot) publish(q.desc[slot % kQueueDepth], slot, in);
   // Completion: the receiver has taken the descriptor (and so the data).
   while (!p.sends.empty()) {
     Req& r = req(p.sends.front());
@@ -662,7 +664,7 @@ bool ShmTransport::progressRecv(int local) {
     } else if (!viaRing(r.len)) {
       read(local, reinterpret_cast<void*>(d.at.addr), r.buf, r.len);
     } else {
-      char* ring = static_cast<char*>(segs_[local].base()) + header_bytes_ + bounce_bytes_ * me_;
+      const char* from = ring(local, me_);
       uint64_t out = q.bytes_out.load(std::memory_order_relaxed);
       // What was in the ring when it was posted is usually all of it: no look at the count.
       uint64_t avail = d.at.in > out ? d.at.in - out : 0;
@@ -670,7 +672,7 @@ bool ShmTransport::progressRecv(int local) {
       while (avail > 0 && p.bounce_recvd < r.len) {
         size_t pos = out % bounce_bytes_;
         size_t n = std::min<uint64_t>({avail, r.len - p.bounce_recvd, bounce_bytes_ - pos});
-        std::memcpy(r.buf + p.bounce_recvd, ring + pos, n);
+        std::memcpy(r.buf + p.bounce_recvd, from + pos, n);
         out += n;
         avail -= n;
         p.bounce_recvd += n;

@@ -139,6 +139,8 @@ class ShmTransport : public Transport {
   bool progressSend(int local);
   // A message of len bytes goes through the bounce ring (else the receiver reads it with CMA).
   bool viaRing(size_t len) const;
+  // The bounce ring sender's segment holds for receiver (both local indices).
+  char* ring(int sender, int receiver);
   bool progressRecv(int local);
   static std::string allowPeerReads(const std::string& mode, const std::vector<int>& pids, int me);
   std::string cma_note_;
