@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "algorithms/node_small.h"
 #include "algorithms/run.h"
 #include "base/error.h"
 
@@ -19,23 +20,13 @@ namespace {
 bool sumOnNode(Run& r, const void* send, void* recv, size_t count) {
   const Identity& id = r.id;
   const size_t bytes = count * r.esize, half = r.buf.scratch_bytes / 2;
-  if (id.topo.nnodes != 1 || bytes > half) return false;
+  if (id.topo.nnodes != 1 || !stagesAllReduce(bytes, half)) return false;
   r.beginPhase();
-  const int L = r.shm.localSize(), me = r.shm.localIndex();
-  const size_t slot = (r.seq & 1) * half;
-  std::memcpy(r.shm.scratch(me) + slot, send, bytes);
+  const Staged stage{r.shm, r.seq, half};
+  stageAllReduce(stage, send, bytes);
   r.post(send, hcCollAllReduce);
   r.waitAllPosted();
-  const void* stack[16];
-  std::vector<const void*> heap;
-  const void** srcs = L <= 16 ? stack : (heap.resize(static_cast<size_t>(L)), heap.data());
-  for (int l = 0; l < L; ++l) {
-    const int rank = id.topo.rankAt(0, l);
-    srcs[rank] = l == me ? send : r.shm.scratch(l) + slot;
-    if (l != me) r.countBytes(rank, bytes);
-  }
-  const uint64_t mask = L >= 64 ? ~0ull : ((1ull << L) - 1);
-  reduceN(r.reduceSpec(mask, true), recv, srcs, L, count);
+  r.countLocalBytes(sumAllReduce(stage, id.topo, r.reduceSpec(0, true), send, recv, count, r.esize));
   r.finishNode(/*peers_read_only_segment=*/true);
   return true;
 }

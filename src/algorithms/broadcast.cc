@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "algorithms/node_small.h"
 #include "algorithms/run.h"
 #include "base/error.h"
 
@@ -28,18 +29,12 @@ void hierBroadcast(Run& r, const void* send, void* recv, size_t count, int root)
   // phase's parity owns (no peer reads it: the phase rule, as the AllGather's eager staging),
   // and its peers copy it from there. No single-copy read (a system call) and no wait for
   // the peers to finish reading the root's user buffer.
-  const size_t half = r.buf.scratch_bytes / 2;
-  if (N == 1 && bytes <= half && bytes <= static_cast<size_t>(r.cfg.num(Knob::ShmEagerBytes))) {
-    const size_t slot = (r.seq & 1) * half;
-    if (id.rank == root) std::memcpy(r.shm.scratch(me) + slot, send, bytes);
+  const Staged stage{r.shm, r.seq, r.buf.scratch_bytes / 2};
+  if (N == 1 && stagesBroadcast(bytes, stage.half, r.cfg)) {
+    if (id.rank == root) std::memcpy(stage.mine(), send, bytes);
     r.post(exposed, hcCollBroadcast);
     r.waitAllPosted();
-    if (id.rank != root) {
-      std::memcpy(out, r.shm.scratch(rl) + slot, bytes);
-      r.countBytes(root, bytes);
-    } else if (send != recv) {
-      std::memcpy(out, send, bytes);
-    }
+    r.countLocalBytes(readBroadcast(stage, id.rank == root, rl, send, recv, bytes));
     return r.finishNode(/*peers_read_only_segment=*/true);
   }
   r.post(exposed, hcCollBroadcast);

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "algorithms/node_small.h"
 #include "algorithms/run.h"
 #include "base/error.h"
 
@@ -53,8 +54,8 @@ void gatherPiece(Run& r, const char* block, char* out, size_t b, size_t off, siz
   // phase), never this one (two phases back), so peers can read as soon as they see the post.
   const size_t half = r.buf.scratch_bytes / 2;
   const bool early = !direct && len <= half && small;
-  const size_t slot = early ? (r.seq & 1) * half : 0;
-  if (early) std::memcpy(r.shm.scratch(me) + slot, in, len);
+  const Staged stage{r.shm, r.seq, half};
+  if (early) stageAllGather(stage, in, len);
 
   r.post(in, hcCollAllGather);
   r.waitAllPosted();
@@ -62,16 +63,7 @@ void gatherPiece(Run& r, const char* block, char* out, size_t b, size_t off, siz
   if (!small && !direct && r.allPostedNodeMemory()) direct = true;
   // One node, every block staged before its post: all are readable now, nothing to pipeline.
   if (N == 1 && early) {
-    for (int l = 0; l < L; ++l) {
-      const int owner = t.rankAt(n, l);
-      char* dst = out + static_cast<size_t>(owner) * b;
-      if (l == me) {
-        if (!in_place) std::memcpy(dst, in, len);
-        continue;
-      }
-      std::memcpy(dst, r.shm.scratch(l) + slot, len);
-      r.countBytes(owner, len);
-    }
+    r.countLocalBytes(readAllGather(stage, t, in, out, b, len));
     return r.finishNode(/*peers_read_only_segment=*/true);
   }
 
@@ -80,7 +72,7 @@ void gatherPiece(Run& r, const char* block, char* out, size_t b, size_t off, siz
   Counters chunk_left(K, N == 1 ? 0 : N - 1);
   char* my_sort = r.shm.sort(me);
   size_t staged = direct || early ? K : 0;  // chunks of my block in my scratch
-  const char* src_net = direct ? in : r.shm.scratch(me) + slot;
+  const char* src_net = direct ? in : early ? stage.mine() : r.shm.scratch(me);
   size_t sent_chunks = 0;
   // A few chunks in flight per rail peer, not all K at once: with every rank's whole block
   // outstanding, the links of a 2x2 emulated cluster idled in most repetitions.
@@ -133,7 +125,7 @@ void gatherPiece(Run& r, const char* block, char* out, size_t b, size_t off, siz
             r.readPosted(l, k * C, dst, chunkLen(k));
             r.countBytes(owner, chunkLen(k));
           } else {
-            std::memcpy(dst, r.shm.scratch(l) + slot + k * C, chunkLen(k));
+            std::memcpy(dst, (early ? stage.of(l) : r.shm.scratch(l)) + k * C, chunkLen(k));
             r.countBytes(owner, chunkLen(k));
           }
           moved = true;

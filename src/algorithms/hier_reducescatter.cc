@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "algorithms/node_small.h"
 #include "algorithms/quantize.h"
 #include "algorithms/run.h"
 #include "base/error.h"
@@ -56,22 +57,14 @@ void pushReduceScatter(Run& r, const char* in, char* out, size_t count) {
   // Small blocks are staged before the post, in the scratch half this phase's parity owns (the
   // AllGather's eager rule, transport/shm/board.h): every peer's blocks are readable once it
   // posted, so the call is one exchange of posts and no wait at its end.
-  const size_t half = r.buf.scratch_bytes / 2, slot0 = (r.seq & 1) * half;
-  const bool early = b <= static_cast<size_t>(r.cfg.num(Knob::ShmEagerBytes)) && static_cast<size_t>(L) * b <= half;
-  if (early)
-    for (int m = 0; m < L; ++m)
-      if (m != me) std::memcpy(r.shm.scratch(me) + slot0 + static_cast<size_t>(m) * b, in + blockOf(m), b);
+  const Staged stage{r.shm, r.seq, r.buf.scratch_bytes / 2};
+  const bool early = stagesReduceScatter(b, L, stage.half, r.cfg);
+  if (early) stageReduceScatter(stage, id.topo, in, b);
   r.post(in, hcCollReduceScatter);
   r.waitAllPosted();
   if (r.allPostedNodeMemory()) return sumInNodeMemory(r, in, out, count);
   if (early) {
-    std::vector<const void*> srcs(L);
-    for (int l = 0; l < L; ++l) {
-      srcs[l] =
-          l == me ? static_cast<const void*>(in + blockOf(me)) : r.shm.scratch(l) + slot0 + static_cast<size_t>(me) * b;
-      if (l != me) r.countBytes(id.topo.rankAt(n, l), b);
-    }
-    reduceN(r.reduceSpec(L >= 64 ? ~0ull : ((1ull << L) - 1), true), out, srcs.data(), L, count);
+    r.countLocalBytes(sumReduceScatter(stage, id.topo, r.reduceSpec(0, true), in, out, count, r.esize));
     return r.finishNode(/*peers_read_only_segment=*/true);
   }
   constexpr size_t kDepth = 4;  // chunks of slots per owner

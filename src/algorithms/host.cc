@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "algorithms/host.h"
+#include "algorithms/node_small.h"
 #include "algorithms/run.h"
 #include "base/error.h"
 #include "base/log.h"
@@ -95,6 +96,7 @@ void openNetwork(hcComm& c, const CollArgs& a) {
 }  // namespace
 
 void runHostCollective(hcComm& c, const CollArgs& a) {
+  if (runNodeSmall(c, a)) return;
   openNetwork(c, a);
   if (a.quant.block && !a.quant.packed) return runQuantized(c, a);
   const CollPlan p = planCall(c.id, c.plan, a, hostCapabilities(c));

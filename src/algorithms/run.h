@@ -89,6 +89,7 @@ struct Run {
   void recvUpTo(Pending& p, int peer, void* data, size_t capacity, uint64_t tag, size_t* received, size_t key = 0);
   // Payload bytes this call moved to or from peer (the statistics' per-level bytes).
   void countBytes(int peer, size_t bytes) { (id.sameNode(peer) ? bytes_intra_ : bytes_inter_) += bytes; }
+  void countLocalBytes(size_t bytes) { bytes_intra_ += bytes; }  // read from local peers
   // Tests each once; calls done(key) for every completed request and removes it. Returns the
   // number completed.
   template <class F>

@@ -329,16 +329,23 @@ CollPlan planCall(const Identity& id, const PlanContext& ctx, const CollArgs& a,
   if (caps.device) return planRules(c, a, caps);
   // Host calls repeat their shape (a training step's buckets): the last plan per collective is
   // kept, as the model's few predictions cost more than a small call's other work.
-  PlanMemo& m = ctx.memo.of[a.coll];
-  const bool ip = inPlace(c, a);
-  const size_t qb = quantizesHere(a) ? a.quant.block : 0;
-  if (m.valid && m.count == a.count && m.dtype == a.dtype && m.quant_block == qb && m.in_place == ip &&
-      m.single_copy_reads == caps.single_copy_reads && m.max_reduce_inputs == caps.max_reduce_inputs)
-    return m.plan;
+  if (const CollPlan* last = memoizedPlan(id, ctx, a, caps)) return *last;
   CollPlan p = planRules(c, a, caps);
   modelPrediction(c, a, p);
-  m = PlanMemo{true, a.count, a.dtype, qb, ip, caps.single_copy_reads, caps.max_reduce_inputs, p};
+  const size_t qb = quantizesHere(a) ? a.quant.block : 0;
+  ctx.memo.of[a.coll] =
+      PlanMemo{true, a.count, a.dtype, qb, inPlace(c, a), caps.single_copy_reads, caps.max_reduce_inputs, p};
   return p;
+}
+
+const CollPlan* memoizedPlan(const Identity& id, const PlanContext& ctx, const CollArgs& a, const Capabilities& caps) {
+  const PlanMemo& m = ctx.memo.of[a.coll];
+  const size_t qb = quantizesHere(a) ? a.quant.block : 0;
+  if (m.valid && m.count == a.count && m.dtype == a.dtype && m.quant_block == qb &&
+      m.in_place == inPlace(View{id, ctx}, a) && m.single_copy_reads == caps.single_copy_reads &&
+      m.max_reduce_inputs == caps.max_reduce_inputs)
+    return &m.plan;
+  return nullptr;
 }
 
 int64_t quantizeFromNodes(const PlanContext& ctx, bool model_may_decide) {

@@ -146,6 +146,9 @@ Verdict hierarchicalRules(const Identity& id, const PlanContext& ctx, const Coll
 
 // The plan of a (a validated call) on a communicator, for a path with these capabilities.
 CollPlan planCall(const Identity& id, const PlanContext& ctx, const CollArgs& a, const Capabilities& caps);
+// The host plan planCall last made for a's collective, if a has its shape (null otherwise):
+// valid until the next planCall of that collective.
+const CollPlan* memoizedPlan(const Identity& id, const PlanContext& ctx, const CollArgs& a, const Capabilities& caps);
 
 // A host quantized call (hcAllGatherQuantized, hcReduceScatterQuantized, a.quant.block set):
 // whether it quantizes or runs the exact collective, and the model's time for what it runs.

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -185,6 +186,61 @@ TEST(Agreement, QuantizedAllGathers) {
   expectEveryRankFails(
       "quantized/exact", [&](hcComm_t comm, int, bool odd) { return gather(comm, hcFloat32, 256, !odd); },
       "quantized or exact");
+}
+
+// Small calls on one node whose shape was planned before take the lean entry
+// (algorithms/node_small.h): a disagreement there must fail every rank as on the general path,
+// whether the odd rank's call is of a known shape (lean on both sides) or not (it takes the
+// general path, its peers the lean one).
+TEST(Agreement, SmallCallsOfAKnownShapeStillDisagree) {
+  auto warm = [](hcComm_t comm, int W) {
+    std::vector<float> a(W * 4, 1.0f), b(W * 4, 0.0f);
+    for (int i = 0; i < 3; ++i) {
+      if (hcAllReduce(a.data(), b.data(), 4, hcFloat32, hcSum, comm, nullptr) != hcSuccess ||
+          hcAllGather(a.data(), b.data(), 4, hcFloat32, comm, nullptr) != hcSuccess ||
+          hcReduceScatter(a.data(), b.data(), 4, hcFloat32, hcSum, comm, nullptr) != hcSuccess ||
+          hcBroadcast(a.data(), b.data(), 4, hcFloat32, 0, comm, nullptr) != hcSuccess)
+        return false;
+    }
+    return true;
+  };
+  struct Case {
+    const char* what;
+    const char* mention;
+    std::function<hcResult_t(hcComm_t, int W, bool odd)> call;
+  };
+  const std::vector<Case> cases = {
+      {"warm allreduce sum/max", "reduction op",
+       [](hcComm_t comm, int, bool odd) {
+         std::vector<float> a(4, 1.0f), b(4);
+         return hcAllReduce(a.data(), b.data(), 4, hcFloat32, odd ? hcMax : hcSum, comm, nullptr);
+       }},
+      {"warm broadcast root", "root",
+       [](hcComm_t comm, int W, bool odd) {
+         std::vector<float> a(4, 1.0f), b(4);
+         return hcBroadcast(a.data(), b.data(), 4, hcFloat32, odd ? W - 1 : 0, comm, nullptr);
+       }},
+      {"warm allgather 4/5", "count",
+       [](hcComm_t comm, int W, bool odd) {
+         std::vector<float> a(5, 1.0f), b(W * 5);
+         return hcAllGather(a.data(), b.data(), odd ? 5 : 4, hcFloat32, comm, nullptr);
+       }},
+      {"warm allgather/reducescatter", "collective",
+       [](hcComm_t comm, int W, bool odd) {
+         std::vector<float> a(W * 4, 1.0f), b(W * 4);
+         return odd ? hcReduceScatter(a.data(), b.data(), 4, hcFloat32, hcSum, comm, nullptr)
+                    : hcAllGather(a.data(), b.data(), 4, hcFloat32, comm, nullptr);
+       }},
+  };
+  for (const Case& k : cases)
+    expectEveryRankFails(
+        k.what,
+        [&](hcComm_t comm, int, bool odd) {
+          int W = 0;
+          hcCommCount(comm, &W);
+          return warm(comm, W) ? k.call(comm, W, odd) : hcInternalError;
+        },
+        k.mention);
 }
 
 // In place on some ranks and not on others is a valid call (as in NCCL): it must succeed.

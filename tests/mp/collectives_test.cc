@@ -274,6 +274,55 @@ TEST(CollectivesBackToBack, CallsNeverSeeTheNextCallsData) {
 namespace hctest {
 namespace {
 
+// A small call whose shape was planned before takes the lean entry (algorithms/node_small.h);
+// one whose in-place flag changed is planned again on the general path. Rank 0 alternates in
+// place and out of place, so it takes the general path every call while its peers take the
+// lean one: both must stage and read the same layout, call after call, every result checked.
+TEST(CollectivesBackToBack, RanksOnDifferentEntriesOfOneSmallCall) {
+  for (int L : {2, 3, 4}) {
+    Job job;
+    job.nranks = L;
+    auto st = run(job, [&](int rank, hcComm_t comm) {
+      const int W = L;
+      const size_t n = 6;  // int32 per rank: staged
+      std::vector<int32_t> in(n * W), out(n * W), want(n * W);
+      int wrong = 0;
+      for (int it = 0; it < 300 && wrong == 0; ++it) {
+        const bool in_place = rank == 0 && it % 2 == 1;
+        auto v = [&](int r, size_t i) { return it * 1000 + r * 100 + static_cast<int32_t>(i); };
+        // AllGather
+        for (size_t i = 0; i < n; ++i) in[i] = v(rank, i);
+        if (in_place) std::copy(in.begin(), in.begin() + n, out.begin() + rank * n);
+        if (hcAllGather(in_place ? out.data() + rank * n : in.data(), out.data(), n, hcInt32, comm, nullptr) !=
+            hcSuccess)
+          return 100;
+        for (int r = 0; r < W; ++r)
+          for (size_t i = 0; i < n; ++i) wrong += out[r * n + i] != v(r, i);
+        // ReduceScatter: block r of every rank's input holds v(r, i) + rank
+        for (int r = 0; r < W; ++r)
+          for (size_t i = 0; i < n; ++i) in[r * n + i] = v(r, i) + rank;
+        int32_t* rs_out = in_place ? in.data() + rank * n : out.data();
+        if (hcReduceScatter(in.data(), rs_out, n, hcInt32, hcSum, comm, nullptr) != hcSuccess) return 101;
+        for (size_t i = 0; i < n; ++i) wrong += rs_out[i] != W * v(rank, i) + W * (W - 1) / 2;
+        // AllReduce
+        for (size_t i = 0; i < n; ++i) in[i] = v(rank, i);
+        int32_t* ar_out = in_place ? in.data() : out.data();
+        if (hcAllReduce(in.data(), ar_out, n, hcInt32, hcMax, comm, nullptr) != hcSuccess) return 102;
+        for (size_t i = 0; i < n; ++i) wrong += ar_out[i] != v(W - 1, i);
+        // Broadcast from a root that moves
+        const int root = it % W;
+        for (size_t i = 0; i < n; ++i) in[i] = v(rank, i);
+        int32_t* bc_out = in_place ? in.data() : out.data();
+        if (hcBroadcast(in.data(), bc_out, n, hcInt32, root, comm, nullptr) != hcSuccess) return 103;
+        for (size_t i = 0; i < n; ++i) wrong += bc_out[i] != v(root, i);
+        if (wrong) std::fprintf(stderr, "[rank %d] call %d: %d wrong elements\n", rank, it, wrong);
+      }
+      return wrong;
+    });
+    for (int r = 0; r < job.nranks; ++r) EXPECT_EQ(st[r], 0) << "rank " << r << " of 1x" << L;
+  }
+}
+
 // Without single-copy reads, an AllGather of large blocks stages them across this rank's
 // scratch, and a following small call writes its parity half before it posts: a peer still
 // copying the large blocks must not see them change. Large and small calls (AllGather,

@@ -1,0 +1,76 @@
+// Small calls on one node: every rank copies its input into the half of its scratch buffer
+// that the phase's parity owns before it posts (the eager rule, transport/shm/board.h), so a
+// peer's input is readable as soon as the peer posted: one exchange of posts, no wait at the
+// end. The steps here are the only definition of that layout; the general path's small
+// branches (Run) and the lean entry (runNodeSmall) both use them, so ranks that took different
+// entries for the same call still read each other right.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "algorithms/reduce.h"
+#include "base/coll.h"
+#include "base/config.h"
+#include "base/topology.h"
+#include "transport/shm/shm_transport.h"
+
+struct hcComm;
+
+namespace hicoll {
+
+struct CollPlan;
+
+// One staged phase: the slot of each local rank's scratch buffer it uses.
+struct Staged {
+  ShmTransport& shm;
+  uint64_t seq;  // the phase's
+  size_t half;   // bytes of a scratch half
+  char* mine() const { return shm.scratch(shm.localIndex()) + (seq & 1) * half; }
+  const char* of(int local) const { return shm.scratch(local) + (seq & 1) * half; }
+};
+
+// Whether a call stages on one node: a block (AllGather, ReduceScatter: per rank) or buffer
+// (AllReduce, Broadcast) of `bytes`, with L local ranks.
+inline bool stagesAllGather(size_t block, size_t half, const Config& cfg) {
+  return block <= static_cast<size_t>(cfg.num(Knob::ShmEagerBytes)) && block <= half;
+}
+inline bool stagesReduceScatter(size_t block, int L, size_t half, const Config& cfg) {
+  return block <= static_cast<size_t>(cfg.num(Knob::ShmEagerBytes)) && static_cast<size_t>(L) * block <= half;
+}
+inline bool stagesAllReduce(size_t bytes, size_t half) {
+  return bytes <= half;
+}
+inline bool stagesBroadcast(size_t bytes, size_t half, const Config& cfg) {
+  return bytes <= half && bytes <= static_cast<size_t>(cfg.num(Knob::ShmEagerBytes));
+}
+
+// Before the post: what each stages. After every local peer posted: what each reads; the
+// reading steps return the payload bytes read from peers (the statistics' intra-node bytes).
+// AllGather: len bytes of this rank's block at `in`; rank r's bytes go to out + r * stride.
+inline void stageAllGather(const Staged& s, const void* in, size_t len) {
+  std::memcpy(s.mine(), in, len);
+}
+size_t readAllGather(const Staged& s, const Topology& t, const void* in, char* out, size_t stride, size_t len);
+// ReduceScatter: every other local rank's block of this rank's input (count elements each).
+void stageReduceScatter(const Staged& s, const Topology& t, const char* in, size_t b);
+size_t sumReduceScatter(const Staged& s, const Topology& t, const ReduceSpec& spec, const char* in, void* out,
+                        size_t count, size_t esize);
+// AllReduce: the whole buffer; every rank sums the staged copies in rank order.
+inline void stageAllReduce(const Staged& s, const void* send, size_t bytes) {
+  std::memcpy(s.mine(), send, bytes);
+}
+size_t sumAllReduce(const Staged& s, const Topology& t, const ReduceSpec& spec, const void* send, void* recv,
+                    size_t count, size_t esize);
+// Broadcast from local rank root_local (the root stages; every other rank copies).
+size_t readBroadcast(const Staged& s, bool is_root, int root_local, const void* send, void* recv, size_t bytes);
+
+// The lean entry: a host call on one node that its memoised plan sends down the hierarchical
+// path and that stages (AllGather, ReduceScatter, AllReduce, Broadcast) runs here, without
+// the general path's plan copy, agreement and Run: the same board protocol (descriptor checks,
+// deadline, peer checks), the same steps, the same statistics. Returns false, having done
+// nothing, for any other call (the general path plans and runs it).
+bool runNodeSmall(hcComm& c, const CollArgs& a);
+
+}  // namespace hicoll
