@@ -22,7 +22,7 @@ bool sumOnNode(Run& r, const void* send, void* recv, size_t count) {
   const size_t bytes = count * r.esize, half = r.buf.scratch_bytes / 2;
   if (id.topo.nnodes != 1 || !stagesAllReduce(bytes, half)) return false;
   r.beginPhase();
-  const Staged stage{r.shm, r.seq, half};
+  const Staged stage(r.shm, r.seq, half, bytes, /*one_node=*/true);
   stageAllReduce(stage, send, bytes);
   r.post(send, hcCollAllReduce);
   r.waitAllPosted();

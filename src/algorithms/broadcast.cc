@@ -29,7 +29,7 @@ void hierBroadcast(Run& r, const void* send, void* recv, size_t count, int root)
   // phase's parity owns (no peer reads it: the phase rule, as the AllGather's eager staging),
   // and its peers copy it from there. No single-copy read (a system call) and no wait for
   // the peers to finish reading the root's user buffer.
-  const Staged stage{r.shm, r.seq, r.buf.scratch_bytes / 2};
+  const Staged stage(r.shm, r.seq, r.buf.scratch_bytes / 2, bytes, N == 1);
   if (N == 1 && stagesBroadcast(bytes, stage.half, r.cfg)) {
     if (id.rank == root) std::memcpy(stage.mine(), send, bytes);
     r.post(exposed, hcCollBroadcast);

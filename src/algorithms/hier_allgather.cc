@@ -54,7 +54,7 @@ void gatherPiece(Run& r, const char* block, char* out, size_t b, size_t off, siz
   // phase), never this one (two phases back), so peers can read as soon as they see the post.
   const size_t half = r.buf.scratch_bytes / 2;
   const bool early = !direct && len <= half && small;
-  const Staged stage{r.shm, r.seq, half};
+  const Staged stage(r.shm, r.seq, half, len, N == 1);
   if (early) stageAllGather(stage, in, len);
 
   r.post(in, hcCollAllGather);

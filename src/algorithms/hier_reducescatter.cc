@@ -57,7 +57,7 @@ void pushReduceScatter(Run& r, const char* in, char* out, size_t count) {
   // Small blocks are staged before the post, in the scratch half this phase's parity owns (the
   // AllGather's eager rule, transport/shm/board.h): every peer's blocks are readable once it
   // posted, so the call is one exchange of posts and no wait at its end.
-  const Staged stage{r.shm, r.seq, r.buf.scratch_bytes / 2};
+  const Staged stage(r.shm, r.seq, r.buf.scratch_bytes / 2, static_cast<size_t>(L) * b, /*one_node=*/true);
   const bool early = stagesReduceScatter(b, L, stage.half, r.cfg);
   if (early) stageReduceScatter(stage, id.topo, in, b);
   r.post(in, hcCollReduceScatter);

@@ -119,7 +119,8 @@ bool runNodeSmall(hcComm& c, const CollArgs& a) {
   ShmTransport& shm = *c.links.shm;
   const Topology& t = id.topo;
   const size_t b = a.count * esize;
-  const Staged s{shm, ++c.links.seq, c.buf.scratch_bytes / 2};
+  const size_t staged = a.coll == hcCollReduceScatter ? static_cast<size_t>(shm.localSize()) * b : b;
+  const Staged s(shm, ++c.links.seq, c.buf.scratch_bytes / 2, staged, /*one_node=*/true);
   const CallDesc desc = CallDesc::of(a).withPhase(a.coll);
   const Deadline deadline = Deadline::fromFirstCheck(c.health.timeout_ms);
   NodeBoard board(shm, id, deadline, c.health.timeout_ms, [&l = c.links] { l.checkPeers(); });

@@ -14,6 +14,7 @@
 #include "base/coll.h"
 #include "base/config.h"
 #include "base/topology.h"
+#include "transport/shm/board.h"
 #include "transport/shm/shm_transport.h"
 
 struct hcComm;
@@ -22,13 +23,24 @@ namespace hicoll {
 
 struct CollPlan;
 
-// One staged phase: the slot of each local rank's scratch buffer it uses.
+// One staged phase: where each local rank's staged data lies. Up to Board::Post::kData bytes
+// on one node: in the rank's post of the phase (the line its peers poll), else in the half of
+// its scratch buffer of the phase's parity. bytes: what the call stages per rank, alike on
+// every rank, so all agree on the place.
 struct Staged {
+  Staged(ShmTransport& s, uint64_t phase_seq, size_t scratch_half, size_t bytes, bool one_node)
+      : shm(s), seq(phase_seq), half(scratch_half), in_post(one_node && bytes <= Board::Post::kData) {}
   ShmTransport& shm;
   uint64_t seq;  // the phase's
   size_t half;   // bytes of a scratch half
-  char* mine() const { return shm.scratch(shm.localIndex()) + (seq & 1) * half; }
-  const char* of(int local) const { return shm.scratch(local) + (seq & 1) * half; }
+  bool in_post;
+  char* mine() const { return at(shm.localIndex()); }
+  const char* of(int local) const { return at(local); }
+
+ private:
+  char* at(int local) const {
+    return in_post ? shm.board(local).post[seq & 1].data : shm.scratch(local) + (seq & 1) * half;
+  }
 };
 
 // Whether a call stages on one node: a block (AllGather, ReduceScatter: per rank) or buffer

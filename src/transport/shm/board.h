@@ -13,6 +13,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 
@@ -29,10 +30,15 @@ struct alignas(64) Board {
   struct alignas(64) Post {
     std::atomic<uint64_t> posted{0};  // seq of the phase the fields below describe
     CallDesc desc;                    // the call (and phase): checked against the peers'
-    uint64_t addr[2] = {};            // regions exposed to the node, in the owner's address space
-    NodeMemRef mem;                   // the node memory (hcMemAlloc) holding addr[0], if any
+    // A small call's staged data (algorithms/node_small.h), in the line the peers poll: one
+    // cache-line transfer brings them the post, the descriptor and the data.
+    static constexpr size_t kData = 24;
+    char data[kData] = {};
+    uint64_t addr[2] = {};  // regions exposed to the node, in the owner's address space
+    NodeMemRef mem;         // the node memory (hcMemAlloc) holding addr[0], if any
   };
   Post post[2];
+  static_assert(offsetof(Post, addr) == 64, "the polled line holds the post, the descriptor and the data");
   // (seq << 24) | chunks ready, per phase parity and stream of data a collective publishes.
   struct alignas(64) Counter {
     std::atomic<uint64_t> v{0};
