@@ -112,17 +112,6 @@ CollArgs CallDesc::args() const {
 }
 
 // The phase kind sits in the flags byte's upper half (bits 28..31).
-CallDesc CallDesc::withPhase(int phase) const {
-  CallDesc d = *this;
-  d.w[0] = (d.w[0] & ~(0xfull << 28)) | (static_cast<uint64_t>(phase) & 0xf) << 28;
-  return d;
-}
-
-bool CallDesc::sameCall(const CallDesc& o) const {
-  const uint64_t mask = ~(0xfull << 28);
-  return (w[0] & mask) == (o.w[0] & mask) && w[1] == o.w[1] && w[2] == o.w[2] && w[3] == o.w[3];
-}
-
 std::string describeCall(const CallDesc& d) {
   const CollArgs a = d.args();
   if (d.flags() & CallDesc::kDestroy) return fmt::format("hcCommDestroy (its barrier, call #{})", a.call);

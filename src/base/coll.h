@@ -73,9 +73,16 @@ struct CallDesc {
   CollArgs args() const;  // back to the fields it carries (buffers and stream empty)
   uint64_t flags() const { return (w[0] >> 24) & 0xf; }
   bool invalid() const { return flags() & kInvalid; }
-  // The same call, ignoring the phase kind.
-  bool sameCall(const CallDesc& o) const;
-  CallDesc withPhase(int phase) const;
+  // The same call, ignoring the phase kind. (Inline, as withPhase: every board wait asks.)
+  bool sameCall(const CallDesc& o) const {
+    const uint64_t mask = ~(0xfull << 28);
+    return (w[0] & mask) == (o.w[0] & mask) && w[1] == o.w[1] && w[2] == o.w[2] && w[3] == o.w[3];
+  }
+  CallDesc withPhase(int phase) const {
+    CallDesc d = *this;
+    d.w[0] = (d.w[0] & ~(0xfull << 28)) | (static_cast<uint64_t>(phase) & 0xf) << 28;
+    return d;
+  }
   CallDesc withFlags(uint64_t flags) const {  // of(a, flags) from of(a)
     CallDesc d = *this;
     d.w[0] |= (flags & 0xf) << 24;

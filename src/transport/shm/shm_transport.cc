@@ -204,6 +204,10 @@ ShmTransport::ShmTransport(Bootstrap& bs, const std::vector<int>& local_ranks, c
              std::string(w, strnlen(w, sizeof why)));
   }
   segs_[me_].closeFd();
+  for (int i = 0; i < L; ++i) {
+    boards_.push_back(&header(i).board);
+    scratch_.push_back(static_cast<char*>(segs_[i].base()) + header_bytes_ + bounce_bytes_ * localSize());
+  }
 
   same_process_ = std::all_of(pids_.begin(), pids_.end(), [](int p) { return p == getpid(); });
   bool cma_ok = true;
@@ -251,13 +255,6 @@ int ShmTransport::localOf(int peer) const {
 
 ShmTransport::Header& ShmTransport::header(int local) {
   return *static_cast<Header*>(segs_[local].base());
-}
-Board& ShmTransport::board(int local) {
-  return header(local).board;
-}
-
-char* ShmTransport::scratch(int local) {
-  return static_cast<char*>(segs_[local].base()) + header_bytes_ + bounce_bytes_ * localSize();
 }
 char* ShmTransport::ring(int sender, int receiver) {
   return static_cast<char*>(segs_[sender].base()) + header_bytes_ + bounce_bytes_ * receiver;

@@ -90,8 +90,10 @@ class ShmTransport : public Transport {
   int localSize() const { return static_cast<int>(local_ranks_.size()); }
   int localIndex() const { return me_; }
   int commRank(int local) const { return local_ranks_[local]; }
-  Board& board(int local);   // the layout NodeBoard's protocol works on
-  char* scratch(int local);  // the peer's scratch buffer as mapped here
+  // The layout NodeBoard's protocol works on; the peer's scratch buffer as mapped here. Inline:
+  // a small call reads them a few times per peer.
+  Board& board(int local) { return *boards_[static_cast<size_t>(local)]; }
+  char* scratch(int local) { return scratch_[static_cast<size_t>(local)]; }
   char* sort(int local);
   // One copy of len bytes at remote (an address in the peer's process) into dst.
   void read(int local, const void* remote, void* dst, size_t len);
@@ -155,6 +157,8 @@ class ShmTransport : public Transport {
   bool direct_ = false;
   bool same_process_ = false;
   std::vector<ShmSegment> segs_;
+  std::vector<Board*> boards_;  // in segs_, by local index
+  std::vector<char*> scratch_;  // likewise
   std::vector<int> pids_;
   int my_pid_ = 0;
   std::vector<int> pidfds_;
