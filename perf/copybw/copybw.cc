@@ -1,7 +1,8 @@
 // copybw: the copy bandwidths that bound intra-node collectives of 2 ranks on this machine.
 // Two processes, each with its own private buffers; both measured alone (the peer sleeps in a
 // pipe read) and both at once (as during a collective):
-//   memcpy            private -> private
+//   memcpy            private -> private (glibc)
+//   streaming         private -> private, hicoll's copy with non-temporal stores (base/copy.h)
 //   cma <piece>       process_vm_readv of the peer's buffer, in pieces of <piece> bytes
 // Usage: copybw [bytes=32M] [reps=7]. Prints GB/s medians.
 #include <sys/mman.h>
@@ -16,6 +17,8 @@
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include "base/copy.h"
 
 namespace {
 
@@ -57,6 +60,13 @@ double cmaRead(pid_t peer, char* remote, char* dst, size_t n, size_t piece) {
 double copy(char* dst, const char* src, size_t n) {
   auto t0 = Clock::now();
   memcpy(dst, src, n);
+  asm volatile("" : : "r"(dst) : "memory");
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+double copyStreamed(char* dst, const char* src, size_t n) {
+  auto t0 = Clock::now();
+  hicoll::copyStreaming(dst, src, n);
   asm volatile("" : : "r"(dst) : "memory");
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
@@ -116,6 +126,7 @@ int main(int argc, char** argv) {
     results.push_back({what, n / median(alone) / 1e9, n / median(both) / 1e9});
   };
   measure("memcpy", [&] { return copy(dst, src, n); });
+  measure("streaming", [&] { return copyStreamed(dst, src, n); });
   for (size_t p : pieces)
     measure("cma " + std::to_string(p >> 10) + "K pieces", [&] { return cmaRead(peer, src, dst, n, p); });
 

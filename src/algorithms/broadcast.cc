@@ -65,7 +65,7 @@ void hierBroadcast(Run& r, const void* send, void* recv, size_t count, int root)
     if (!sends.empty()) moved |= r.poll(sends) > 0;
     if (holder) {
       if (id.rank == root && send != recv && copied < K) {
-        std::memcpy(out + copied * C, exposed + copied * C, chunkLen(copied));
+        r.copyOut(out + copied * C, exposed + copied * C, chunkLen(copied));
         ++copied;
         moved = true;
       } else if (id.rank != root || send == recv) {

@@ -120,12 +120,12 @@ void gatherPiece(Run& r, const char* block, char* out, size_t b, size_t off, siz
           size_t k = own_done[l]++;
           char* dst = out + static_cast<size_t>(owner) * b + k * C;
           if (l == me) {
-            if (!in_place) std::memcpy(dst, in + k * C, chunkLen(k));
+            if (!in_place) r.copyOut(dst, in + k * C, chunkLen(k));
           } else if (direct) {
             r.readPosted(l, k * C, dst, chunkLen(k));
             r.countBytes(owner, chunkLen(k));
           } else {
-            std::memcpy(dst, (early ? stage.of(l) : r.shm.scratch(l)) + k * C, chunkLen(k));
+            r.copyOut(dst, (early ? stage.of(l) : r.shm.scratch(l)) + k * C, chunkLen(k));
             r.countBytes(owner, chunkLen(k));
           }
           moved = true;
@@ -139,7 +139,7 @@ void gatherPiece(Run& r, const char* block, char* out, size_t b, size_t off, siz
           const char* sort = r.shm.sort(l);
           for (int m = 0; m < N; ++m) {
             if (m == n) continue;
-            std::memcpy(out + static_cast<size_t>(t.rankAt(m, l)) * b + k * C, sort + m * len + k * C, chunkLen(k));
+            r.copyOut(out + static_cast<size_t>(t.rankAt(m, l)) * b + k * C, sort + m * len + k * C, chunkLen(k));
           }
           if (l != me) r.countBytes(t.rankAt(n, l), chunkLen(k) * (N - 1));
           moved = true;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "base/copy.h"
 #include "base/error.h"
 
 namespace hicoll {
@@ -11,7 +12,10 @@ Run::Run(hcComm& c, const CollArgs& args, const CollPlan* p, Agreement* ag)
     : id(c.id), links(c.links), buf(c.buf), stats(c.stats), cfg(c.plan.cfg), timeout_ms(c.health.timeout_ms), a(args),
       plan(p), desc(CallDesc::of(args)), agreement(ag), deadline(Deadline::fromFirstCheck(timeout_ms)),
       esize(hcTypeSize(args.dtype)), shm(*c.links.shm),
-      board(*c.links.shm, c.id, deadline, timeout_ms, [&l = c.links] { l.checkPeers(); }) {}
+      board(*c.links.shm, c.id, deadline, timeout_ms, [&l = c.links] { l.checkPeers(); }) {
+  const size_t out_bytes = args.count * esize * (args.coll == hcCollAllGather ? static_cast<size_t>(id.nranks) : 1);
+  stream_out_ = args.coll != hcCollAllToAll && out_bytes >= static_cast<size_t>(cfg.num(Knob::StreamCopyBytes));
+}
 
 Run::~Run() {
   if (!plan) return;
@@ -43,11 +47,15 @@ const char* Run::mappedPosted(int local, size_t off, size_t len) {
 void Run::readPosted(int local, size_t off, void* dst, size_t len) {
   if (len == 0) return;
   if (const char* p = mappedPosted(local, off, len)) {
-    std::memcpy(dst, p, len);
+    copyOut(dst, p, len);
     stats.countNodeMemory(a.coll, len);
   } else {
     shm.read(local, postedAddr(local) + off, dst, len);
   }
+}
+
+void Run::copyOut(void* dst, const void* src, size_t len) {
+  stream_out_ ? copyStreaming(dst, src, len) : static_cast<void>(std::memcpy(dst, src, len));
 }
 
 void Run::send(Pending& p, int peer, const void* data, size_t len, uint64_t tag, size_t key, bool payload) {

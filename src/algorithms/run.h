@@ -65,6 +65,9 @@ struct Run {
   // One copy of the peer's posted region [off, off + len) into dst: memcpy from node memory,
   // else the transport's single-copy read.
   void readPosted(int local, size_t off, void* dst, size_t len);
+  // A copy into the call's output: streaming (base/copy.h) when the call writes at least
+  // HICOLL_STREAM_COPY_BYTES here, memcpy otherwise.
+  void copyOut(void* dst, const void* src, size_t len);
   void publish(int stream, uint64_t chunks) { board.publish(seq, stream, chunks); }
   uint64_t readyOf(int local, int stream) const { return board.readyOf(local, seq, stream); }
   void finishNode(bool peers_read_only_segment = false) { board.finish(seq, peers_read_only_segment); }
@@ -115,6 +118,7 @@ struct Run {
   bool test(Req& r);
   std::vector<int> outstanding_;
   int phase_kind_ = 0;
+  bool stream_out_ = false;
   size_t bytes_intra_ = 0, bytes_inter_ = 0;
 };
 

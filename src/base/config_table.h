@@ -77,6 +77,10 @@
   X(ShmEagerBytes, "HICOLL_SHM_EAGER_BYTES", Size, "4096", "", 0, (INT64_C(16) << 20), Agree,                        \
     "AllGather blocks up to this size are copied into the sender's shared segment and read "                         \
     "from there with memcpy, instead of one process_vm_readv system call per peer.")                                 \
+  X(StreamCopyBytes, "HICOLL_STREAM_COPY_BYTES", Size, "25165824", "", 0, (INT64_C(1) << 40), Local,                 \
+    "A host call that writes at least this many bytes of output on a rank copies into it with "                      \
+    "non-temporal stores (past the caches; a copy of buffers the caches cannot hold no longer "                      \
+    "reads the destination first). 0: always; set it above the largest call: never.")                                \
   X(MemCacheBytes, "HICOLL_MEM_CACHE_BYTES", Size, "1073741824", "", 0, (INT64_C(1) << 40), Local,                   \
     "hcMemAlloc (and the torch plugin's allocate_tensor): freed node memory kept for reuse up "                      \
     "to this many bytes per process, so a training step's buffers are not created and mapped "                       \
