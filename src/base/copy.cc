@@ -24,7 +24,8 @@ __attribute__((target("avx2"))) void streamAvx2(char* d, const char* s, size_t n
 void streamSse2(char* d, const char* s, size_t n) {
   for (size_t i = 0; i < n; i += 128)
     for (size_t j = 0; j < 128; j += 16)
-      _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + j), _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + j)));
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + j),
+                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + j)));
 }
 
 void streamBody(char* d, const char* s, size_t n) {

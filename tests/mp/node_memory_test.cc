@@ -64,6 +64,29 @@ TEST(NodeMemory, NeedsNoSingleCopyReads) {
   for (int r = 0; r < job.nranks; ++r) EXPECT_EQ(st[r], 0) << "rank " << r;
 }
 
+// Every copy into an output with streaming stores (HICOLL_STREAM_COPY_BYTES=0: base/copy.h),
+// on one node and across nodes, node memory and (without CMA) the heap's staged blocks: exact.
+TEST(NodeMemory, CollectivesExactWithStreamingCopies) {
+  for (bool across : {false, true}) {
+    Job job;
+    job.nranks = 4;
+    if (across) job.node = contiguous(2, 2);
+    job.env["HICOLL_STREAM_COPY_BYTES"] = "0";
+    job.env["HICOLL_SHM_CMA"] = "0";
+    auto st = run(job, [&](int rank, hcComm_t comm) {
+      int f = allOnNodeMemory(rank, comm, !across);
+      useNodeMemory(false);
+      for (size_t count : {size_t{7}, size_t{70000}})
+        for (bool ip : {false, true}) {
+          f += checkAllGather(comm, hcFloat32, count, ip, 6);
+          f += checkBroadcast(comm, hcInt32, count, 2, ip, 7);
+        }
+      return f;
+    });
+    for (int r = 0; r < job.nranks; ++r) EXPECT_EQ(st[r], 0) << (across ? "2x2" : "1x4") << " rank " << r;
+  }
+}
+
 TEST(NodeMemory, CollectivesExactAcrossNodes) {
   Job job;
   job.nranks = 4;
