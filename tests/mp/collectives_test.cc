@@ -285,7 +285,7 @@ TEST(CollectivesBackToBack, RanksOnDifferentEntriesOfOneSmallCall) {
     auto st = run(job, [&](int rank, hcComm_t comm) {
       const int W = L;
       const size_t n = 6;  // int32 per rank: staged
-      std::vector<int32_t> in(n * W), out(n * W), want(n * W);
+      std::vector<int32_t> in(n * W), out(n * W), big(5000), big_out_buf(5000);
       int wrong = 0;
       for (int it = 0; it < 300 && wrong == 0; ++it) {
         const bool in_place = rank == 0 && it % 2 == 1;
@@ -315,6 +315,11 @@ TEST(CollectivesBackToBack, RanksOnDifferentEntriesOfOneSmallCall) {
         int32_t* bc_out = in_place ? in.data() : out.data();
         if (hcBroadcast(in.data(), bc_out, n, hcInt32, root, comm, nullptr) != hcSuccess) return 103;
         for (size_t i = 0; i < n; ++i) wrong += bc_out[i] != v(root, i);
+        // A Broadcast of 20 KB: staged too (up to 8 x the eager size), read at once.
+        for (size_t i = 0; i < big.size(); ++i) big[i] = v(rank, i);
+        int32_t* big_out = in_place ? big.data() : big_out_buf.data();
+        if (hcBroadcast(big.data(), big_out, big.size(), hcInt32, root, comm, nullptr) != hcSuccess) return 104;
+        for (size_t i = 0; i < big.size(); ++i) wrong += big_out[i] != v(root, i);
         if (wrong) std::fprintf(stderr, "[rank %d] call %d: %d wrong elements\n", rank, it, wrong);
       }
       return wrong;
