@@ -60,9 +60,10 @@
     "received from the rail peers. A few in flight, not all, keep the links' queues short "                          \
     "(perf/results/2026-11-30.md).")                                                                                 \
   X(NetProbeBytes, "HICOLL_NET_PROBE_BYTES", Size, "1048576", "", 0, HICOLL_KNOB_GIB, Agree,                         \
-    "Without HICOLL_MODEL_FILE: bytes each rank sends its rail peer, twice, at the communicator's "                  \
-    "first call across nodes, to measure the link for the cost model (its built-in figure is a "                     \
-    "guess; HICOLL_ALGO=auto decides by it). 0: no measurement.")                                                    \
+    "Without HICOLL_MODEL_FILE: bytes each rank sends its rail peer in the first round of the "                      \
+    "link measurement at the communicator's first call across nodes (the cost model's built-in "                     \
+    "link is a guess; HICOLL_ALGO=auto decides by it). Rounds grow (up to 16x, within the "                          \
+    "scratch buffer) until one lasts 5 ms. 0: no measurement.")                                                      \
   X(DeviceChunkBytes, "HICOLL_DEVICE_CHUNK_SIZE", Size, "67108864", "", 4096, 4 * HICOLL_KNOB_GIB, Agree,            \
     "Pipeline chunk of the device-buffer path. Large: each chunk costs a cross-process stream "                      \
     "handshake (tests/gpu/results). Inter-node chunks are further capped by the scratch and "                        \

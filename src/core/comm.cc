@@ -367,6 +367,7 @@ void hcComm::measureLink() {
     return;
   hicoll::LinkProbe p;
   p.bytes = bytes;
+  p.max_bytes = std::min(buf.scratch_bytes, buf.sort_bytes);
   p.chunk = static_cast<size_t>(plan.cfg.num(hicoll::Knob::NetChunkBytes));
   p.send = buf.scratch;
   p.recv = buf.sort;

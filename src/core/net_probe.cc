@@ -42,24 +42,42 @@ double probeLink(const Identity& id, Transport& net, Bootstrap& bs, const LinkPr
                    p.timeout_ms, to, from);
         });
   };
-  exchange(std::min<size_t>(C, 4096), 0);  // opens the connections
-  double best = 0;
-  for (uint64_t round = 1; round <= 2; ++round) {
-    const auto t0 = std::chrono::steady_clock::now();
-    exchange(p.bytes, round);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    best = round == 1 ? s : std::min(best, s);
-  }
+  // One timed round of `bytes` per rank: every rank's time, from every rank.
   std::vector<double> all(static_cast<size_t>(id.nranks));
-  bs.allgather(&best, all.data(), sizeof best, p.while_blocked);
+  auto timed = [&](size_t bytes, uint64_t round) {
+    const auto t0 = std::chrono::steady_clock::now();
+    exchange(bytes, round);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    bs.allgather(&s, all.data(), sizeof s, p.while_blocked);
+    return all;
+  };
   // A node's link carried its ranks' bytes in its slowest rank's time; the slowest node bounds.
-  double figure = 0;
-  for (int m = 0; m < N; ++m) {
-    double slowest = 0;
-    for (int r : t.ranks_of[m]) slowest = std::max(slowest, all[static_cast<size_t>(r)]);
-    const double bps = slowest > 0 ? static_cast<double>(p.bytes) * t.localSize(m) / slowest : 0;
-    figure = m == 0 ? bps : std::min(figure, bps);
+  auto figureOf = [&](size_t bytes, const std::vector<double>& times) {
+    double figure = 0;
+    for (int m = 0; m < N; ++m) {
+      double slowest = 0;
+      for (int r : t.ranks_of[m]) slowest = std::max(slowest, times[static_cast<size_t>(r)]);
+      const double bps = slowest > 0 ? static_cast<double>(bytes) * t.localSize(m) / slowest : 0;
+      figure = m == 0 ? bps : std::min(figure, bps);
+    }
+    return figure;
+  };
+  exchange(std::min<size_t>(C, 4096), 0);  // opens the connections
+  size_t bytes = p.bytes;
+  const size_t most = std::min(std::max(p.max_bytes, p.bytes), p.bytes * kProbeGrowth);
+  uint64_t round = 1;
+  for (;;) {  // every rank sees the same times, so all grow alike
+    const std::vector<double> times = timed(bytes, round++);
+    const double longest = *std::max_element(times.begin(), times.end());
+    if (longest >= kProbeRoundSeconds || bytes >= most) break;
+    const double scale = longest > 0 ? kProbeRoundSeconds / longest : double(kProbeGrowth);
+    bytes = std::min(most, std::max(bytes * 2, static_cast<size_t>(static_cast<double>(bytes) * scale * 1.25)));
   }
+  // Two rounds at the final size, each rank's best.
+  std::vector<double> best = timed(bytes, round++);
+  const std::vector<double> again = timed(bytes, round++);
+  for (size_t r = 0; r < best.size(); ++r) best[r] = std::min(best[r], again[r]);
+  const double figure = figureOf(bytes, best);
   return figure;
 }
 

@@ -14,8 +14,9 @@
 namespace hicoll {
 
 struct LinkProbe {
-  size_t bytes = 0;  // per rank and round
-  size_t chunk = 0;  // per message
+  size_t bytes = 0;      // per rank, the first round
+  size_t max_bytes = 0;  // per rank, what send and recv hold
+  size_t chunk = 0;      // per message
   void* send = nullptr;
   void* recv = nullptr;  // bytes each, registered with the transport
   long timeout_ms = 0;
@@ -23,12 +24,17 @@ struct LinkProbe {
 };
 
 // Every rank sends p.bytes to its rail peer on the next node while it receives as much from
-// the previous one, twice after a warm-up message (connections open lazily); a node's link then
-// carried its ranks' bytes each way in the slowest of them's time. The ranks exchange their
-// times over the bootstrap, so every rank returns the same figure (its decisions must be the
-// same everywhere): the slowest node's bytes per second each way. Collective over the
+// the previous one, after a warm-up message (connections open lazily); a node's link then
+// carried its ranks' bytes each way in the slowest of them's time. A round shorter than
+// kProbeRoundSeconds mostly measures TCP's ramp and the scheduler, so the size grows (within
+// p.max_bytes, at most kProbeGrowth times) until a round lasts that long, then two rounds
+// at that size give the figure. After every round the ranks exchange their times over the
+// bootstrap, so every rank takes the same steps and returns the same figure (its decisions must
+// be the same everywhere): the slowest node's bytes per second each way. Collective over the
 // communicator (uniform nodes, a transport with 63 tag bits or more); throws on a peer's
 // failure or the timeout.
+constexpr double kProbeRoundSeconds = 0.01;
+constexpr size_t kProbeGrowth = 16;
 double probeLink(const Identity& id, Transport& net, Bootstrap& bs, const LinkProbe& p);
 
 }  // namespace hicoll
