@@ -374,10 +374,13 @@ void hcComm::measureLink() {
   p.timeout_ms = health.timeout_ms;
   p.check_peers = [this] { links.checkPeers(); };
   p.while_blocked = links.net_opt.while_blocked;
-  const double bps = hicoll::probeLink(id, *links.ofi, *links.bootstrap, p);
+  const hicoll::LinkFigures f = hicoll::probeLink(id, *links.ofi, *links.bootstrap, p);
+  const double bps = f.Bps;
   if (bps <= 0) return;
   plan.model.net_Bps = bps;
-  plan.model.source += fmt::format("; link {:.0f} MB/s each way, measured at the first call", bps / 1e6);
+  if (f.alpha_s > 0) plan.model.net_alpha_s = f.alpha_s;
+  plan.model.source += fmt::format("; link {:.0f} MB/s each way and {:.0f} us a message, measured at the first call",
+                                   bps / 1e6, plan.model.net_alpha_s * 1e6);
   plan.memo = {};  // no plan made with the guess survives
   stats.setModel(bps, plan.model.source);
   HC_INFO("cost model: the link measured {:.0f} MB/s each way per node ({} bytes per rank)", bps / 1e6, bytes);

@@ -16,7 +16,7 @@ constexpr uint64_t kProbeTag = uint64_t{1} << 62;
 
 }  // namespace
 
-double probeLink(const Identity& id, Transport& net, Bootstrap& bs, const LinkProbe& p) {
+LinkFigures probeLink(const Identity& id, Transport& net, Bootstrap& bs, const LinkProbe& p) {
   const Topology& t = id.topo;
   const int N = t.nnodes, n = id.node(), l = id.localRank();
   const int to = t.rankAt((n + 1) % N, l), from = t.rankAt((n + N - 1) % N, l);
@@ -63,9 +63,21 @@ double probeLink(const Identity& id, Transport& net, Bootstrap& bs, const LinkPr
     return figure;
   };
   exchange(std::min<size_t>(C, 4096), 0);  // opens the connections
+  // Small messages: each rank's median round, then the slowest rank's.
+  uint64_t round = 1;
+  std::vector<double> small;
+  for (int i = 0; i < kLatencyRounds; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    exchange(std::min<size_t>(C, 64), round++);
+    small.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::nth_element(small.begin(), small.begin() + kLatencyRounds / 2, small.end());
+  const double median = small[kLatencyRounds / 2];
+  bs.allgather(&median, all.data(), sizeof median, p.while_blocked);
+  LinkFigures f;
+  f.alpha_s = *std::max_element(all.begin(), all.end());
   size_t bytes = p.bytes;
   const size_t most = std::min(std::max(p.max_bytes, p.bytes), p.bytes * kProbeGrowth);
-  uint64_t round = 1;
   for (;;) {  // every rank sees the same times, so all grow alike
     const std::vector<double> times = timed(bytes, round++);
     const double longest = *std::max_element(times.begin(), times.end());
@@ -77,8 +89,8 @@ double probeLink(const Identity& id, Transport& net, Bootstrap& bs, const LinkPr
   std::vector<double> best = timed(bytes, round++);
   const std::vector<double> again = timed(bytes, round++);
   for (size_t r = 0; r < best.size(); ++r) best[r] = std::min(best[r], again[r]);
-  const double figure = figureOf(bytes, best);
-  return figure;
+  f.Bps = figureOf(bytes, best);
+  return f;
 }
 
 }  // namespace hicoll

@@ -35,6 +35,14 @@ struct LinkProbe {
 // failure or the timeout.
 constexpr double kProbeRoundSeconds = 0.01;
 constexpr size_t kProbeGrowth = 16;
-double probeLink(const Identity& id, Transport& net, Bootstrap& bs, const LinkProbe& p);
+// Before the rounds of bytes, kLatencyRounds exchanges of one small message each way give the
+// message latency: every rank's median, the slowest rank's (what the model's net_alpha_s is: a
+// message's time one way, its CPU included).
+constexpr int kLatencyRounds = 16;
+struct LinkFigures {
+  double Bps = 0;      // each way per node
+  double alpha_s = 0;  // one small message, one way
+};
+LinkFigures probeLink(const Identity& id, Transport& net, Bootstrap& bs, const LinkProbe& p);
 
 }  // namespace hicoll
