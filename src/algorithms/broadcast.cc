@@ -31,7 +31,7 @@ void hierBroadcast(Run& r, const void* send, void* recv, size_t count, int root)
   // the peers to finish reading the root's user buffer.
   const Staged stage(r.shm, r.seq, r.buf.scratch_bytes / 2, bytes, N == 1);
   if (N == 1 && stagesBroadcast(bytes, stage.half, r.cfg)) {
-    if (id.rank == root) std::memcpy(stage.mine(), send, bytes);
+    if (id.rank == root) stageBroadcast(stage, send, bytes);
     r.post(exposed, hcCollBroadcast);
     r.waitAllPosted();
     r.countLocalBytes(readBroadcast(stage, id.rank == root, rl, send, recv, bytes));

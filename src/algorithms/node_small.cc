@@ -97,15 +97,6 @@ bool stages(const hcComm& c, const CollArgs& a, const CollPlan& p, size_t esize)
   }
 }
 
-ReduceSpec specOf(const CollArgs& a, int nranks) {
-  ReduceSpec s;
-  s.dtype = a.dtype;
-  s.kind = a.op.kind;
-  s.scalar = a.op.scalar;
-  s.avg_divisor = a.op.kind == OpKind::Avg ? nranks : 0;
-  return s;
-}
-
 }  // namespace
 
 bool runNodeSmall(hcComm& c, const CollArgs& a) {
@@ -139,17 +130,17 @@ bool runNodeSmall(hcComm& c, const CollArgs& a) {
         stageReduceScatter(s, t, in, b);
         board.post(s.seq, desc, in);
         board.waitAllPosted(s.seq, desc);
-        read = sumReduceScatter(s, t, specOf(a, id.nranks), in, out, a.count, esize);
+        read = sumReduceScatter(s, t, reduceSpecOf(a, id.nranks, 0, true), in, out, a.count, esize);
         break;
       case hcCollAllReduce:
         stageAllReduce(s, in, b);
         board.post(s.seq, desc, in);
         board.waitAllPosted(s.seq, desc);
-        read = sumAllReduce(s, t, specOf(a, id.nranks), in, out, a.count, esize);
+        read = sumAllReduce(s, t, reduceSpecOf(a, id.nranks, 0, true), in, out, a.count, esize);
         break;
       default: {  // hcCollBroadcast
         const bool root = id.rank == a.root;
-        if (root) std::memcpy(s.mine(), in, b);
+        if (root) stageBroadcast(s, in, b);
         board.post(s.seq, desc, root ? in : out);
         board.waitAllPosted(s.seq, desc);
         read = readBroadcast(s, root, t.local_of[a.root], in, out, b);

@@ -78,7 +78,10 @@ inline void stageAllReduce(const Staged& s, const void* send, size_t bytes) {
 }
 size_t sumAllReduce(const Staged& s, const Topology& t, const ReduceSpec& spec, const void* send, void* recv,
                     size_t count, size_t esize);
-// Broadcast from local rank root_local (the root stages; every other rank copies).
+// Broadcast from local rank root_local: the root stages; every other rank copies.
+inline void stageBroadcast(const Staged& s, const void* send, size_t bytes) {
+  std::memcpy(s.mine(), send, bytes);
+}
 size_t readBroadcast(const Staged& s, bool is_root, int root_local, const void* send, void* recv, size_t bytes);
 
 // The lean entry: a host call on one node that its memoised plan sends down the hierarchical

@@ -19,6 +19,18 @@ struct ReduceSpec {
   bool stream_dst = false;   // write dst with non-temporal stores (large outputs read later)
 };
 
+// The spec of a's reduction among nranks ranks: premul_mask as above; final_step: the call's
+// last reduction (an average divides there).
+inline ReduceSpec reduceSpecOf(const CollArgs& a, int nranks, uint64_t premul_mask, bool final_step) {
+  ReduceSpec s;
+  s.dtype = a.dtype;
+  s.kind = a.op.kind;
+  s.scalar = a.op.scalar;
+  s.premul_mask = premul_mask;
+  s.avg_divisor = final_step && a.op.kind == OpKind::Avg ? nranks : 0;
+  return s;
+}
+
 // dst[i] = srcs[0][i] op srcs[1][i] op ... ; dst may be one of the sources.
 void reduceN(const ReduceSpec& spec, void* dst, const void* const* srcs, int nsrc, size_t n);
 

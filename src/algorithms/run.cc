@@ -24,13 +24,7 @@ Run::~Run() {
 }
 
 ReduceSpec Run::reduceSpec(uint64_t premul_mask, bool final_step) const {
-  ReduceSpec s;
-  s.dtype = a.dtype;
-  s.kind = a.op.kind;
-  s.scalar = a.op.scalar;
-  s.premul_mask = premul_mask;
-  s.avg_divisor = final_step && a.op.kind == OpKind::Avg ? id.nranks : 0;
-  return s;
+  return reduceSpecOf(a, id.nranks, premul_mask, final_step);
 }
 
 void Run::post(const void* addr0, int phase_kind, uint64_t flags) {
