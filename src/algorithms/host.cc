@@ -1,6 +1,7 @@
 // Host-buffer collectives: plan the call (plan/plan.h), agree it with the peers, run the path
 // it names, count it.
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 
 #include "algorithms/host.h"
@@ -97,6 +98,7 @@ void openNetwork(hcComm& c, const CollArgs& a) {
 
 void runHostCollective(hcComm& c, const CollArgs& a) {
   if (runNodeSmall(c, a)) return;
+  const bool opens_network = !c.links.ofi && c.id.topo.nnodes > 1;
   openNetwork(c, a);
   if (a.quant.block && !a.quant.packed) return runQuantized(c, a);
   const CollPlan p = planCall(c.id, c.plan, a, hostCapabilities(c));
@@ -105,6 +107,9 @@ void runHostCollective(hcComm& c, const CollArgs& a) {
             p.reason);
   HC_TRACE("{}: path {} ({})", describe(a), p.path == hcPathHierarchical ? "hierarchical" : "ring", ruleName(p.rule));
   if (p.modelled && c.plan.cfg.algoAuto()) logModelChoice(c, a, p);
+  // The model refines its figures from the times of the calls it predicts (plan/refine.h).
+  const bool timed = c.timesCall(p);
+  const auto t0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   try {
     Agreement ag(c.id, c.links.ofi.get(), agreeState(c), CallDesc::of(a), "", piggybacks(c, a, p));
     Run r(c, a, &p, &ag);
@@ -118,6 +123,8 @@ void runHostCollective(hcComm& c, const CollArgs& a) {
       if (e.symptom()) c.links.explainSymptom(250);  // so does the failure notice of the peer behind it
       throw;
     }
+    if (timed)
+      c.timedCall(a, p, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), opens_network);
   } catch (const Error& e) {
     // Midway through a call: the communicator cannot go on, whatever the code.
     throw Error(e.code(), fmt::format("{}: {}", describe(a), e.what()), Error::kFatal);

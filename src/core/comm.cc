@@ -298,6 +298,9 @@ std::unique_ptr<hcComm> createComm(std::unique_ptr<Bootstrap> bs, std::shared_pt
         *links.bootstrap, livenessPeers(id.topo, id.rank), interfaceIpv4(oo.iface), pc.timeoutMs(),
         [who](int r) { return who->who(r); }, call_now);
   }
+  // Without a model file, across uniform nodes: the calls the model predicts refine its figures.
+  if (model_path.empty() && id.topo.nnodes > 1 && id.topo.uniform)
+    c->refine = Refiner(pc.cfg.num(Knob::ModelRefineCalls));
   c->stats.start();
   c->stats.setModel(c->plan.model.net_Bps, c->plan.model.source);
   HC_INFO("communicator of {} ranks on {} node(s){}; this rank is node {} ({}) local {}", id.nranks, id.topo.nnodes,
@@ -384,4 +387,26 @@ void hcComm::measureLink() {
   plan.memo = {};  // no plan made with the guess survives
   stats.setModel(bps, plan.model.source);
   HC_INFO("cost model: the link measured {:.0f} MB/s each way per node ({} bytes per rank)", bps / 1e6, bytes);
+}
+
+bool hcComm::timesCall(const hicoll::CollPlan& p) const {
+  return p.modelled && refine.active();
+}
+
+void hcComm::timedCall(const hicoll::CollArgs& a, const hicoll::CollPlan& p, double seconds, bool opened_network) {
+  if (!refine.add(hicoll::observationOf(id, plan, a, p, seconds), plan.model, opened_network)) return;
+  // Every rank counted the same calls: all of them are here, at the end of the same call.
+  const hicoll::Corrections mine = refine.local(plan.model);
+  std::vector<hicoll::Corrections> all(static_cast<size_t>(id.nranks));
+  links.bootstrap->allgather(&mine, all.data(), sizeof mine, links.net_opt.while_blocked);
+  const hicoll::Corrections agreed = hicoll::combineCorrections(all);
+  plan.model = refine.apply(plan.model, agreed);
+  // The refinement replaces the last one in the source (it is cumulative).
+  std::string& src = plan.model.source;
+  const size_t at = src.find("; refined from ");
+  src = (at == std::string::npos ? src : src.substr(0, at)) + "; " + refine.describe();
+  plan.memo = {};  // no plan made with the old figures survives
+  stats.setModel(plan.model.net_Bps, src);
+  HC_INFO("cost model: {} ({} / {} / {} calls of this rank per class)", refine.describe(), mine.calls[0], mine.calls[1],
+          mine.calls[2]);
 }

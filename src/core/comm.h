@@ -47,6 +47,7 @@ struct hcComm {
   hicoll::ApiState api;
   hicoll::Identity id;
   hicoll::PlanContext plan;
+  hicoll::Refiner refine;  // this rank's timed calls (off unless set at creation)
   hicoll::Health health;
   hicoll::Stats stats{id};
   hicoll::Buffers buf;
@@ -64,6 +65,11 @@ struct hcComm {
   // The model's link figure measured once the network is open (core/net_probe.h), when the
   // model has no file (HICOLL_ALGO=auto decides by it; every algo predicts with it).
   void measureLink();
+  // Whether a call planned as p is timed for the model's refinement (plan/refine.h), and its
+  // time; at the refinement's fixed counts, collective over the bootstrap (every rank times the
+  // same calls). opened_network: the call opened the network (its time is not the call's).
+  bool timesCall(const hicoll::CollPlan& p) const;
+  void timedCall(const hicoll::CollArgs& a, const hicoll::CollPlan& p, double seconds, bool opened_network);
   // Frees everything it holds (transports first, as the destructor would) and marks it dead.
   void release();
 };

@@ -140,6 +140,24 @@ void modelPrediction(const View& c, const CollArgs& a, CollPlan& p) {
 
 }  // namespace
 
+Observation observationOf(const Identity& id, const PlanContext& ctx, const CollArgs& a, const CollPlan& p,
+                          double seconds) {
+  const View c{id, ctx};
+  Observation o;
+  o.shape = modelShape(id, ctx, p.chunk_bytes, p.net_window);
+  o.coll = a.coll;
+  o.algo = algoOf(p);
+  o.bytes = callBytes(c, a);
+  o.in_place = inPlace(c, a);
+  o.allreduce_small = p.allreduce_small;
+  if (quantizesHere(a)) {
+    o.quant_elem = hcTypeSize(a.dtype);
+    o.quant_block = a.quant.block;
+  }
+  o.seconds = seconds;
+  return o;
+}
+
 Shape modelShape(const Identity& id, const PlanContext& ctx, size_t chunk_bytes, size_t net_window) {
   const View c{id, ctx};
   Shape s;

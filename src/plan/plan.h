@@ -15,6 +15,7 @@
 #include "base/identity.h"
 #include "base/machine_figures.h"
 #include "plan/cost_model.h"
+#include "plan/refine.h"
 
 namespace hicoll {
 
@@ -149,6 +150,11 @@ CollPlan planCall(const Identity& id, const PlanContext& ctx, const CollArgs& a,
 // The host plan planCall last made for a's collective, if a has its shape (null otherwise):
 // valid until the next planCall of that collective.
 const CollPlan* memoizedPlan(const Identity& id, const PlanContext& ctx, const CollArgs& a, const Capabilities& caps);
+
+// A timed call for the model's refinement (plan/refine.h): a, planned as p (modelled),
+// took seconds on this rank.
+Observation observationOf(const Identity& id, const PlanContext& ctx, const CollArgs& a, const CollPlan& p,
+                          double seconds);
 
 // A host quantized call (hcAllGatherQuantized, hcReduceScatterQuantized, a.quant.block set):
 // whether it quantizes or runs the exact collective, and the model's time for what it runs.

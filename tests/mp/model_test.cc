@@ -197,6 +197,42 @@ TEST(Model, TheLinkMeasuredAtTheFirstCallIsTheSameOnEveryRank) {
   EXPECT_NE(shared[0], shared[4]) << "the measured link is the built-in guess";
 }
 
+// Without a model file, the figures are refined from the timed calls at fixed counts
+// (HICOLL_MODEL_REFINE_CALLS, plan/refine.h): every rank ends with the same figures to the last
+// bit (the same prediction of the same call, the same source text), and says how many calls
+// refined them. With the knob at 0 nothing is refined.
+TEST(Model, TheFiguresRefinedFromTimedCallsAreTheSameOnEveryRank) {
+  constexpr size_t kText = 192;
+  char* text = static_cast<char*>(hctest::sharedBytes(kText * 8));
+  double* predicted = static_cast<double*>(hctest::sharedBytes(sizeof(double) * 8));
+  for (int refine = 0; refine < 2; ++refine) {
+    Job job;
+    job.nranks = 4;
+    job.node = contiguous(2, 2);
+    job.env["HICOLL_ALGO"] = "auto";
+    job.env["HICOLL_MODEL_REFINE_CALLS"] = refine ? "4" : "0";
+    auto st = hctest::run(job, [&](int rank, hcComm_t comm) {
+      std::vector<float> in(1 << 12, 1.f), all(4u << 12);
+      for (int i = 0; i < 20; ++i) {  // refined after calls 4 and 16
+        const size_t n = i % 2 ? in.size() : in.size() / 16;
+        if (hcAllGather(in.data(), all.data(), n, hcFloat32, comm, nullptr) != hcSuccess) return 1;
+      }
+      hcStats s = HC_STATS_INITIALIZER;
+      if (hcCommGetStats(comm, &s) != hcSuccess) return 2;
+      std::snprintf(text + (refine * 4 + rank) * kText, kText, "%s", s.model_source);
+      predicted[refine * 4 + rank] = s.predicted_us[hcCollAllGather];
+      std::fprintf(stderr, "[rank %d] %s; predicted %.1f us\n", rank, s.model_source, predicted[refine * 4 + rank]);
+      const bool refined = std::strstr(s.model_source, "refined from 16 calls") != nullptr;
+      return refined == (refine == 1) ? 0 : 3;
+    });
+    for (int r = 0; r < 4; ++r) EXPECT_EQ(st[r], 0) << "rank " << r << (refine ? " (refined)" : " (off)");
+    for (int r = 1; r < 4; ++r) {
+      EXPECT_STREQ(text + (refine * 4 + r) * kText, text + refine * 4 * kText) << "rank " << r;
+      EXPECT_EQ(predicted[refine * 4 + r], predicted[refine * 4]) << "rank " << r;
+    }
+  }
+}
+
 // A ring the model chooses is no fallback: counted as the ring, and the fallback reason stays
 // empty (the choice and its reason are in the INFO log). A ReduceScatter of 1 MiB on 4 x 1: the
 // ring is predicted about 10 % faster (its pipeline fills sooner), with few cores or many.

@@ -1,0 +1,96 @@
+// The cost model refining its figures from the calls it has timed, for a communicator whose
+// model has no file (HICOLL_MODEL_FILE unset): the built-in figures are a guess (the link is
+// measured at the first call, core/net_probe.h; the CPU's and the latencies are not), and an
+// uncalibrated HICOLL_ALGO=auto decides by them.
+//
+// Each timed call speaks for the figures of the term that bounds its prediction: the
+// latencies (call_s, shm_alpha_s, net_alpha_s: small calls, and the window a round trip
+// limits), the link (net_Bps) or the CPU (copy, sum, quantization, the network stack's work).
+// A call's factor is what that class's figures must be multiplied by (as times) for the model
+// to predict the call's measured time; a rank's factor per class is the median of its calls'.
+// At fixed counts of timed calls (alike on every rank) the ranks exchange their factors, every
+// rank takes the same combination (per class the smallest: a rank that waited for a late peer
+// measured that wait too, the last to arrive did not) and scales its figures by it, so every
+// rank goes on deciding alike. Each step and the sum of steps are bounded.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/coll.h"
+#include "base/machine_figures.h"
+#include "plan/cost_model.h"
+
+namespace hicoll {
+
+enum class FigureClass { Latency, Link, Cpu };
+constexpr int kFigureClasses = 3;
+const char* figureClassName(FigureClass c);
+
+// One timed call: what the model predicts it from, and how long it took on this rank.
+struct Observation {
+  Shape shape;
+  hcColl_t coll = hcCollAllGather;
+  Algo algo = Algo::Hier;
+  size_t bytes = 0;  // nccl-tests' size (plan.h callBytes)
+  bool in_place = false, allreduce_small = false;
+  size_t quant_elem = 0, quant_block = 0;  // a ReduceScatter that quantizes (else 0)
+  double seconds = 0;
+};
+Prediction predictObservation(const MachineFigures& m, const Observation& o);
+
+// The figures with one class's times multiplied by f (its rates divided by f).
+MachineFigures scaledFigures(MachineFigures m, FigureClass c, double f);
+// The class whose figures bound p.
+FigureClass classOf(const Prediction& p);
+// The factor of o's class, within [1/kRefineStep, kRefineStep], that makes the model predict
+// o.seconds.
+constexpr double kRefineStep = 4;
+double fitFactor(const MachineFigures& m, const Observation& o, FigureClass c);
+
+// Per class: a factor and how many calls gave it (0: none, the factor is 1).
+struct Corrections {
+  double factor[kFigureClasses] = {1, 1, 1};
+  double calls[kFigureClasses] = {0, 0, 0};  // doubles: exchanged as one array
+};
+// Every rank's corrections, in rank order, into one: per class the smallest factor of the
+// ranks with at least kRefineMinCalls calls of it (1 if none). The same inputs give the same
+// bits on every rank.
+constexpr int kRefineMinCalls = 3;
+Corrections combineCorrections(const std::vector<Corrections>& ranks);
+
+// The timed calls of one rank and the schedule of refinements.
+class Refiner {
+ public:
+  // first: the count of timed calls at which the first refinement runs (then 4x, 16x, 64x
+  // that count: kRefinements in all); 0: never.
+  static constexpr int kRefinements = 4;
+  static constexpr size_t kKeptPerClass = 64;
+  explicit Refiner(int64_t first = 0) : first_(first), next_(first) {}
+
+  // Whether calls are still timed (a refinement is still due).
+  bool active() const { return first_ > 0 && done_ < kRefinements; }
+  // Counts a timed call (alike on every rank) and keeps it, classed under the figures m in
+  // use, unless skip (the first call across nodes: it opened the network); true when a
+  // refinement is due now.
+  bool add(const Observation& o, const MachineFigures& m, bool skip);
+  // This rank's factors under figures m, from the calls kept.
+  Corrections local(const MachineFigures& m) const;
+  // m scaled by the agreed corrections (each step within kRefineStep, the product of every
+  // step within kRefineStep^2 of the start); keeps the totals that describe() prints.
+  MachineFigures apply(const MachineFigures& m, const Corrections& agreed);
+  // For the model's source: "refined from N calls (latency x.., link x.., cpu x..)".
+  std::string describe() const;
+  int64_t calls() const { return calls_; }
+
+ private:
+  int64_t first_ = 0, next_ = 0, calls_ = 0;
+  int done_ = 0;
+  std::vector<Observation> kept_[kFigureClasses];
+  size_t oldest_[kFigureClasses] = {0, 0, 0};  // the slot the next call replaces once full
+  double total_[kFigureClasses] = {1, 1, 1};
+};
+
+}  // namespace hicoll
