@@ -226,8 +226,10 @@ def main():
     out = []
     err = [p["pred"] / p["meas"] - 1 for p in points]
     within = sum(abs(e) <= 0.2 for e in err)
+    within25 = sum(abs(e) <= 0.25 for e in err)
     out.append(f"Points: {len(points)} (hier and ring, out of place and in place); prediction within 20 % of "
-               f"the measured median: {within} ({100 * within / len(points):.1f} %); median |error| "
+               f"the measured median: {within} ({100 * within / len(points):.1f} %), within 25 %: {within25} "
+               f"({100 * within25 / len(points):.1f} %); median |error| "
                f"{100 * statistics.median(abs(e) for e in err):.1f} %.")
     for key, name in ((lambda p: p["rate"], "rate"), (lambda p: f"{p['N']}x{p['L']}", "layout"),
                       (lambda p: size_name(p["size"]), "size")):

@@ -67,13 +67,16 @@ double fitFactor(const MachineFigures& m, const Observation& o, FigureClass c) {
 Corrections combineCorrections(const std::vector<Corrections>& ranks) {
   Corrections out;
   for (int c = 0; c < kFigureClasses; ++c) {
-    bool any = false;
+    std::vector<double> f;
     for (const Corrections& r : ranks) {
       if (r.calls[c] < kRefineMinCalls || !(r.factor[c] > 0)) continue;
-      out.factor[c] = any ? std::min(out.factor[c], r.factor[c]) : r.factor[c];
+      f.push_back(r.factor[c]);
       out.calls[c] += r.calls[c];
-      any = true;
     }
+    if (f.empty()) continue;
+    std::sort(f.begin(), f.end());
+    const size_t m = f.size() / 2;
+    out.factor[c] = f.size() % 2 ? f[m] : (f[m - 1] + f[m]) / 2;
   }
   return out;
 }

@@ -9,9 +9,10 @@
 // A call's factor is what that class's figures must be multiplied by (as times) for the model
 // to predict the call's measured time; a rank's factor per class is the median of its calls'.
 // At fixed counts of timed calls (alike on every rank) the ranks exchange their factors, every
-// rank takes the same combination (per class the smallest: a rank that waited for a late peer
-// measured that wait too, the last to arrive did not) and scales its figures by it, so every
-// rank goes on deciding alike. Each step and the sum of steps are bounded.
+// rank takes the same combination (per class the median over the ranks: a rank that waited for
+// a late peer measured that wait too, and a late rank may find much of its data already there,
+// so neither the slowest nor the fastest rank's time is the call's) and scales its figures by
+// it, so every rank goes on deciding alike. Each step and the product of steps are bounded.
 #pragma once
 
 #include <cstddef>
@@ -55,9 +56,9 @@ struct Corrections {
   double factor[kFigureClasses] = {1, 1, 1};
   double calls[kFigureClasses] = {0, 0, 0};  // doubles: exchanged as one array
 };
-// Every rank's corrections, in rank order, into one: per class the smallest factor of the
-// ranks with at least kRefineMinCalls calls of it (1 if none). The same inputs give the same
-// bits on every rank.
+// Every rank's corrections, in rank order, into one: per class the median factor of the ranks
+// with at least kRefineMinCalls calls of it (1 if none). The same inputs give the same bits on
+// every rank.
 constexpr int kRefineMinCalls = 3;
 Corrections combineCorrections(const std::vector<Corrections>& ranks);
 

@@ -70,17 +70,18 @@ TEST(Refine, ACallTheClassDoesNotMoveSaysNothing) {
   EXPECT_EQ(fitFactor(m, o, FigureClass::Latency), 0);
 }
 
-TEST(Refine, RanksCombineToTheSmallestFactorOfThoseWithEnoughCalls) {
-  Corrections a, b, c;
+TEST(Refine, RanksCombineToTheMedianFactorOfThoseWithEnoughCalls) {
+  Corrections a, b, c, d;
   a.factor[0] = 0.8, a.calls[0] = 10;
-  b.factor[0] = 0.5, b.calls[0] = kRefineMinCalls - 1;  // too few: ignored
+  b.factor[0] = 0.1, b.calls[0] = kRefineMinCalls - 1;  // too few: ignored
   c.factor[0] = 0.9, c.calls[0] = 5;
+  d.factor[0] = 3.0, d.calls[0] = 5;
   a.factor[1] = 1.7, a.calls[1] = 4;
   c.factor[1] = 1.3, c.calls[1] = 4;
-  const Corrections k = combineCorrections({a, b, c});
-  EXPECT_DOUBLE_EQ(k.factor[0], 0.8);
-  EXPECT_DOUBLE_EQ(k.calls[0], 15);
-  EXPECT_DOUBLE_EQ(k.factor[1], 1.3);
+  const Corrections k = combineCorrections({a, b, c, d});
+  EXPECT_DOUBLE_EQ(k.factor[0], 0.9) << "the middle of 0.8, 0.9, 3.0";
+  EXPECT_DOUBLE_EQ(k.calls[0], 20);
+  EXPECT_DOUBLE_EQ(k.factor[1], 1.5) << "between the two middle ones";
   EXPECT_DOUBLE_EQ(k.factor[2], 1) << "no rank timed a CPU-bound call";
   EXPECT_DOUBLE_EQ(k.calls[2], 0);
 }
