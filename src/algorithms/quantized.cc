@@ -8,6 +8,7 @@
 // otherwise add to the link time). Piece boundaries fall on block boundaries: the images of
 // the pieces hold the same scales and codes as one image of the whole block.
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -61,10 +62,20 @@ void runQuantized(hcComm& c, const CollArgs& a) {
   auto image = [&](size_t p, size_t j) { return images + W * off[p] + j * (off[p + 1] - off[p]); };
   const char* src = static_cast<const char*>(a.send);
   char* dst = static_cast<char*>(a.recv);
-  auto quantizePiece = [&](size_t p) { quant::quantize(src + p * piece * e, len(p), a.dtype, block, image(p, R)); };
+  // HICOLL_DEBUG=TRACE: when each piece was quantized, gathered and dequantized, in ms from
+  // the call's start (one line per call, for perf/quant_timeline.py).
+  const bool trace = logLevel() >= LogLevel::kTrace;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto ms = [&] { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(); };
+  std::vector<double> quantized_at(pieces), gather_from(pieces), gather_to(pieces), dequantized_at(pieces);
+  auto quantizePiece = [&](size_t p) {
+    quant::quantize(src + p * piece * e, len(p), a.dtype, block, image(p, R));
+    if (trace) quantized_at[p] = ms();
+  };
   auto dequantizePiece = [&](size_t p) {
     for (size_t j = 0; j < W; ++j)
       quant::dequantize(image(p, j), len(p), a.dtype, block, dst + (j * a.count + p * piece) * e);
+    if (trace) dequantized_at[p] = ms();
   };
   // Piece p is its own call, numbered a.call + p (every rank cuts alike).
   c.links.nextCall(pieces - 1);
@@ -76,7 +87,9 @@ void runQuantized(hcComm& c, const CollArgs& a) {
     wire.count = off[p + 1] - off[p];
     wire.call = a.call + p;
     wire.quant.packed = true;
+    if (trace) gather_from[p] = ms();
     runHostCollective(c, wire);
+    if (trace) gather_to[p] = ms();
   };
 
   if (pieces == 1) {
@@ -125,6 +138,13 @@ void runQuantized(hcComm& c, const CollArgs& a) {
     }
     mover.join();
     if (failure) std::rethrow_exception(failure);
+  }
+  if (trace) {
+    std::string line;
+    for (size_t p = 0; p < pieces; ++p)
+      line += fmt::format("{}p{} q {:.2f} g {:.2f}-{:.2f} d {:.2f}", p ? "; " : "", p, quantized_at[p], gather_from[p],
+                          gather_to[p], dequantized_at[p]);
+    HC_TRACE("{}: timeline (ms) {}", describe(a), line);
   }
   c.stats.countQuantized(a.coll, q.modelled ? q.predicted.total() : 0);
 }

@@ -49,6 +49,17 @@ FigureClass classOf(const Prediction& p) {
   return bulk == p.cpu ? FigureClass::Cpu : FigureClass::Latency;
 }
 
+double classShare(const Prediction& p, FigureClass c) {
+  const double total = p.total();
+  if (!(total > 0)) return 0;
+  switch (c) {
+    case FigureClass::Latency: return std::max(p.latency, p.window) / total;
+    case FigureClass::Link: return p.link / total;
+    case FigureClass::Cpu: return p.cpu / total;
+  }
+  return 0;
+}
+
 double fitFactor(const MachineFigures& m, const Observation& o, FigureClass c) {
   double lo = -std::log(kRefineStep), hi = std::log(kRefineStep);
   auto time = [&](double log_f) { return predictObservation(scaledFigures(m, c, std::exp(log_f)), o).total(); };
@@ -104,7 +115,9 @@ Corrections Refiner::local(const MachineFigures& m) const {
   for (const std::vector<Observation>& kept : kept_)
     for (const Observation& o : kept) {
       // Classed again under the figures now in use: an earlier step may have moved the bound.
-      const FigureClass c = classOf(predictObservation(m, o));
+      const Prediction p = predictObservation(m, o);
+      const FigureClass c = classOf(p);
+      if (classShare(p, c) < kRefineShare) continue;
       const double f = fitFactor(m, o, c);
       if (f > 0) factors[static_cast<int>(c)].push_back(f);
     }

@@ -44,8 +44,13 @@ Prediction predictObservation(const MachineFigures& m, const Observation& o);
 
 // The figures with one class's times multiplied by f (its rates divided by f).
 MachineFigures scaledFigures(MachineFigures m, FigureClass c, double f);
-// The class whose figures bound p.
+// The class whose figures bound p, and the share of p's time its term is. A call speaks for
+// its class only where that term is at least kRefineShare of its time: a 64 KiB call whose
+// link term barely exceeds its latency says little of the link (an emulated link's token
+// bucket, a NIC's burst, let it through faster than the bulk rate the probe measured).
 FigureClass classOf(const Prediction& p);
+double classShare(const Prediction& p, FigureClass c);
+constexpr double kRefineShare = 0.5;
 // The factor of o's class, within [1/kRefineStep, kRefineStep], that makes the model predict
 // o.seconds.
 constexpr double kRefineStep = 4;
