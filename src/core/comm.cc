@@ -394,7 +394,7 @@ bool hcComm::timesCall(const hicoll::CollPlan& p) const {
 }
 
 void hcComm::timedCall(const hicoll::CollArgs& a, const hicoll::CollPlan& p, double seconds, bool opened_network) {
-  if (!refine.add(hicoll::observationOf(id, plan, a, p, seconds), plan.model, opened_network)) return;
+  if (!refine.add(hicoll::observationOf(id, plan, a, p, seconds), opened_network)) return;
   // Every rank counted the same calls: all of them are here, at the end of the same call.
   const hicoll::Corrections mine = refine.local(plan.model);
   std::vector<hicoll::Corrections> all(static_cast<size_t>(id.nranks));

@@ -92,16 +92,14 @@ Corrections combineCorrections(const std::vector<Corrections>& ranks) {
   return out;
 }
 
-bool Refiner::add(const Observation& o, const MachineFigures& m, bool skip) {
+bool Refiner::add(const Observation& o, bool skip) {
   ++calls_;
-  if (!skip) {
-    const int c = static_cast<int>(classOf(predictObservation(m, o)));
-    std::vector<Observation>& kept = kept_[c];
-    if (kept.size() < kKeptPerClass) {
-      kept.push_back(o);
-    } else {  // the newest calls, bounded
-      kept[oldest_[c]] = o;
-      oldest_[c] = (oldest_[c] + 1) % kKeptPerClass;
+  if (!skip) {  // the newest calls, bounded; classed when a refinement reads them
+    if (kept_.size() < kKept) {
+      kept_.push_back(o);
+    } else {
+      kept_[oldest_] = o;
+      oldest_ = (oldest_ + 1) % kKept;
     }
   }
   if (!active() || calls_ != next_) return false;
@@ -112,15 +110,14 @@ bool Refiner::add(const Observation& o, const MachineFigures& m, bool skip) {
 
 Corrections Refiner::local(const MachineFigures& m) const {
   std::vector<double> factors[kFigureClasses];
-  for (const std::vector<Observation>& kept : kept_)
-    for (const Observation& o : kept) {
-      // Classed again under the figures now in use: an earlier step may have moved the bound.
-      const Prediction p = predictObservation(m, o);
-      const FigureClass c = classOf(p);
-      if (classShare(p, c) < kRefineShare) continue;
-      const double f = fitFactor(m, o, c);
-      if (f > 0) factors[static_cast<int>(c)].push_back(f);
-    }
+  for (const Observation& o : kept_) {
+    // Classed under the figures now in use: an earlier step may have moved the bound.
+    const Prediction p = predictObservation(m, o);
+    const FigureClass c = classOf(p);
+    if (classShare(p, c) < kRefineShare) continue;
+    const double f = fitFactor(m, o, c);
+    if (f > 0) factors[static_cast<int>(c)].push_back(f);
+  }
   Corrections out;
   for (int c = 0; c < kFigureClasses; ++c) {
     std::vector<double>& f = factors[c];

@@ -73,15 +73,14 @@ class Refiner {
   // first: the count of timed calls at which the first refinement runs (then 4x, 16x, 64x
   // that count: kRefinements in all); 0: never.
   static constexpr int kRefinements = 4;
-  static constexpr size_t kKeptPerClass = 64;
+  static constexpr size_t kKept = 192;
   explicit Refiner(int64_t first = 0) : first_(first), next_(first) {}
 
   // Whether calls are still timed (a refinement is still due).
   bool active() const { return first_ > 0 && done_ < kRefinements; }
-  // Counts a timed call (alike on every rank) and keeps it, classed under the figures m in
-  // use, unless skip (the first call across nodes: it opened the network); true when a
-  // refinement is due now.
-  bool add(const Observation& o, const MachineFigures& m, bool skip);
+  // Counts a timed call (alike on every rank) and keeps it (the newest kKept), unless skip
+  // (the first call across nodes: it opened the network); true when a refinement is due now.
+  bool add(const Observation& o, bool skip);
   // This rank's factors under figures m, from the calls kept.
   Corrections local(const MachineFigures& m) const;
   // m scaled by the agreed corrections (each step within kRefineStep, the product of every
@@ -94,8 +93,8 @@ class Refiner {
  private:
   int64_t first_ = 0, next_ = 0, calls_ = 0;
   int done_ = 0;
-  std::vector<Observation> kept_[kFigureClasses];
-  size_t oldest_[kFigureClasses] = {0, 0, 0};  // the slot the next call replaces once full
+  std::vector<Observation> kept_;
+  size_t oldest_ = 0;  // the slot the next call replaces once full
   double total_[kFigureClasses] = {1, 1, 1};
 };
 

@@ -105,7 +105,7 @@ TEST(Refine, TheScheduleConvergesOnTheMachinesTimes) {
   int refinements = 0;
   for (int i = 0; r.active(); ++i) {
     ASSERT_LT(i, 10000) << "the schedule never ends";
-    if (!r.add(loop[i % loop.size()], m, i == 0)) continue;
+    if (!r.add(loop[i % loop.size()], i == 0)) continue;
     ++refinements;
     m = r.apply(m, combineCorrections({r.local(m)}));
   }
@@ -132,7 +132,7 @@ TEST(Refine, TheStepsTogetherStayBounded) {
 TEST(Refine, OffMeansNoCallIsTimed) {
   Refiner off(0);
   EXPECT_FALSE(off.active());
-  EXPECT_FALSE(off.add(call(hcCollAllGather, 64, guess()), guess(), false));
+  EXPECT_FALSE(off.add(call(hcCollAllGather, 64, guess()), false));
 }
 
 }  // namespace
