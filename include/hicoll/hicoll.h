@@ -346,7 +346,14 @@ HC_API hcResult_t hcReduceScatter(const void* sendbuff, void* recvbuff, size_t r
                                   hcRedOp_t op, hcComm_t comm, hcStream_t stream);
 HC_API hcResult_t hcAllReduce(const void* sendbuff, void* recvbuff, size_t count, hcDataType_t datatype, hcRedOp_t op,
                               hcComm_t comm, hcStream_t stream);
-/* sendbuff is read on root only; recvbuff receives count elements on every rank. */
+/* sendbuff is read on root only; recvbuff receives count elements on every rank.
+ * On one node, a Broadcast small enough to be staged (HICOLL_SHM_EAGER_BYTES x 8) returns on
+ * its root once the data is staged (sendbuff may be reused), and up to 256 bytes the other
+ * ranks wait for the root only: a run of them flows like MPI's eager sends. A rank that
+ * disagrees with such a call (or never makes it) fails it at once on the ranks that wait for
+ * it, and on the others at one of their next 15 calls or at hcCommDestroy, naming the
+ * Broadcast. HICOLL_BCAST_ROOT_WAITS=1: every rank waits for every other, as for the other
+ * collectives. */
 HC_API hcResult_t hcBroadcast(const void* sendbuff, void* recvbuff, size_t count, hcDataType_t datatype, int root,
                               hcComm_t comm, hcStream_t stream);
 HC_API hcResult_t hcBarrier(hcComm_t comm);

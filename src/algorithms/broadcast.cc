@@ -15,6 +15,9 @@ void hierBroadcast(Run& r, const void* send, void* recv, size_t count, int root)
   const Identity& id = r.id;
   const size_t bytes = count * r.esize;
   if (bytes == 0) return;
+  if (id.topo.nnodes == 1 && ringBroadcast(bytes, r.cfg))
+    return r.countLocalBytes(runRingBroadcast(r.shm, r.board, id, r.links.seq, r.links.unchecked,
+                                              r.desc.withPhase(hcCollBroadcast), root, send, recv, bytes));
   r.beginPhase();
   const Topology& t = id.topo;
   const int N = t.nnodes, L = r.shm.localSize(), n = id.node(), me = r.shm.localIndex();
@@ -28,12 +31,14 @@ void hierBroadcast(Run& r, const void* send, void* recv, size_t count, int root)
   // One node, a small buffer: the root stages it in the half of its scratch buffer this
   // phase's parity owns (no peer reads it: the phase rule, as the AllGather's eager staging),
   // and its peers copy it from there. No single-copy read (a system call) and no wait for
-  // the peers to finish reading the root's user buffer.
+  // the peers to finish reading the root's user buffer; the root need not even wait for
+  // them to start (rootLeavesUnchecked).
   const Staged stage(r.shm, r.seq, r.buf.scratch_bytes / 2, bytes, N == 1);
   if (N == 1 && stagesBroadcast(bytes, stage.half, r.cfg)) {
     if (id.rank == root) stageBroadcast(stage, send, bytes);
     r.post(exposed, hcCollBroadcast);
-    r.waitAllPosted();
+    if (rootLeavesUnchecked(id.rank == root, r.cfg)) r.leaveUnchecked();
+    else r.waitAllPosted();
     r.countLocalBytes(readBroadcast(stage, id.rank == root, rl, send, recv, bytes));
     return r.finishNode(/*peers_read_only_segment=*/true);
   }

@@ -79,6 +79,29 @@ size_t readBroadcast(const Staged& s, bool is_root, int root_local, const void* 
   return 0;
 }
 
+size_t runRingBroadcast(ShmTransport& shm, NodeBoard& board, const Identity& id, uint64_t& seq, UncheckedPhases& u,
+                        const CallDesc& desc, int root, const void* send, void* recv, size_t bytes) {
+  const uint64_t s = ++seq;
+  // Before this rank writes slot s: its peers finished the slot's last phase (they posted the
+  // one after it).
+  if (s >= Board::kSlots && u.from && u.from <= s - Board::kSlots + 1) board.settle(u, s - Board::kSlots + 1, s - 1);
+  const Staged st(shm, s, 0, bytes, /*one_node=*/true, /*ring=*/true);
+  const bool is_root = id.rank == root;
+  const int rl = id.topo.local_of[root];
+  if (is_root) {
+    stageBroadcast(st, send, bytes);
+    board.post(s, desc, nullptr);
+    u.add(s);
+  } else {
+    board.post(s, desc, nullptr);  // nothing of this rank's is read: no node memory lookup
+    board.waitPosted(rl, s, desc);
+    if (shm.localSize() > 2) u.add(s);  // the other peers' posts
+  }
+  const size_t read = readBroadcast(st, is_root, rl, send, recv, bytes);
+  board.finish(s, /*peers_read_only_segment=*/true);
+  return read;
+}
+
 namespace {
 
 // Whether the general path would run a on one node through the staged steps, with plan p.
@@ -111,7 +134,6 @@ bool runNodeSmall(hcComm& c, const CollArgs& a) {
   const Topology& t = id.topo;
   const size_t b = a.count * esize;
   const size_t staged = a.coll == hcCollReduceScatter ? static_cast<size_t>(shm.localSize()) * b : b;
-  const Staged s(shm, ++c.links.seq, c.buf.scratch_bytes / 2, staged, /*one_node=*/true);
   const CallDesc desc = CallDesc::of(a).withPhase(a.coll);
   const Deadline deadline = Deadline::fromFirstCheck(c.health.timeout_ms);
   NodeBoard board(shm, id, deadline, c.health.timeout_ms, [&l = c.links] { l.checkPeers(); });
@@ -119,6 +141,14 @@ bool runNodeSmall(hcComm& c, const CollArgs& a) {
   char* out = static_cast<char*>(a.recv);
   size_t read = 0;
   try {
+    if (a.coll == hcCollBroadcast && ringBroadcast(b, c.plan.cfg)) {
+      read = runRingBroadcast(shm, board, id, c.links.seq, c.links.unchecked, desc, a.root, in, out, b);
+      c.stats.count(
+          {a.coll, p->path, p->reason, p->modelled ? p->predicted.total() : 0, p->chunk_bytes, p->net_window, read, 0});
+      return true;
+    }
+    board.settle(c.links.unchecked);
+    const Staged s(shm, ++c.links.seq, c.buf.scratch_bytes / 2, staged, /*one_node=*/true);
     switch (a.coll) {
       case hcCollAllGather:
         stageAllGather(s, in, b);
@@ -142,7 +172,8 @@ bool runNodeSmall(hcComm& c, const CollArgs& a) {
         const bool root = id.rank == a.root;
         if (root) stageBroadcast(s, in, b);
         board.post(s.seq, desc, root ? in : out);
-        board.waitAllPosted(s.seq, desc);
+        if (rootLeavesUnchecked(root, c.plan.cfg)) c.links.unchecked.add(s.seq);
+        else board.waitAllPosted(s.seq, desc);
         read = readBroadcast(s, root, t.local_of[a.root], in, out, b);
         break;
       }
@@ -155,6 +186,13 @@ bool runNodeSmall(hcComm& c, const CollArgs& a) {
   c.stats.count(
       {a.coll, p->path, p->reason, p->modelled ? p->predicted.total() : 0, p->chunk_bytes, p->net_window, read, 0});
   return true;
+}
+
+void settleUnchecked(hcComm& c) {
+  if (!c.links.unchecked.from) return;
+  const Deadline deadline = Deadline::fromFirstCheck(c.health.timeout_ms);
+  NodeBoard board(*c.links.shm, c.id, deadline, c.health.timeout_ms, [&l = c.links] { l.checkPeers(); });
+  board.settle(c.links.unchecked);
 }
 
 }  // namespace hicoll

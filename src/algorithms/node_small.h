@@ -27,19 +27,24 @@ struct CollPlan;
 // on one node: in the rank's post of the phase (the line its peers poll), else in the half of
 // its scratch buffer of the phase's parity. bytes: what the call stages per rank, alike on
 // every rank, so all agree on the place.
+// ring: a ring phase's (board.h), whose data up to Board::kRingBytes lies in the slot's ring
+// data instead of the scratch buffer.
 struct Staged {
-  Staged(ShmTransport& s, uint64_t phase_seq, size_t scratch_half, size_t bytes, bool one_node)
-      : shm(s), seq(phase_seq), half(scratch_half), in_post(one_node && bytes <= Board::Post::kData) {}
+  Staged(ShmTransport& s, uint64_t phase_seq, size_t scratch_half, size_t bytes, bool one_node, bool ring = false)
+      : shm(s), seq(phase_seq), half(scratch_half), in_post(one_node && bytes <= Board::Post::kData), in_ring(ring) {}
   ShmTransport& shm;
   uint64_t seq;  // the phase's
   size_t half;   // bytes of a scratch half
-  bool in_post;
+  bool in_post, in_ring;
   char* mine() const { return at(shm.localIndex()); }
   const char* of(int local) const { return at(local); }
 
  private:
   char* at(int local) const {
-    return in_post ? shm.board(local).post[seq & 1].data : shm.scratch(local) + (seq & 1) * half;
+    Board& b = shm.board(local);
+    if (in_post) return b.post[Board::slot(seq)].data;
+    if (in_ring) return b.ring[Board::slot(seq)];
+    return shm.scratch(local) + (seq & 1) * half;
   }
 };
 
@@ -83,6 +88,22 @@ inline void stageBroadcast(const Staged& s, const void* send, size_t bytes) {
   std::memcpy(s.mine(), send, bytes);
 }
 size_t readBroadcast(const Staged& s, bool is_root, int root_local, const void* send, void* recv, size_t bytes);
+// Whether a staged Broadcast's root returns without waiting for its peers to post (they read
+// only its staged copy): an unchecked phase (transport/shm/board.h), whose checks fail a later
+// call instead. Else (HICOLL_BCAST_ROOT_WAITS) it waits, as every peer does for the root.
+inline bool rootLeavesUnchecked(bool is_root, const Config& cfg) {
+  return is_root && !cfg.flag(Knob::BcastRootWaits);
+}
+// Whether a Broadcast of `bytes` on one node runs as a ring phase (board.h): its root neither
+// waits for its peers nor reads their posts but every kSlots-th phase's, so a run of them
+// flows like MPI's eager sends.
+inline bool ringBroadcast(size_t bytes, const Config& cfg) {
+  return bytes <= Board::kRingBytes && !cfg.flag(Knob::BcastRootWaits);
+}
+// A ring phase: this rank's own phase number from *seq (advanced), its unchecked phases in u.
+// Returns the bytes read from the root.
+size_t runRingBroadcast(ShmTransport& shm, NodeBoard& board, const Identity& id, uint64_t& seq, UncheckedPhases& u,
+                        const CallDesc& desc, int root, const void* send, void* recv, size_t bytes);
 
 // The lean entry: a host call on one node that its memoised plan sends down the hierarchical
 // path and that stages (AllGather, ReduceScatter, AllReduce, Broadcast) runs here, without
@@ -90,5 +111,9 @@ size_t readBroadcast(const Staged& s, bool is_root, int root_local, const void* 
 // deadline, peer checks), the same steps, the same statistics. Returns false, having done
 // nothing, for any other call (the general path plans and runs it).
 bool runNodeSmall(hcComm& c, const CollArgs& a);
+
+// hcCommDestroy: the waits and checks of this rank's unchecked phase (a small Broadcast it
+// rooted last), if any, bounded by the timeout; an error names that Broadcast.
+void settleUnchecked(hcComm& c);
 
 }  // namespace hicoll

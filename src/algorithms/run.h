@@ -40,8 +40,14 @@ struct Run {
   uint64_t seq = 0;  // of the current phase (one collective may run several)
 
   // Starts a phase: a fresh sequence number for tags and the board (whose phase rule every
-  // phase follows: transport/shm/board.h).
-  void beginPhase() { seq = ++links.seq; }
+  // phase follows: transport/shm/board.h), once the previous phase's checks are done.
+  void beginPhase() {
+    board.settle(links.unchecked);
+    seq = ++links.seq;
+  }
+  // Ends this phase before the peers posted it (board.h, unchecked phases): the next phase
+  // waits for their posts and checks them.
+  void leaveUnchecked() { links.unchecked.add(seq); }
   // Tags: phase sequence, step, chunk.
   uint64_t tag(unsigned step, unsigned chunk) const {
     return ((seq & 0xffffffffull) << 28) | (static_cast<uint64_t>(step & 0xff) << 20) | (chunk & 0xfffff);

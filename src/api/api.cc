@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "algorithms/host.h"
+#include "algorithms/node_small.h"
 #include "algorithms/p2p.h"
 #include "algorithms/quantize.h"
 #include "base/deadline.h"
@@ -757,6 +758,13 @@ hcResult_t hcCommDestroy(hcComm_t comm) {
   gate.keepClosed();
   hcResult_t r = guard(nullptr, "hcCommDestroy", [&] {
     if (comm->device) comm->device->drain();
+    // A small Broadcast this rank rooted last returned before its peers started it: their
+    // disagreement, or their absence, is this call's error (only a communicator on one node
+    // has such a phase).
+    if (!comm->health.failed()) {
+      ScopedLogRank lr(comm->id.rank);
+      settleUnchecked(*comm);
+    }
     // A send completes locally before its receiver matched it; closing the endpoint then can
     // lose it (libfabric's net provider does). Meet the other ranks first, bounded: a barrier
     // over the transports (a dead rank is an error at once), then one over the bootstrap (its

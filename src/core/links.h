@@ -11,6 +11,7 @@
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/liveness.h"
 #include "transport/ofi/ofi_transport.h"
+#include "transport/shm/board.h"
 #include "transport/transport.h"
 
 namespace hicoll {
@@ -34,6 +35,7 @@ struct Links {
   std::unique_ptr<Liveness> liveness;  // watches ranks of other nodes
   OfiOptions net_opt;                  // what ensureNetwork opens ofi with
   uint64_t seq = 0;                    // board phases run (a call runs one or more)
+  UncheckedPhases unchecked;           // settled at the start of the next phase (NodeBoard::settle)
   // Calls that communicated or were rejected (CollArgs::call): their messages carry it, and a
   // revoke from another thread reads it (the failure it reports names the call).
   std::atomic<uint64_t> calls{0};

@@ -35,8 +35,12 @@ double since(std::chrono::steady_clock::time_point t0) {
 // Runs `call` on every rank of every layout; the ranks of the last node (or rank W-1 on one
 // node) pass the "odd" arguments. Every rank must fail within 3 s (HICOLL_TIMEOUT_MS is 20 s)
 // with hcInvalidUsage or hcRemoteError, and the rank that saw it must name both calls.
+// small_broadcast: the call is a Broadcast staged on one node, rooted at W-1 by the odd ranks
+// and at 0 by the others; a rank that is its root by its own arguments may return once its
+// data is staged (HICOLL_BCAST_ROOT_WAITS=0), and then its next call fails, naming the
+// Broadcast.
 void expectEveryRankFails(const char* what, const std::function<hcResult_t(hcComm_t, int rank, bool odd)>& call,
-                          const char* must_mention) {
+                          const char* must_mention, bool small_broadcast = false) {
   for (const Layout& lay : layouts()) {
     Job job;
     job.nranks = lay.nranks;
@@ -48,11 +52,19 @@ void expectEveryRankFails(const char* what, const std::function<hcResult_t(hcCom
           lay.node[rank] == lay.node.back() && (lay.node.front() != lay.node.back() || rank == lay.nranks - 1);
       auto t0 = std::chrono::steady_clock::now();
       hcResult_t r = call(comm, rank, odd);
+      const bool one_node = lay.node.front() == lay.node.back();
+      const bool deferred = r == hcSuccess && small_broadcast && one_node && rank == (odd ? lay.nranks - 1 : 0);
+      if (deferred) {
+        t0 = std::chrono::steady_clock::now();
+        int32_t x = 1;
+        r = hcAllReduce(&x, &x, 1, hcInt32, hcSum, comm, nullptr);
+      }
       const double took = since(t0);
       const std::string msg = hcGetLastError(comm);
-      std::fprintf(stderr, "[%s %s rank %d] %s in %.2f s: %s\n", what, lay.name, rank, hcGetErrorString(r), took,
-                   msg.c_str());
+      std::fprintf(stderr, "[%s %s rank %d] %s%s in %.2f s: %s\n", what, lay.name, rank, deferred ? "next call " : "",
+                   hcGetErrorString(r), took, msg.c_str());
       if (r == hcSuccess) return 11;
+      if (deferred && msg.find("earlier call, Broadcast") == std::string::npos) return 16;
       if (r != hcInvalidUsage && r != hcRemoteError) return 12;
       if (took > 3.0) return 13;
       if (r == hcInvalidUsage &&
@@ -148,7 +160,62 @@ TEST(Agreement, BroadcastRoots) {
         std::vector<int32_t> x(5000, rank);
         return hcBroadcast(x.data(), x.data(), x.size(), hcInt32, odd ? W - 1 : 0, comm, nullptr);
       },
-      "root");
+      "root", /*small_broadcast=*/true);
+}
+
+// A small Broadcast's root on one node returns once its data is staged: its peers check the
+// call at once, the root at its next call or at hcCommDestroy, which fail naming the
+// Broadcast. With HICOLL_BCAST_ROOT_WAITS=1 the root's call fails itself.
+TEST(Agreement, SmallBroadcastRootLearnsAtItsNextCall) {
+  enum Next { kCall, kDestroy };
+  for (int L : {2, 3})
+    for (const char* waits : {"0", "1"})
+      for (Next next : {kCall, kDestroy}) {
+        // kDestroy: the peers destroy their communicator instead of calling (no disagreement
+        // to find on the board: the root finds them gone).
+        Job job;
+        job.nranks = L;
+        job.env["HICOLL_TIMEOUT_MS"] = "20000";
+        job.env["HICOLL_BCAST_ROOT_WAITS"] = waits;
+        job.timeout_s = 60;
+        const bool root_waits = waits[0] == '1';
+        auto st = runRaw(job, [&](int rank) {
+          hcComm_t comm = nullptr;
+          if (hcCommInitFromEnv(&comm) != hcSuccess) return 2;
+          std::vector<float> a(4 * L, 1.0f), b(4 * L);
+          const char* tag = next == kCall ? "call" : "destroy";
+          if (rank != 0) {
+            if (next == kDestroy) return hcCommDestroy(comm) == hcSuccess ? 0 : 3;
+            const hcResult_t r = hcAllGather(a.data(), b.data(), 4, hcFloat32, comm, nullptr);
+            const std::string msg = hcGetLastError(comm);
+            std::fprintf(stderr, "[bcast %s 1x%d waits=%s rank %d] %s: %s\n", tag, L, waits, rank, hcGetErrorString(r),
+                         msg.c_str());
+            hcCommDestroy(comm);
+            return r == hcInvalidUsage && msg.find("Broadcast") != std::string::npos ? 0 : 11;
+          }
+          auto t0 = std::chrono::steady_clock::now();
+          hcResult_t r = hcBroadcast(a.data(), b.data(), 4, hcFloat32, 0, comm, nullptr);
+          std::string msg = hcGetLastError(comm);
+          std::fprintf(stderr, "[bcast %s 1x%d waits=%s rank 0] Broadcast: %s in %.2f s: %s\n", tag, L, waits,
+                       hcGetErrorString(r), since(t0), msg.c_str());
+          if (root_waits) {
+            hcCommDestroy(comm);
+            return r != hcSuccess && since(t0) < 3.0 ? 0 : 12;
+          }
+          if (r != hcSuccess) return 13;
+          t0 = std::chrono::steady_clock::now();
+          r = next == kCall ? hcAllReduce(a.data(), b.data(), 4, hcFloat32, hcSum, comm, nullptr) : hcCommDestroy(comm);
+          msg = hcGetLastError(comm);
+          std::fprintf(stderr, "[bcast %s 1x%d waits=%s rank 0] then %s in %.2f s: %s\n", tag, L, waits,
+                       hcGetErrorString(r), since(t0), msg.c_str());
+          if (next == kCall) hcCommDestroy(comm);
+          if (r == hcSuccess || since(t0) > 3.0) return 14;
+          return msg.find("earlier call, Broadcast") != std::string::npos ? 0 : 15;
+        });
+        for (int r = 0; r < job.nranks; ++r)
+          EXPECT_EQ(st[r], 0) << "1x" << L << " waits=" << waits << (next == kCall ? " call" : " destroy") << " rank "
+                              << r;
+      }
 }
 
 TEST(Agreement, PreMulSumScalars) {
@@ -240,7 +307,7 @@ TEST(Agreement, SmallCallsOfAKnownShapeStillDisagree) {
           hcCommCount(comm, &W);
           return warm(comm, W) ? k.call(comm, W, odd) : hcInternalError;
         },
-        k.mention);
+        k.mention, std::string(k.what) == "warm broadcast root");
 }
 
 // In place on some ranks and not on others is a valid call (as in NCCL): it must succeed.

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "../common/mp.h"
 #include "../common/reference.h"
 #include "checks.h"
@@ -368,6 +370,56 @@ TEST(CollectivesBackToBack, LargeStagedThenSmallCallsWithoutSingleCopyReads) {
           }
         }
         if (wrong) std::fprintf(stderr, "[rank %d] call pair %d: %d wrong elements\n", rank, it, wrong);
+      }
+      return wrong;
+    });
+    for (int r = 0; r < job.nranks; ++r) EXPECT_EQ(st[r], 0) << "rank " << r << " of 1x" << L;
+  }
+}
+
+// Small Broadcasts on one node run ahead of their peers (ring phases, transport/shm/board.h):
+// runs of them longer than the board's ring, from one root or a moving one, in the slot (8 B),
+// in the slot's ring data (100, 256 B), then one in scratch (2000 B), each followed at once by new
+// data in the root's buffer, then AllGathers (staged in scratch before the post, and large)
+// and a small AllReduce: every result checked. A rank that is not the root pauses
+// early in each run, so that the root fills its ring and must wait for it.
+TEST(CollectivesBackToBack, BroadcastsRunAheadThenOtherCalls) {
+  for (int L : {2, 3, 4}) {
+    Job job;
+    job.nranks = L;
+
+    auto st = run(job, [&](int rank, hcComm_t comm) {
+      const int W = L;
+      const size_t big = 30000;
+      std::vector<int32_t> in(big), out(big * W), bc(500), bc_out(500);
+      int wrong = 0;
+      for (int it = 0; it < 120 && wrong == 0; ++it) {
+        const int run_len = 1 + (it * 7) % 60;
+        for (int k = 0; k < run_len && wrong == 0; ++k) {
+          // The run's last one is staged in scratch (a phase that waits for every rank).
+          const size_t n = k == run_len - 1 ? 500 : std::vector<size_t>{2, 25, 64}[static_cast<size_t>(k + it) % 3];
+          const int root = it % 2 ? (k % W) : it % W;
+          auto want = [&](size_t i) { return static_cast<int32_t>(it * 100000 + k * 1000 + root * 7 + i); };
+          const bool in_place = (k + rank) % 2 == 0;
+          if (k == 3 && rank != root) usleep(300);  // the root runs ahead: its ring fills
+          for (size_t i = 0; i < n; ++i) bc[i] = rank == root ? want(i) : -5;
+          int32_t* o = in_place ? bc.data() : bc_out.data();
+          if (hcBroadcast(bc.data(), o, n, hcInt32, root, comm, nullptr) != hcSuccess) return 100;
+          for (size_t i = 0; i < n; ++i) wrong += o[i] != want(i);
+          std::fill(bc.begin(), bc.begin() + static_cast<long>(n), -7);  // the root's next data at once
+          if (wrong) std::fprintf(stderr, "[rank %d] it %d Broadcast %d of %zu from %d wrong\n", rank, it, k, n, root);
+        }
+        for (size_t n : {size_t{700}, big}) {
+          if (n == big && it % 3) continue;
+          for (size_t i = 0; i < n; ++i) in[i] = static_cast<int32_t>(it + rank * 1000003 + i);
+          if (hcAllGather(in.data(), out.data(), n, hcInt32, comm, nullptr) != hcSuccess) return 101;
+          for (int r = 0; r < W; ++r)
+            for (size_t i = 0; i < n; ++i) wrong += out[r * n + i] != static_cast<int32_t>(it + r * 1000003 + i);
+        }
+        int32_t x[3] = {rank, it, 1};
+        if (hcAllReduce(x, x, 3, hcInt32, hcSum, comm, nullptr) != hcSuccess) return 102;
+        wrong += x[0] != W * (W - 1) / 2 || x[1] != W * it || x[2] != W;
+        if (wrong) std::fprintf(stderr, "[rank %d] it %d: %d wrong\n", rank, it, wrong);
       }
       return wrong;
     });

@@ -7,7 +7,7 @@
 
 namespace hicoll {
 
-bool NodeBoard::waitPosted(int local, uint64_t seq, const CallDesc& mine, bool collect) {
+bool NodeBoard::waitPosted(int local, uint64_t seq, const CallDesc& mine, bool collect, bool later_ok) {
   const int peer = shm_.commRank(local);
   auto posted = [&] { return postedSeq(local, seq) >= seq; };
   waitUntil(
@@ -26,8 +26,15 @@ bool NodeBoard::waitPosted(int local, uint64_t seq, const CallDesc& mine, bool c
         HC_THROW(hcTimeout, "timed out after {} ms: {} has not started this call ({}){}", timeout_ms_, id_.who(peer),
                  shm_.peerState(local), shm_.stopped(local) ? "" : " (slow, stopped, or it called fewer collectives)");
       });
-  HC_CHECK(postedSeq(local, seq) == seq, hcInternalError, "shm: {} is ahead of this phase", id_.who(peer));
+  // later_ok: a later phase in the slot, or one being written there (post() clears it first).
+  const uint64_t now = postedSeq(local, seq);
+  if (later_ok && now != seq) return true;
+  HC_CHECK(now == seq, hcInternalError, "shm: {} is ahead of this phase", id_.who(peer));
   const CallDesc theirs = postedDesc(local, seq);
+  if (later_ok) {  // the peer may be writing a later phase into the slot (post()): read again
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (shm_.board(local).post[Board::slot(seq)].posted.load(std::memory_order_relaxed) != seq) return true;
+  }
   if (theirs.invalid()) {
     if (collect || mine.invalid()) return false;
     const std::string why = shm_.reason(local);
@@ -51,6 +58,37 @@ void NodeBoard::waitAllPosted(uint64_t seq, const CallDesc& mine) {
     if (l != shm_.localIndex()) waitPosted(l, seq, mine);
 }
 
+void NodeBoard::settle(UncheckedPhases& u, uint64_t upto, uint64_t then_posted) {
+  auto allPosted = [&](uint64_t q) {
+    for (int l = 0; l < shm_.localSize(); ++l)
+      if (l != shm_.localIndex() && postedSeq(l, q) < q) return false;
+    return true;
+  };
+  for (; u.from && (u.from <= upto || (u.from <= then_posted && allPosted(u.from)));
+       u.from = u.from < u.to ? u.from + 1 : 0) {
+    const uint64_t q = u.from;
+    const Board::Post& mine = own(q);
+    // Phases older than the ring were checked by the peers that waited for them.
+    if (mine.posted.load(std::memory_order_relaxed) != q) continue;
+    const CallDesc desc = mine.desc;
+    try {
+      for (int l = 0; l < shm_.localSize(); ++l)
+        if (l != shm_.localIndex()) waitPosted(l, q, desc, /*collect=*/false, /*later_ok=*/true);
+    } catch (const Error& e) {
+      u = {};
+      throw Error(e.code(),
+                  fmt::format("this rank's earlier call, {}, which returned before its peers started it "
+                              "(a small Broadcast on one node): {}",
+                              describeCall(desc), e.what()),
+                  Error::kFatal | (e.symptom() ? Error::kSymptom : 0u));
+    }
+  }
+}
+
+const Board::Post& NodeBoard::own(uint64_t seq) const {
+  return shm_.board(shm_.localIndex()).post[Board::slot(seq)];
+}
+
 bool NodeBoard::allPostedNodeMemory(uint64_t seq) const {
   for (int l = 0; l < shm_.localSize(); ++l)
     if (!postedMem(l, seq).valid()) return false;
@@ -67,7 +105,11 @@ void NodeBoard::finish(uint64_t seq, bool peers_read_only_segment) {
 }
 
 void NodeBoard::post(uint64_t seq, const CallDesc& desc, const void* addr0) {
-  Board::Post& b = shm_.board(shm_.localIndex()).post[seq & 1];
+  Board::Post& b = shm_.board(shm_.localIndex()).post[Board::slot(seq)];
+  // The slot's last phase is over for every peer (board.h), but a late check of it may still
+  // read it (settle()): it sees the slot change, never a mix of two phases.
+  b.posted.store(0, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
   b.desc = desc;
   b.addr[0] = reinterpret_cast<uint64_t>(addr0);
   b.mem = addr0 ? nodeMemFind(addr0) : NodeMemRef{};
@@ -75,19 +117,19 @@ void NodeBoard::post(uint64_t seq, const CallDesc& desc, const void* addr0) {
 }
 
 const NodeMemRef& NodeBoard::postedMem(int local, uint64_t seq) const {
-  return shm_.board(local).post[seq & 1].mem;
+  return shm_.board(local).post[Board::slot(seq)].mem;
 }
 
 uint64_t NodeBoard::postedSeq(int local, uint64_t seq) const {
-  return shm_.board(local).post[seq & 1].posted.load(std::memory_order_acquire);
+  return shm_.board(local).post[Board::slot(seq)].posted.load(std::memory_order_acquire);
 }
 
 CallDesc NodeBoard::postedDesc(int local, uint64_t seq) const {
-  return shm_.board(local).post[seq & 1].desc;
+  return shm_.board(local).post[Board::slot(seq)].desc;
 }
 
 const char* NodeBoard::postedAddr(int local, uint64_t seq) const {
-  return reinterpret_cast<const char*>(shm_.board(local).post[seq & 1].addr[0]);
+  return reinterpret_cast<const char*>(shm_.board(local).post[Board::slot(seq)].addr[0]);
 }
 
 void NodeBoard::publish(uint64_t seq, int stream, uint64_t chunks) {

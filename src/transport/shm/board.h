@@ -10,6 +10,16 @@
 // AllGather's eager staging, writes a scratch half no peer can be reading; and a Broadcast's
 // holder publishes before its peers posted. So a peer can be one phase ahead, never two: every
 // slot alternates with the phase's parity.
+//
+// Posts are kept in a ring of kSlots per rank, so that a rank may also end phases before its
+// peers posted them (unchecked phases): a small Broadcast on one node (a ring phase) stages
+// its data in the root's post slot (or the slot's ring data), and the root returns at once,
+// as an MPI root's eager send does; its other ranks wait only for the root. A ring phase
+// writes nothing but the rank's post slot. The waits and checks skipped are done by settle():
+// all of them at the start of the next phase that is not a ring phase (before it writes
+// anything, so such phases keep the rule above), and by a ring phase's root those of phase
+// s - kSlots + 1 before it writes slot s (its peers posted that phase, so they finished
+// reading the slot's last phase). So no rank is more than kSlots - 1 phases ahead of another.
 #pragma once
 
 #include <atomic>
@@ -27,6 +37,8 @@ namespace hicoll {
 class ShmTransport;
 
 struct alignas(64) Board {
+  static constexpr int kSlots = 16;          // posts kept per rank (a power of two)
+  static constexpr size_t kRingBytes = 256;  // a ring phase's data per slot (more: a regular phase)
   struct alignas(64) Post {
     std::atomic<uint64_t> posted{0};  // seq of the phase the fields below describe
     CallDesc desc;                    // the call (and phase): checked against the peers'
@@ -37,14 +49,27 @@ struct alignas(64) Board {
     uint64_t addr[2] = {};  // regions exposed to the node, in the owner's address space
     NodeMemRef mem;         // the node memory (hcMemAlloc) holding addr[0], if any
   };
-  Post post[2];
+  Post post[kSlots];
   static_assert(offsetof(Post, addr) == 64, "the polled line holds the post, the descriptor and the data");
+  static uint64_t slot(uint64_t seq) { return seq & (kSlots - 1); }
+  // A ring phase's data longer than Post::kData, per slot.
+  alignas(64) char ring[kSlots][kRingBytes] = {};
   // (seq << 24) | chunks ready, per phase parity and stream of data a collective publishes.
   struct alignas(64) Counter {
     std::atomic<uint64_t> v{0};
   };
   Counter ready[2][2];
   alignas(64) std::atomic<uint64_t> done{0};  // last seq whose reads of peers this rank finished
+};
+
+// The phases [from, to] this rank ended without waiting for every local peer's post: their
+// posts are still to be waited for and checked (NodeBoard::settle). from 0: none.
+struct UncheckedPhases {
+  uint64_t from = 0, to = 0;
+  void add(uint64_t seq) {
+    if (!from) from = seq;
+    to = seq;
+  }
 };
 
 class NodeBoard {
@@ -64,8 +89,19 @@ class NodeBoard {
   // with the phase kind, without flags), else an error naming both (hcInvalidUsage;
   // hcRemoteError when the peer rejected its own arguments or destroyed its communicator).
   // Collecting (a rejected call's round): returns whether the peer's call was valid instead.
-  bool waitPosted(int local, uint64_t seq, const CallDesc& mine, bool collect = false);
+  // later_ok: a slot that holds a later phase ends the wait (settle()).
+  bool waitPosted(int local, uint64_t seq, const CallDesc& mine, bool collect = false, bool later_ok = false);
+  // This rank's own post of phase seq (its descriptor), while still in its slot.
+  const Board::Post& own(uint64_t seq) const;
   void waitAllPosted(uint64_t seq, const CallDesc& mine);
+  // The waits and checks of this rank's unchecked phases up to `upto` (then dropped from u),
+  // against this rank's own posts of them. A disagreement or a peer that never arrives is an
+  // error here, naming that earlier call. A peer's slot that holds a later phase is skipped:
+  // the peer passed that phase, having checked it against the root it waited for, and a
+  // phase with two roots is found by whichever of them settles it first (both post it).
+  // Then, without waiting, those up to then_posted that every peer has posted (a ring
+  // phase's root checks a run of them at once, the misses of their lines overlapping).
+  void settle(UncheckedPhases& u, uint64_t upto = ~0ull, uint64_t then_posted = 0);
   // Node memory (hcMemAlloc): did every rank of the node post a region in it this phase? Then
   // each reads the others' regions with memcpy from its mapping of them, no single-copy reads
   // (CMA) needed. Every rank sees the same posts, so all decide alike.

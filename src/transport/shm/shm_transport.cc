@@ -427,15 +427,18 @@ bool ShmTransport::stopped(int local) {
 }
 
 std::string ShmTransport::peerState(int local) {
-  // The board's two post slots alternate with the phase: the later one is where the peer is.
+  // The board's post slots take the phases in turn: the latest one is where the peer is.
   const Board& b = board(local);
-  const uint64_t s0 = b.post[0].posted.load(std::memory_order_acquire);
-  const uint64_t s1 = b.post[1].posted.load(std::memory_order_acquire);
-  const uint64_t seq = std::max(s0, s1);
+  int latest = 0;
+  uint64_t seq = 0;
+  for (int i = 0; i < Board::kSlots; ++i) {
+    const uint64_t s = b.post[i].posted.load(std::memory_order_acquire);
+    if (s > seq) seq = s, latest = i;
+  }
   const std::string at = seq == 0
                              ? "no call yet on this communicator"
                              : fmt::format("{} {}", b.done.load(std::memory_order_acquire) >= seq ? "done with" : "in",
-                                           describeCall(b.post[s1 > s0 ? 1 : 0].desc));
+                                           describeCall(b.post[latest].desc));
   return fmt::format("pid {}{}, {}", pids_[local], stopped(local) ? ", stopped (SIGSTOP or a debugger)" : "", at);
 }
 
