@@ -262,6 +262,14 @@ TEST(Api, InvalidArgumentsAreRejectedWithAMessage) {
     // A stream in a build without CUDA, or device work on host memory: never silently wrong.
     hcResult_t r = hcAllGather(buf.data(), buf.data() + 32, 4, hcFloat32, c, reinterpret_cast<void*>(1));
     EXPECT_NE(r, hcSuccess);
+    // A count whose bytes (times the ranks) overflow size_t; the largest that does not passes
+    // that check (and is then refused for its NULL buffer, not its size).
+    const size_t over = SIZE_MAX / 4 / 2 + 1;
+    EXPECT_EQ(hcAllGather(nullptr, buf.data(), over, hcFloat32, c, nullptr), hcInvalidArgument);
+    EXPECT_NE(std::string(hcGetLastError(c)).find("count " + std::to_string(over) + " overflows"), std::string::npos)
+        << hcGetLastError(c);
+    EXPECT_EQ(hcAllGather(nullptr, buf.data(), over - 1, hcFloat32, c, nullptr), hcInvalidArgument);
+    EXPECT_NE(std::string(hcGetLastError(c)).find("NULL buffer"), std::string::npos) << hcGetLastError(c);
     // Zero counts complete at once, even with NULL buffers.
     EXPECT_EQ(hcAllGather(nullptr, nullptr, 0, hcFloat32, c, nullptr), hcSuccess);
     EXPECT_EQ(hcReduceScatter(nullptr, nullptr, 0, hcFloat32, hcSum, c, nullptr), hcSuccess);
