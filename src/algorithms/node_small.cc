@@ -192,7 +192,7 @@ void settleUnchecked(hcComm& c) {
   if (!c.links.unchecked.from) return;
   const Deadline deadline = Deadline::fromFirstCheck(c.health.timeout_ms);
   NodeBoard board(*c.links.shm, c.id, deadline, c.health.timeout_ms, [&l = c.links] { l.checkPeers(); });
-  board.settle(c.links.unchecked);
+  board.settle(c.links.unchecked, ~0ull, 0, /*wait=*/false);
 }
 
 }  // namespace hicoll

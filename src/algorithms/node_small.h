@@ -112,8 +112,8 @@ size_t runRingBroadcast(ShmTransport& shm, NodeBoard& board, const Identity& id,
 // nothing, for any other call (the general path plans and runs it).
 bool runNodeSmall(hcComm& c, const CollArgs& a);
 
-// hcCommDestroy: the waits and checks of this rank's unchecked phase (a small Broadcast it
-// rooted last), if any, bounded by the timeout; an error names that Broadcast.
+// hcCommDestroy: the checks of this rank's unchecked phases (small Broadcasts on one node)
+// against what its peers posted, without waiting for them; an error names the Broadcast.
 void settleUnchecked(hcComm& c);
 
 }  // namespace hicoll

@@ -762,9 +762,9 @@ hcResult_t hcCommDestroy(hcComm_t comm) {
   gate.keepClosed();
   hcResult_t r = guard(nullptr, "hcCommDestroy", [&] {
     if (comm->device) comm->device->drain();
-    // A small Broadcast this rank rooted last returned before its peers started it: their
-    // disagreement, or their absence, is this call's error (only a communicator on one node
-    // has such a phase).
+    // Small Broadcasts that returned before the peers started them: a disagreement the peers
+    // posted, or a peer that destroyed its communicator without them, is this call's error
+    // (only a communicator on one node has such phases). Nothing is waited for.
     if (!comm->health.failed()) {
       ScopedLogRank lr(comm->id.rank);
       settleUnchecked(*comm);

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "../common/mp.h"
 #include "checks.h"
 
@@ -164,7 +166,8 @@ TEST(Agreement, BroadcastRoots) {
 }
 
 // A small Broadcast's root on one node returns once its data is staged: its peers check the
-// call at once, the root at its next call or at hcCommDestroy, which fail naming the
+// call at once, the root at its next call (which waits for them) or at hcCommDestroy (which
+// finds the peers that destroyed their communicator without the call), which fail naming the
 // Broadcast. With HICOLL_BCAST_ROOT_WAITS=1 the root's call fails itself.
 TEST(Agreement, SmallBroadcastRootLearnsAtItsNextCall) {
   enum Next { kCall, kDestroy };
@@ -203,6 +206,8 @@ TEST(Agreement, SmallBroadcastRootLearnsAtItsNextCall) {
             return r != hcSuccess && since(t0) < 3.0 ? 0 : 12;
           }
           if (r != hcSuccess) return 13;
+          // hcCommDestroy waits for nobody: it finds the peers gone once they are.
+          if (next == kDestroy) usleep(300000);
           t0 = std::chrono::steady_clock::now();
           r = next == kCall ? hcAllReduce(a.data(), b.data(), 4, hcFloat32, hcSum, comm, nullptr) : hcCommDestroy(comm);
           msg = hcGetLastError(comm);

@@ -427,5 +427,36 @@ TEST(CollectivesBackToBack, BroadcastsRunAheadThenOtherCalls) {
   }
 }
 
+// A root returns from a small Broadcast before its peers started it, and may destroy its
+// communicator at once (which does not wait for them) or exit without destroying it: the
+// peers that come later still read its data, and their destroy succeeds.
+TEST(CollectivesBackToBack, BroadcastRootDestroysOrExitsBeforeItsPeersRead) {
+  for (int L : {2, 3})
+    for (bool destroys : {true, false}) {
+      Job job;
+      job.nranks = L;
+      auto st = runRaw(job, [&](int rank) {
+        hcComm_t comm = nullptr;
+        if (hcCommInitFromEnv(&comm) != hcSuccess) return 2;
+        std::vector<int32_t> x(40, rank == 0 ? 77 : -1);  // 160 B: the slot's ring data
+        int32_t y = rank == 0 ? 5 : -1;                   // 4 B: the polled line
+        int32_t z = 1;                                    // every rank's creation is over (rank 0 hosts the rendezvous)
+        if (hcAllReduce(&z, &z, 1, hcInt32, hcSum, comm, nullptr) != hcSuccess) return 9;
+        if (rank != 0) usleep(200000);
+        if (hcBroadcast(&y, &y, 1, hcInt32, 0, comm, nullptr) != hcSuccess) return 3;
+        if (hcBroadcast(x.data(), x.data(), x.size(), hcInt32, 0, comm, nullptr) != hcSuccess) return 4;
+        if (rank == 0 && !destroys) _exit(0);  // its segment lives on in the peers' mappings
+        const hcResult_t d = hcCommDestroy(comm);
+        if (rank == 0) return d == hcSuccess ? 0 : 5;
+        if (y != 5) return 6;
+        for (int32_t v : x)
+          if (v != 77) return 7;
+        return d == hcSuccess ? 0 : 8;
+      });
+      for (int r = 0; r < job.nranks; ++r)
+        EXPECT_EQ(st[r], 0) << "rank " << r << " of 1x" << L << (destroys ? " (destroys)" : " (exits)");
+    }
+}
+
 }  // namespace
 }  // namespace hctest

@@ -58,7 +58,7 @@ void NodeBoard::waitAllPosted(uint64_t seq, const CallDesc& mine) {
     if (l != shm_.localIndex()) waitPosted(l, seq, mine);
 }
 
-void NodeBoard::settle(UncheckedPhases& u, uint64_t upto, uint64_t then_posted) {
+void NodeBoard::settle(UncheckedPhases& u, uint64_t upto, uint64_t then_posted, bool wait) {
   auto allPosted = [&](uint64_t q) {
     for (int l = 0; l < shm_.localSize(); ++l)
       if (l != shm_.localIndex() && postedSeq(l, q) < q) return false;
@@ -72,8 +72,13 @@ void NodeBoard::settle(UncheckedPhases& u, uint64_t upto, uint64_t then_posted) 
     if (mine.posted.load(std::memory_order_relaxed) != q) continue;
     const CallDesc desc = mine.desc;
     try {
-      for (int l = 0; l < shm_.localSize(); ++l)
-        if (l != shm_.localIndex()) waitPosted(l, q, desc, /*collect=*/false, /*later_ok=*/true);
+      for (int l = 0; l < shm_.localSize(); ++l) {
+        if (l == shm_.localIndex()) continue;
+        if (wait || postedSeq(l, q) >= q) waitPosted(l, q, desc, /*collect=*/false, /*later_ok=*/true);
+        else if (shm_.closed(l))
+          HC_THROW(hcRemoteError, "{} destroyed its communicator without calling {}", id_.who(shm_.commRank(l)),
+                   describeCall(desc));
+      }
     } catch (const Error& e) {
       u = {};
       throw Error(e.code(),

@@ -101,7 +101,10 @@ class NodeBoard {
   // phase with two roots is found by whichever of them settles it first (both post it).
   // Then, without waiting, those up to then_posted that every peer has posted (a ring
   // phase's root checks a run of them at once, the misses of their lines overlapping).
-  void settle(UncheckedPhases& u, uint64_t upto = ~0ull, uint64_t then_posted = 0);
+  // wait false (hcCommDestroy): checks what the peers posted and fails for one that destroyed
+  // its communicator without posting, but waits for none (a slow peer checks the call
+  // itself, and a dead one is no error of this rank's destroy).
+  void settle(UncheckedPhases& u, uint64_t upto = ~0ull, uint64_t then_posted = 0, bool wait = true);
   // Node memory (hcMemAlloc): did every rank of the node post a region in it this phase? Then
   // each reads the others' regions with memcpy from its mapping of them, no single-copy reads
   // (CMA) needed. Every rank sees the same posts, so all decide alike.
