@@ -17,9 +17,9 @@
 // as an MPI root's eager send does; its other ranks wait only for the root. A ring phase
 // writes nothing but the rank's post slot. The waits and checks skipped are done by settle():
 // all of them at the start of the next phase that is not a ring phase (before it writes
-// anything, so such phases keep the rule above), and by a ring phase's root those of phase
-// s - kSlots + 1 before it writes slot s (its peers posted that phase, so they finished
-// reading the slot's last phase). So no rank is more than kSlots - 1 phases ahead of another.
+// anything, so such phases keep the rule above), and by every rank in a ring phase s those
+// up to phase s - kSlots + 1 before it writes slot s (its peers posted that phase, so they
+// finished reading the slot's last phase). So no rank is more than kSlots - 1 phases ahead of another.
 #pragma once
 
 #include <atomic>
