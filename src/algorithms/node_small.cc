@@ -136,7 +136,7 @@ bool runNodeSmall(hcComm& c, const CollArgs& a) {
   const size_t staged = a.coll == hcCollReduceScatter ? static_cast<size_t>(shm.localSize()) * b : b;
   const CallDesc desc = CallDesc::of(a).withPhase(a.coll);
   const Deadline deadline = Deadline::fromFirstCheck(c.health.timeout_ms);
-  NodeBoard board(shm, id, deadline, c.health.timeout_ms, [&l = c.links] { l.checkPeers(); });
+  NodeBoard board(shm, id, deadline, c.health.timeout_ms, c.links.peerCheck());
   const char* in = static_cast<const char*>(a.send);
   char* out = static_cast<char*>(a.recv);
   size_t read = 0;
@@ -191,7 +191,7 @@ bool runNodeSmall(hcComm& c, const CollArgs& a) {
 void settleUnchecked(hcComm& c) {
   if (!c.links.unchecked.from) return;
   const Deadline deadline = Deadline::fromFirstCheck(c.health.timeout_ms);
-  NodeBoard board(*c.links.shm, c.id, deadline, c.health.timeout_ms, [&l = c.links] { l.checkPeers(); });
+  NodeBoard board(*c.links.shm, c.id, deadline, c.health.timeout_ms, c.links.peerCheck());
   board.settle(c.links.unchecked, ~0ull, 0, /*wait=*/false);
 }
 

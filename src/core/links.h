@@ -54,6 +54,10 @@ struct Links {
   // died or aborted, a failure notice arrived, a watched rank's liveness connection closed.
   // Cheap enough for every idle pass of a wait (each source is rate-limited).
   void checkPeers();
+  // checkPeers() as the node board's waits call it.
+  PeerCheck peerCheck() {
+    return {[](void* l) { static_cast<Links*>(l)->checkPeers(); }, this};
+  }
   // After an error that is a symptom (a broken link): waits up to ms for a failure notice, or
   // a watched rank's failure with its cause on liveness, and throws it if one arrives.
   void explainSymptom(long ms);

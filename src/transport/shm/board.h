@@ -25,7 +25,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
+#include <type_traits>
 
 #include "base/coll.h"
 #include "base/deadline.h"
@@ -72,14 +72,26 @@ struct UncheckedPhases {
   }
 };
 
+// What a wait calls on every idle pass (it throws when a rank this one depends on is gone): a
+// function and its argument, not a std::function, whose construction on every small call
+// stalled its entry (a store forwarded to a wider load). The callable outlives the board.
+struct PeerCheck {
+  void (*fn)(void*) = nullptr;
+  void* arg = nullptr;
+  void operator()() const { fn(arg); }
+  template <class F>
+  static PeerCheck of(F& f) {
+    static_assert(!std::is_const_v<F>);
+    return {[](void* a) { (*static_cast<F*>(a))(); }, &f};
+  }
+};
+
 class NodeBoard {
  public:
   // The protocol's waits run until `deadline` (of timeout_ms, for messages), with
-  // check_peers() on every idle pass (it throws when a rank this one depends on is gone), and
-  // name ranks by id.
-  NodeBoard(ShmTransport& shm, const Identity& id, const Deadline& deadline, long timeout_ms,
-            std::function<void()> check_peers)
-      : shm_(shm), id_(id), deadline_(deadline), timeout_ms_(timeout_ms), check_peers_(std::move(check_peers)) {}
+  // check_peers() on every idle pass, and name ranks by id.
+  NodeBoard(ShmTransport& shm, const Identity& id, const Deadline& deadline, long timeout_ms, PeerCheck check_peers)
+      : shm_(shm), id_(id), deadline_(deadline), timeout_ms_(timeout_ms), check_peers_(check_peers) {}
 
   // ---- the protocol ----
   // This rank's post of phase seq: desc (the call, its phase kind and flags) and the region it
@@ -134,7 +146,7 @@ class NodeBoard {
   const Identity& id_;
   const Deadline& deadline_;
   long timeout_ms_;
-  std::function<void()> check_peers_;
+  PeerCheck check_peers_;
 };
 
 }  // namespace hicoll

@@ -3,6 +3,8 @@
 // phase rule (write the segment only after every peer posted; finish), and the ready counters.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <unistd.h>
 
 #include <chrono>
@@ -33,9 +35,11 @@ CollArgs allReduce(size_t count, uint64_t call) {
 // A NodeBoard over rank r's transport, with its own deadline.
 struct TestBoard {
   Deadline deadline;
+  std::function<void()> check;
   NodeBoard nb;
   TestBoard(Rank& r, long timeout_ms)
-      : deadline(timeout_ms), nb(r.t(), r.id, deadline, timeout_ms, [&r] { r.t().checkPeers(); }) {}
+      : deadline(timeout_ms), check([&r] { r.t().checkPeers(); }),
+        nb(r.t(), r.id, deadline, timeout_ms, PeerCheck::of(check)) {}
 };
 
 TEST(ShmBoard, SamePostsAgreeAndShowEachRanksRegion) {
@@ -287,7 +291,8 @@ TEST(ShmBoard, FinishWaitsForPeersOnlyWhenTheyReadUserBuffers) {
         r.bs.barrier();
         if (r.rank == 0) {
           Deadline short_deadline(300);
-          NodeBoard nb(r.t(), r.id, short_deadline, 300, [&] { r.t().checkPeers(); });
+          auto check = [&] { r.t().checkPeers(); };
+          NodeBoard nb(r.t(), r.id, short_deadline, 300, PeerCheck::of(check));
           const auto t0 = Clock::now();
           std::string msg = expectError([&] { nb.finish(2, false); }, hcTimeout);
           EXPECT_GE(secondsSince(t0), 0.29);
