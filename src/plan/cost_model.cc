@@ -107,14 +107,22 @@ Prediction ring(const Ctx& c, size_t b, bool in_place, bool sums) {
                     static_cast<double>(c.W)
               : c.m.shm_alpha_s;
   p.latency = c.m.call_s + (c.L > 1 ? c.m.shm_alpha_s : 0) + hops * hop;
-  p.cpu = hops * B / c.m.copy_Bps + (in_place || sums ? 0 : B / c.m.copy_Bps);
-  if (sums) p.cpu += hops * 2 * B / c.m.reduce_Bps;
+  double own = hops * B / c.m.copy_Bps + (in_place || sums ? 0 : B / c.m.copy_Bps);  // every rank's
+  if (sums) own += hops * 2 * B / c.m.reduce_Bps;
+  p.cpu = own * c.share;
   if (c.N > 1) {
+    const double cross =
+        static_cast<double>(std::clamp<size_t>(static_cast<size_t>(std::max(1, c.s.ring_cross)), 1, c.L));
     p.link = hops * B * static_cast<double>(std::max(1, c.s.ring_cross)) / c.m.net_Bps;
-    p.cpu += netCpu(c, hops * B, hops * static_cast<double>(K));
+    // Only the ranks whose ring neighbours are on other nodes do network work: a node's
+    // `cross` hops out and as many in, one direction each on the ranks at the ends of a run of
+    // contiguous ranks, both on a rank alone on its node (or all ranks, interleaved). The busiest
+    // rank's work, or the host's work over its cores when ranks outnumber them.
+    const double one_way = netCpu(c, hops * B, hops * static_cast<double>(K)) / 2;
+    const double busiest = own + (cross >= static_cast<double>(c.L) ? 2 : 1) * one_way;
+    p.cpu = std::max(busiest, c.share * (own + 2 * cross * one_way / static_cast<double>(c.L)));
     p.window = hops * static_cast<double>(K) / static_cast<double>(c.s.window) * 2 * c.m.net_alpha_s;
   }
-  p.cpu *= c.share;
   // Every link works on every step at once, so the chain adds no bulk of its own (its hops'
   // latencies are in latency); the drain is the last chunk's copy (and sum).
   p.fill = static_cast<double>(C) * (1 / c.m.copy_Bps + (sums ? 2 / c.m.reduce_Bps : 0)) * c.share;

@@ -7,8 +7,8 @@
 //   latency  the call's fixed cost and the synchronisations a small call waits for in turn
 //   link     bytes over the busiest node link / its bandwidth (one NIC per node, shared by
 //            the node's rails, as on the emulator)
-//   cpu      one rank's copies, sums and network stack work; more when the host's ranks
-//            outnumber its cores (emulated nodes on one machine)
+//   cpu      the busiest rank's copies, sums and network stack work; the host's work over
+//            its cores when its ranks outnumber them (emulated nodes on one machine)
 //   window   chunks in flight per peer too few to cover the round trip
 //   fill     the pipeline's start and drain: the stages not on the bottleneck, for one chunk
 //   after    what runs once the pipeline is done (AllReduce's AllGather after its

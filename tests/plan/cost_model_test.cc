@@ -1,6 +1,7 @@
 // The cost model's terms (plan/cost_model.h) and the model file's parser (base/machine_figures.h).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 
 #include "base/error.h"
@@ -76,6 +77,32 @@ TEST(CostModel, RanksBeyondTheHostsCoresStretchTheCpuTerm) {
   Prediction alone = predict(m, shape(1, 4, 4, 4), hcCollReduceScatter, Algo::Hier, 64u << 20, false);
   Prediction shared = predict(m, shape(1, 4, 4, 2), hcCollReduceScatter, Algo::Hier, 64u << 20, false);
   EXPECT_NEAR(shared.cpu, 2 * alone.cpu, 1e-12);
+}
+
+// On the ring only ranks with a neighbour on another node do network work: with contiguous
+// ranks one sends and one receives per node, so no rank pays both directions unless it is
+// alone on its node (or the ranks are interleaved), and ranks beyond the host's cores share
+// the host's work, not each the busiest rank's.
+TEST(CostModel, TheRingsNetworkWorkIsOnTheRanksAtTheNodesEnds) {
+  const MachineFigures m = figures();
+  const size_t bytes = 16u << 20;
+  auto ringCpu = [&](const Shape& s) { return predict(m, s, hcCollAllGather, Algo::Ring, bytes, false).cpu; };
+  auto terms = [&](int W) {  // a rank's own copies, and one direction of its network work
+    const double B = static_cast<double>(bytes / static_cast<size_t>(W)), hops = W - 1;
+    const double K = std::ceil(B / (256 << 10));
+    return std::pair{(hops + 1) * B / m.copy_Bps, hops * B * m.net_cpu_s_per_B + hops * K * m.net_msg_s};
+  };
+  const auto [own4, way4] = terms(4);
+  EXPECT_NEAR(ringCpu(shape(2, 2)), own4 + way4, 1e-12) << "contiguous: one direction per rank";
+  Shape inter = shape(2, 2);
+  inter.ring_cross = 2;
+  EXPECT_NEAR(ringCpu(inter), own4 + 2 * way4, 1e-12) << "interleaved: every hop leaves the node";
+  EXPECT_NEAR(ringCpu(shape(4, 1)), own4 + 2 * way4, 1e-12) << "a rank alone on its node: both";
+  // 4 ranks on 2 cores: the host's work (4 ranks' copies, 2 nodes' two directions) over 2 cores.
+  EXPECT_NEAR(ringCpu(shape(2, 2, 4, 2)), (4 * own4 + 4 * way4) / 2, 1e-12);
+  const auto [own8, way8] = terms(8);
+  EXPECT_NEAR(ringCpu(shape(2, 4, 8, 2)), (8 * own8 + 4 * way8) / 2, 1e-12);
+  EXPECT_NEAR(ringCpu(shape(2, 4)), own8 + way8, 1e-12) << "enough cores: the busiest rank";
 }
 
 TEST(CostModel, AllReduceSplitsTradeLatencyForBytes) {
