@@ -11,6 +11,10 @@
 #   -N nodes        number of namespaces (default 2)
 #   -L ranks        ranks per node (default 2)
 #   -r rate         tc rate per link direction (default 1gbit; "none" for no limit)
+#   -b burst        tbf bucket size per link direction (default 128kb); a link accrues up to
+#                   this much credit while idle, which no real link does (see perf/README.md)
+#   -g bytes        largest GSO/GRO packet on the links' veths (default: the kernel's, 64 KiB);
+#                   smaller lets a smaller -b carry the rate
 #   -d delay        one-way delay added per link direction with netem (default 100us; "none")
 #   -c algorithm    TCP congestion control in the nodes (default cubic, Linux's default; "host"
 #                   keeps what a new namespace inherits from the host: bbr on the dev machine)
@@ -28,14 +32,14 @@
 #   perf/netns_emulate.sh -N 2 -L 2 -m mpi -- allgather -b 64M -e 64M -n 5 -w 2 --reps 5
 set -euo pipefail
 
-nodes=2 per=2 rate=1gbit delay=100us cc=cubic mode=hicoll timeout_s=900 keep=0
+nodes=2 per=2 rate=1gbit burst=128kb gso="" delay=100us cc=cubic mode=hicoll timeout_s=900 keep=0
 here=$(cd "$(dirname "$0")" && pwd)
 agbench="$here/../build/perf/agbench"
-while getopts "N:L:r:d:c:m:a:t:kh" o; do
+while getopts "N:L:r:b:g:d:c:m:a:t:kh" o; do
   case $o in
-    N) nodes=$OPTARG ;; L) per=$OPTARG ;; r) rate=$OPTARG ;; d) delay=$OPTARG ;; c) cc=$OPTARG ;;
+    N) nodes=$OPTARG ;; L) per=$OPTARG ;; r) rate=$OPTARG ;; b) burst=$OPTARG ;; g) gso=$OPTARG ;; d) delay=$OPTARG ;; c) cc=$OPTARG ;;
     m) mode=$OPTARG ;; a) agbench=$OPTARG ;; t) timeout_s=$OPTARG ;; k) keep=1 ;;
-    h) sed -n '2,28p' "$0"; exit 0 ;;
+    h) sed -n '2,32p' "$0"; exit 0 ;;
     *) exit 2 ;;
   esac
 done
@@ -96,14 +100,14 @@ limit_link() {  # namespace, device
   if [[ $delay != none && $have_netem == 1 ]]; then
     if tc -n "$ns" qdisc add dev "$dev" root handle 1: netem delay "$delay" limit 100000 2>/dev/null; then
       [[ $rate == none ]] || tc -n "$ns" qdisc add dev "$dev" parent 1:1 handle 10: \
-        tbf rate "$rate" burst 128kb latency 20ms
+        tbf rate "$rate" burst "$burst" latency 20ms
       return
     fi
     have_netem=0
     echo "# netns_emulate: this kernel has no sch_netem: links are rate-limited only, no added delay" >&2
   fi
   # burst 128kb: enough for 1 Gbit/s at the kernel's timer granularity (measured: 0.94 Gbit/s)
-  [[ $rate == none ]] || tc -n "$ns" qdisc add dev "$dev" root tbf rate "$rate" burst 128kb latency 20ms
+  [[ $rate == none ]] || tc -n "$ns" qdisc add dev "$dev" root tbf rate "$rate" burst "$burst" latency 20ms
 }
 for ((k = 0; k < nodes; k++)); do
   ns=$(node_ns $k)
@@ -116,10 +120,14 @@ for ((k = 0; k < nodes; k++)); do
   # Per route: a namespace may only take a default the host lists in tcp_allowed_congestion_control.
   [[ $cc == host ]] || ip -n "$ns" route replace "$subnet.0/24" dev "$ifname" proto kernel scope link \
     src "$(node_ip $k)" congctl "$cc"
+  if [[ -n $gso ]]; then
+    ip -n "$ns" link set "$ifname" gso_max_size "$gso" gro_max_size "$gso"
+    ip -n "$sw" link set "p$k" gso_max_size "$gso" gro_max_size "$gso"
+  fi
   limit_link "$ns" "$ifname"  # node -> bridge
   limit_link "$sw" "p$k"      # bridge -> node
 done
-echo "# netns_emulate: $nodes nodes x $per ranks, links: rate $rate, delay $([[ $have_netem == 1 ]] && echo "$delay" || echo none)," \
+echo "# netns_emulate: $nodes nodes x $per ranks, links: rate $rate burst $burst${gso:+ gso $gso}, delay $([[ $have_netem == 1 ]] && echo "$delay" || echo none)," \
      "tcp congestion control $([[ $cc == host ]] && ip netns exec "$(node_ns 0)" sysctl -n net.ipv4.tcp_congestion_control || echo "$cc")," \
      "namespaces ${pfx}_n0..$((nodes - 1)) on $subnet.0/24"
 
