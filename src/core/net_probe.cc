@@ -16,6 +16,25 @@ constexpr uint64_t kProbeTag = uint64_t{1} << 62;
 
 }  // namespace
 
+std::vector<double> nodeSpans(const Topology& t, const std::vector<double>& ends) {
+  std::vector<double> span(static_cast<size_t>(t.nnodes));
+  for (int m = 0; m < t.nnodes; ++m) {
+    double first = ends[2 * static_cast<size_t>(t.ranks_of[m][0])], last = first;
+    for (int r : t.ranks_of[m]) {
+      first = std::min(first, ends[2 * static_cast<size_t>(r)]);
+      last = std::max(last, ends[2 * static_cast<size_t>(r) + 1]);
+    }
+    span[static_cast<size_t>(m)] = last - first;
+  }
+  return span;
+}
+
+double roundFigure(const Topology& t, size_t bytes, const std::vector<double>& ends) {
+  double sum = 0;
+  for (double s : nodeSpans(t, ends)) sum += s;
+  return sum > 0 ? static_cast<double>(bytes) * t.localSize(0) * t.nnodes / sum : 0;
+}
+
 LinkFigures probeLink(const Identity& id, Transport& net, Bootstrap& bs, const LinkProbe& p) {
   const Topology& t = id.topo;
   const int N = t.nnodes, n = id.node(), l = id.localRank();
@@ -42,28 +61,18 @@ LinkFigures probeLink(const Identity& id, Transport& net, Bootstrap& bs, const L
                    p.timeout_ms, to, from);
         });
   };
-  // One timed round of `bytes` per rank: every rank's time, from every rank.
-  std::vector<double> all(static_cast<size_t>(id.nranks));
+  // One timed round of `bytes` per rank: every rank's start and end, from every rank.
+  auto now = [] { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); };
+  std::vector<double> all(static_cast<size_t>(id.nranks)), ends(2 * static_cast<size_t>(id.nranks));
   auto timed = [&](size_t bytes, uint64_t round) {
-    const auto t0 = std::chrono::steady_clock::now();
+    double mine[2] = {now(), 0};
     exchange(bytes, round);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    bs.allgather(&s, all.data(), sizeof s, p.while_blocked);
-    return all;
-  };
-  // A node's link carried its ranks' bytes in its slowest rank's time; the slowest node bounds.
-  auto figureOf = [&](size_t bytes, const std::vector<double>& times) {
-    double figure = 0;
-    for (int m = 0; m < N; ++m) {
-      double slowest = 0;
-      for (int r : t.ranks_of[m]) slowest = std::max(slowest, times[static_cast<size_t>(r)]);
-      const double bps = slowest > 0 ? static_cast<double>(bytes) * t.localSize(m) / slowest : 0;
-      figure = m == 0 ? bps : std::min(figure, bps);
-    }
-    return figure;
+    mine[1] = now();
+    bs.allgather(mine, ends.data(), sizeof mine, p.while_blocked);
+    return ends;
   };
   exchange(std::min<size_t>(C, 4096), 0);  // opens the connections
-  // Small messages: each rank's median round, then the slowest rank's.
+  // Small messages: each rank's first quartile, then the ranks' median (see kLatencyRounds).
   uint64_t round = 1;
   std::vector<double> small;
   for (int i = 0; i < kLatencyRounds; ++i) {
@@ -71,25 +80,24 @@ LinkFigures probeLink(const Identity& id, Transport& net, Bootstrap& bs, const L
     exchange(std::min<size_t>(C, 64), round++);
     small.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
-  std::nth_element(small.begin(), small.begin() + kLatencyRounds / 2, small.end());
-  const double median = small[kLatencyRounds / 2];
-  bs.allgather(&median, all.data(), sizeof median, p.while_blocked);
+  std::nth_element(small.begin(), small.begin() + kLatencyRounds / 4, small.end());
+  const double quartile = small[kLatencyRounds / 4];
+  bs.allgather(&quartile, all.data(), sizeof quartile, p.while_blocked);
+  std::nth_element(all.begin(), all.begin() + id.nranks / 2, all.end());
   LinkFigures f;
-  f.alpha_s = *std::max_element(all.begin(), all.end());
+  f.alpha_s = all[static_cast<size_t>(id.nranks / 2)];
   size_t bytes = p.bytes;
   const size_t most = std::min(std::max(p.max_bytes, p.bytes), p.bytes * kProbeGrowth);
   for (;;) {  // every rank sees the same times, so all grow alike
-    const std::vector<double> times = timed(bytes, round++);
-    const double longest = *std::max_element(times.begin(), times.end());
+    const std::vector<double> span = nodeSpans(t, timed(bytes, round++));
+    const double longest = *std::max_element(span.begin(), span.end());
     if (longest >= kProbeRoundSeconds || bytes >= most) break;
     const double scale = longest > 0 ? kProbeRoundSeconds / longest : double(kProbeGrowth);
     bytes = std::min(most, std::max(bytes * 2, static_cast<size_t>(static_cast<double>(bytes) * scale * 1.25)));
   }
-  // Two rounds at the final size, each rank's best.
-  std::vector<double> best = timed(bytes, round++);
-  const std::vector<double> again = timed(bytes, round++);
-  for (size_t r = 0; r < best.size(); ++r) best[r] = std::min(best[r], again[r]);
-  f.Bps = figureOf(bytes, best);
+  // Two rounds at the final size; the one less disturbed (a stall only lengthens a round).
+  const double first = roundFigure(t, bytes, timed(bytes, round++));
+  f.Bps = std::max(first, roundFigure(t, bytes, timed(bytes, round++)));
   return f;
 }
 

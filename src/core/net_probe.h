@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <vector>
 
 #include "base/identity.h"
 #include "bootstrap/bootstrap.h"
@@ -25,24 +26,39 @@ struct LinkProbe {
 
 // Every rank sends p.bytes to its rail peer on the next node while it receives as much from
 // the previous one, after a warm-up message (connections open lazily); a node's link then
-// carried its ranks' bytes each way in the slowest of them's time. A round shorter than
+// carried its ranks' bytes each way in its span (its first rank's start to its last one's end;
+// the nodes' mean, which cancels their different starts). A round shorter than
 // kProbeRoundSeconds mostly measures TCP's ramp and the scheduler, so the size grows (within
 // p.max_bytes, at most kProbeGrowth times) until a round lasts that long, then two rounds
 // at that size give the figure. After every round the ranks exchange their times over the
 // bootstrap, so every rank takes the same steps and returns the same figure (its decisions must
-// be the same everywhere): the slowest node's bytes per second each way. Collective over the
+// be the same everywhere): a node's bytes per second each way. Collective over the
 // communicator (uniform nodes, a transport with 63 tag bits or more); throws on a peer's
 // failure or the timeout.
 constexpr double kProbeRoundSeconds = 0.01;
 constexpr size_t kProbeGrowth = 16;
 // Before the rounds of bytes, kLatencyRounds exchanges of one small message each way give the
-// message latency: every rank's median, the slowest rank's (what the model's net_alpha_s is: a
-// message's time one way, its CPU included).
+// message latency (the model's net_alpha_s: a message's time one way, its CPU included): every
+// rank's first quartile, then the ranks' median. Where ranks outnumber cores (emulated nodes) half
+// of the exchanges or more wait for a peer to get a core, 0.1-8 ms against 15-50 us: a median
+// there measured the scheduler (perf/results/2026-12-05-model-ring.md), where the figure that
+// predicts the calls is the calibrated one, taken while the other ranks sleep.
 constexpr int kLatencyRounds = 16;
 struct LinkFigures {
   double Bps = 0;      // each way per node
   double alpha_s = 0;  // one small message, one way
 };
 LinkFigures probeLink(const Identity& id, Transport& net, Bootstrap& bs, const LinkProbe& p);
+
+// A round's figures from every rank's start and end (ends[2r], ends[2r+1]: seconds on its
+// host's clock). A node's span runs from its first rank's start to its last rank's end (its
+// ranks share its clock; its rails need not start together). The nodes are a ring of
+// exchanges: a node's span is off by the difference between its start and its sender's, which
+// cancels over the ring, so the mean span is the links' time. (Before, the slowest of each
+// rank's best times over two rounds took rounds where its sender had started first, and rails
+// that did not overlap: up to 1.4x the link rate.)
+std::vector<double> nodeSpans(const Topology& t, const std::vector<double>& ends);
+// Bytes per second each way per node, of `bytes` per rank (uniform nodes).
+double roundFigure(const Topology& t, size_t bytes, const std::vector<double>& ends);
 
 }  // namespace hicoll

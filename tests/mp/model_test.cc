@@ -169,7 +169,7 @@ TEST(Model, PredictionsAreInTheStatistics) {
 // made on it must be the same everywhere), and hcStats says where it came from. With
 // HICOLL_NET_PROBE_BYTES=0 the figure stays the built-in guess.
 TEST(Model, TheLinkMeasuredAtTheFirstCallIsTheSameOnEveryRank) {
-  double* shared = static_cast<double*>(hctest::sharedBytes(sizeof(double) * 8));
+  double* shared = static_cast<double*>(hctest::sharedBytes(sizeof(double) * 12));
   for (int probe = 0; probe < 2; ++probe) {
     Job job;
     job.nranks = 4;
@@ -189,11 +189,17 @@ TEST(Model, TheLinkMeasuredAtTheFirstCallIsTheSameOnEveryRank) {
       if (before <= 0 || std::strstr(s.model_source, "built-in defaults") == nullptr) return 4;
       if (measured != (probe == 1)) return 5;
       if (!probe && s.model_net_Bps != before) return 6;
+      if (probe) {  // the message latency too, as the source says it
+        const char* at = std::strstr(s.model_source, " each way and ");
+        if (!at || std::sscanf(at, " each way and %lf us a message", &shared[8 + rank]) != 1) return 8;
+      }
       return s.model_net_Bps > 0 ? 0 : 7;
     });
     for (int r = 0; r < 4; ++r) EXPECT_EQ(st[r], 0) << "rank " << r << (probe ? " (measured)" : " (built-in)");
     for (int r = 1; r < 4; ++r) EXPECT_EQ(shared[probe * 4 + r], shared[probe * 4]) << "rank " << r;
   }
+  for (int r = 1; r < 4; ++r) EXPECT_EQ(shared[8 + r], shared[8]) << "rank " << r << "'s message latency";
+  EXPECT_GT(shared[8], 0);
   EXPECT_NE(shared[0], shared[4]) << "the measured link is the built-in guess";
 }
 
