@@ -40,9 +40,9 @@ constexpr size_t kProbeGrowth = 16;
 // Before the rounds of bytes, kLatencyRounds exchanges of one small message each way give the
 // message latency (the model's net_alpha_s: a message's time one way, its CPU included): every
 // rank's first quartile, then the ranks' median. Where ranks outnumber cores (emulated nodes) half
-// of the exchanges or more wait for a peer to get a core, 0.1-8 ms against 15-50 us: a median
-// there measured the scheduler (perf/results/2026-12-05-model-ring.md), where the figure that
-// predicts the calls is the calibrated one, taken while the other ranks sleep.
+// of the exchanges or more wait for a peer to get a core: a median there measured the scheduler
+// (perf/results/2026-12-05-model-ring.md), where the figure that predicts the calls is the
+// calibrated one, taken while the other ranks sleep.
 constexpr int kLatencyRounds = 16;
 struct LinkFigures {
   double Bps = 0;      // each way per node
@@ -54,9 +54,8 @@ LinkFigures probeLink(const Identity& id, Transport& net, Bootstrap& bs, const L
 // host's clock). A node's span runs from its first rank's start to its last rank's end (its
 // ranks share its clock; its rails need not start together). The nodes are a ring of
 // exchanges: a node's span is off by the difference between its start and its sender's, which
-// cancels over the ring, so the mean span is the links' time. (Before, the slowest of each
-// rank's best times over two rounds took rounds where its sender had started first, and rails
-// that did not overlap: up to 1.4x the link rate.)
+// cancels over the ring, so the mean span is the links' time (a rank's own time is not: one
+// whose sender started first finds part of its data arrived).
 std::vector<double> nodeSpans(const Topology& t, const std::vector<double>& ends);
 // Bytes per second each way per node, of `bytes` per rank (uniform nodes).
 double roundFigure(const Topology& t, size_t bytes, const std::vector<double>& ends);

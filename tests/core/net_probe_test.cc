@@ -2,6 +2,7 @@
 // start at different times, and rails of a node that do not overlap, give the link's rate.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
