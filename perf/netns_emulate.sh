@@ -13,6 +13,8 @@
 #   -r rate         tc rate per link direction (default 1gbit; "none" for no limit)
 #   -b burst        tbf bucket size per link direction (default 128kb); a link accrues up to
 #                   this much credit while idle, which no real link does (see perf/README.md)
+#   -p peakrate     tbf's second bucket (one GSO packet, 64 KiB or -g): no packet leaves faster
+#                   than this, credit or not; it also lowers the bulk rate (perf/README.md)
 #   -g bytes        largest GSO/GRO packet on the links' veths (default: the kernel's, 64 KiB);
 #                   smaller lets a smaller -b carry the rate
 #   -d delay        one-way delay added per link direction with netem (default 100us; "none")
@@ -32,12 +34,12 @@
 #   perf/netns_emulate.sh -N 2 -L 2 -m mpi -- allgather -b 64M -e 64M -n 5 -w 2 --reps 5
 set -euo pipefail
 
-nodes=2 per=2 rate=1gbit burst=128kb gso="" delay=100us cc=cubic mode=hicoll timeout_s=900 keep=0
+nodes=2 per=2 rate=1gbit burst=128kb peak="" gso="" delay=100us cc=cubic mode=hicoll timeout_s=900 keep=0
 here=$(cd "$(dirname "$0")" && pwd)
 agbench="$here/../build/perf/agbench"
-while getopts "N:L:r:b:g:d:c:m:a:t:kh" o; do
+while getopts "N:L:r:b:p:g:d:c:m:a:t:kh" o; do
   case $o in
-    N) nodes=$OPTARG ;; L) per=$OPTARG ;; r) rate=$OPTARG ;; b) burst=$OPTARG ;; g) gso=$OPTARG ;; d) delay=$OPTARG ;; c) cc=$OPTARG ;;
+    N) nodes=$OPTARG ;; L) per=$OPTARG ;; r) rate=$OPTARG ;; b) burst=$OPTARG ;; p) peak=$OPTARG ;; g) gso=$OPTARG ;; d) delay=$OPTARG ;; c) cc=$OPTARG ;;
     m) mode=$OPTARG ;; a) agbench=$OPTARG ;; t) timeout_s=$OPTARG ;; k) keep=1 ;;
     h) sed -n '2,32p' "$0"; exit 0 ;;
     *) exit 2 ;;
@@ -95,19 +97,21 @@ ip -n "$sw" link add br0 type bridge
 ip -n "$sw" link set br0 up
 ip -n "$sw" link set lo up
 have_netem=1
+shape=(tbf rate "$rate" burst "$burst")
+[[ -z $peak ]] || shape+=(peakrate "$peak" mtu "${gso:-65536}")
+shape+=(latency 20ms)
 limit_link() {  # namespace, device
   local ns=$1 dev=$2
   if [[ $delay != none && $have_netem == 1 ]]; then
     if tc -n "$ns" qdisc add dev "$dev" root handle 1: netem delay "$delay" limit 100000 2>/dev/null; then
-      [[ $rate == none ]] || tc -n "$ns" qdisc add dev "$dev" parent 1:1 handle 10: \
-        tbf rate "$rate" burst "$burst" latency 20ms
+      [[ $rate == none ]] || tc -n "$ns" qdisc add dev "$dev" parent 1:1 handle 10: "${shape[@]}"
       return
     fi
     have_netem=0
     echo "# netns_emulate: this kernel has no sch_netem: links are rate-limited only, no added delay" >&2
   fi
   # burst 128kb: enough for 1 Gbit/s at the kernel's timer granularity (measured: 0.94 Gbit/s)
-  [[ $rate == none ]] || tc -n "$ns" qdisc add dev "$dev" root tbf rate "$rate" burst "$burst" latency 20ms
+  [[ $rate == none ]] || tc -n "$ns" qdisc add dev "$dev" root "${shape[@]}"
 }
 for ((k = 0; k < nodes; k++)); do
   ns=$(node_ns $k)
@@ -127,7 +131,7 @@ for ((k = 0; k < nodes; k++)); do
   limit_link "$ns" "$ifname"  # node -> bridge
   limit_link "$sw" "p$k"      # bridge -> node
 done
-echo "# netns_emulate: $nodes nodes x $per ranks, links: rate $rate burst $burst${gso:+ gso $gso}, delay $([[ $have_netem == 1 ]] && echo "$delay" || echo none)," \
+echo "# netns_emulate: $nodes nodes x $per ranks, links: rate $rate burst $burst${peak:+ peakrate $peak}${gso:+ gso $gso}, delay $([[ $have_netem == 1 ]] && echo "$delay" || echo none)," \
      "tcp congestion control $([[ $cc == host ]] && ip netns exec "$(node_ns 0)" sysctl -n net.ipv4.tcp_congestion_control || echo "$cc")," \
      "namespaces ${pfx}_n0..$((nodes - 1)) on $subnet.0/24"
 
