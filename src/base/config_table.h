@@ -64,12 +64,13 @@
     "link measurement at the communicator's first call across nodes (the cost model's built-in "                     \
     "link is a guess; HICOLL_ALGO=auto decides by it). Rounds grow (up to 16x, within the "                          \
     "scratch buffer) until one lasts 10 ms. 0: no measurement.")                                                     \
-  X(ModelRefineCalls, "HICOLL_MODEL_REFINE_CALLS", Int, "0", "", 0, 1 << 20, Agree,                                  \
+  X(ModelRefineCalls, "HICOLL_MODEL_REFINE_CALLS", Int, "16", "", 0, 1 << 20, Agree,                                 \
     "Without HICOLL_MODEL_FILE, on more than one node: the cost model refines its latency, "                         \
-    "link and CPU figures from the modelled calls it timed, agreed by every rank, after this "                       \
-    "many of them and again after 4, 16 and 64 times as many (then calls are no longer "                             \
-    "timed). Each step is within 4x, all of them within 16x. 0 (the default, until it predicts "                     \
-    "better than the measured link alone: perf/results/2026-12-05-avx2.md): off.")                                   \
+    "link and CPU figures per band of call sizes (4x wide) from the modelled calls it timed, "                       \
+    "agreed by every rank, after this many of them and again after 4, 16 and 64 times as many "                      \
+    "(then calls are no longer timed). Each step is within 4x, all of them within 16x; a band "                      \
+    "no call was timed in takes the latencies of the nearest smaller band's and the link and "                       \
+    "CPU of the nearest larger's. 0: off (perf/results/2026-12-05-bands.md).")                                       \
   X(DeviceChunkBytes, "HICOLL_DEVICE_CHUNK_SIZE", Size, "67108864", "", 4096, 4 * HICOLL_KNOB_GIB, Agree,            \
     "Pipeline chunk of the device-buffer path. Large: each chunk costs a cross-process stream "                      \
     "handshake (tests/gpu/results). Inter-node chunks are further capped by the scratch and "                        \

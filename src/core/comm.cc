@@ -384,7 +384,8 @@ void hcComm::measureLink() {
   if (f.alpha_s > 0) plan.model.net_alpha_s = f.alpha_s;
   plan.model.source += fmt::format("; link {:.0f} MB/s each way and {:.0f} us a message, measured at the first call",
                                    bps / 1e6, plan.model.net_alpha_s * 1e6);
-  plan.memo = {};  // no plan made with the guess survives
+  plan.refined = refine.bands(plan.model);  // (refined only after this, by the schedule)
+  plan.memo = {};                           // no plan made with the guess survives
   stats.setModel(bps, plan.model.source);
   HC_INFO("cost model: the link measured {:.0f} MB/s each way per node ({} bytes per rank)", bps / 1e6, bytes);
 }
@@ -400,13 +401,13 @@ void hcComm::timedCall(const hicoll::CollArgs& a, const hicoll::CollPlan& p, dou
   std::vector<hicoll::Corrections> all(static_cast<size_t>(id.nranks));
   links.bootstrap->allgather(&mine, all.data(), sizeof mine, links.net_opt.while_blocked);
   const hicoll::Corrections agreed = hicoll::combineCorrections(all);
-  plan.model = refine.apply(plan.model, agreed);
+  plan.refined = refine.apply(plan.model, agreed);
   // The refinement replaces the last one in the source (it is cumulative).
   std::string& src = plan.model.source;
   const size_t at = src.find("; refined from ");
   src = (at == std::string::npos ? src : src.substr(0, at)) + "; " + refine.describe();
+  for (hicoll::MachineFigures& m : plan.refined) m.source = src;
   plan.memo = {};  // no plan made with the old figures survives
   stats.setModel(plan.model.net_Bps, src);
-  HC_INFO("cost model: {} ({} / {} / {} calls of this rank per class)", refine.describe(), mine.calls[0], mine.calls[1],
-          mine.calls[2]);
+  HC_INFO("cost model: {}: {}", refine.describe(), refine.factors());
 }

@@ -47,7 +47,7 @@ struct hcComm {
   hicoll::ApiState api;
   hicoll::Identity id;
   hicoll::PlanContext plan;
-  hicoll::Refiner refine;  // this rank's timed calls (off unless set at creation)
+  hicoll::Refiner refine;  // this rank's timed calls (HICOLL_MODEL_REFINE_CALLS, at creation)
   hicoll::Health health;
   hicoll::Stats stats{id};
   hicoll::Buffers buf;

@@ -133,10 +133,10 @@ std::vector<PathVerdict> explainCall(const Identity& id, const PlanContext& ctx,
     // The model predicts host paths on uniform nodes.
     if (info.modelled && id.topo.uniform && !caps.device && (info.id != PathId::Quantized || a.quant.block)) {
       v.predicted = true;
-      v.prediction =
-          info.id == PathId::Quantized
-              ? predictQuantized(ctx.model, s, a.coll, info.algo, bytes, false, hcTypeSize(a.dtype), a.quant.block)
-              : predict(ctx.model, s, a.coll, info.algo, bytes, false, info.id == PathId::LatencyAllReduce);
+      v.prediction = info.id == PathId::Quantized ? predictQuantized(ctx.figures(bytes), s, a.coll, info.algo, bytes,
+                                                                     false, hcTypeSize(a.dtype), a.quant.block)
+                                                  : predict(ctx.figures(bytes), s, a.coll, info.algo, bytes, false,
+                                                            info.id == PathId::LatencyAllReduce);
     }
     out.push_back(std::move(v));
   }

@@ -83,10 +83,10 @@ Algo algoOf(const CollPlan& p) {
 // The model's time of a on a path (a quantized ReduceScatter that quantizes as such).
 Prediction predictFor(const View& c, const CollArgs& a, const Shape& s, Algo algo, bool in_place,
                       bool allreduce_small) {
+  const size_t bytes = callBytes(c, a);
   if (quantizesHere(a))
-    return predictQuantized(c.ctx.model, s, a.coll, algo, callBytes(c, a), in_place, hcTypeSize(a.dtype),
-                            a.quant.block);
-  return predict(c.ctx.model, s, a.coll, algo, callBytes(c, a), in_place, allreduce_small);
+    return predictQuantized(c.ctx.figures(bytes), s, a.coll, algo, bytes, in_place, hcTypeSize(a.dtype), a.quant.block);
+  return predict(c.ctx.figures(bytes), s, a.coll, algo, bytes, in_place, allreduce_small);
 }
 
 // HICOLL_ALGO=auto on a path the rules allow: the model picks the split of an AllReduce (when
@@ -99,8 +99,9 @@ void modelChoice(const View& c, const CollArgs& a, const Capabilities& caps, Col
       a.count >= static_cast<size_t>(c.id.nranks) && c.id.nranks <= caps.max_reduce_inputs) {
     // The latency path stages the whole buffer as the block: only where the buffers hold it.
     const bool small_fits = bytes <= c.ctx.scratchBytes() && N * bytes <= c.ctx.sortBytes();
-    const bool small = small_fits && predict(c.ctx.model, s, a.coll, Algo::Hier, bytes, false, true).total() <
-                                         predict(c.ctx.model, s, a.coll, Algo::Hier, bytes, false, false).total();
+    const bool small =
+        small_fits && predict(c.ctx.figures(bytes), s, a.coll, Algo::Hier, bytes, false, true).total() <
+                          predict(c.ctx.figures(bytes), s, a.coll, Algo::Hier, bytes, false, false).total();
     // Across nodes without single-copy reads the RS + AG split cannot run (it reads in place).
     const bool large_fits = caps.single_copy_reads || N == 1;
     if (small != p.allreduce_small && (small || large_fits)) {
@@ -114,7 +115,7 @@ void modelChoice(const View& c, const CollArgs& a, const Capabilities& caps, Col
   const bool window_free = c.ctx.cfg.isDefault(Knob::NetWindow);
   const bool chunk_free = N > 1 && c.ctx.cfg.isDefault(Knob::NetChunkBytes) && c.ctx.net_chunk_cap > p.chunk_bytes;
   auto chunking = [&](Algo algo) {
-    return modelChunking(c.ctx.model, modelShape(c.id, c.ctx, p.chunk_bytes, window_floor),
+    return modelChunking(c.ctx.figures(bytes), modelShape(c.id, c.ctx, p.chunk_bytes, window_floor),
                          chunk_free ? c.ctx.net_chunk_cap : p.chunk_bytes, window_free,
                          [&](const Shape& at) { return predictFor(c, a, at, algo, false, p.allreduce_small); });
   };
@@ -245,7 +246,8 @@ CollPlan planRules(const View& c, const CollArgs& a, const Capabilities& caps) {
   p.net_window = static_cast<size_t>(c.ctx.cfg.num(Knob::NetWindow));
   const bool model_decides = !caps.device && c.ctx.cfg.algoAuto() && t.uniform && modelledColl(a.coll);
   if (model_decides && c.ctx.cfg.isDefault(Knob::NetWindow))
-    p.net_window = modelWindow(c.ctx.model, modelShape(c.id, c.ctx, p.chunk_bytes, p.net_window), p.net_window);
+    p.net_window =
+        modelWindow(c.ctx.figures(callBytes(c, a)), modelShape(c.id, c.ctx, p.chunk_bytes, p.net_window), p.net_window);
 
   if (a.coll == hcCollAllReduce) {
     p.allreduce_small =
@@ -395,11 +397,12 @@ QuantPlan planQuantized(const Identity& id, const PlanContext& ctx, const CollAr
   const CollPlan pw = planCall(c.id, c.ctx, wire, caps);
   const size_t bytes = callBytes(c, a), e = hcTypeSize(a.dtype);
   auto quantized = [&](bool ip) {
-    return predictQuantized(c.ctx.model, modelShape(c.id, c.ctx, pw.chunk_bytes, pw.net_window), a.coll, algoOf(pw),
-                            bytes, ip, e, a.quant.block);
+    return predictQuantized(c.ctx.figures(bytes), modelShape(c.id, c.ctx, pw.chunk_bytes, pw.net_window), a.coll,
+                            algoOf(pw), bytes, ip, e, a.quant.block);
   };
   auto exactTime = [&](bool ip) {
-    return predict(c.ctx.model, modelShape(c.id, c.ctx, pe.chunk_bytes, pe.net_window), a.coll, algoOf(pe), bytes, ip);
+    return predict(c.ctx.figures(bytes), modelShape(c.id, c.ctx, pe.chunk_bytes, pe.net_window), a.coll, algoOf(pe),
+                   bytes, ip);
   };
   if (model_decides) {
     // Out of place on every rank: the in-place flag may differ between ranks.

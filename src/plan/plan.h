@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "base/coll.h"
 #include "base/config.h"
@@ -91,6 +92,8 @@ struct PlanContext {
   Config cfg;  // what the communicator runs with (hcCommGetConfig)
   // HICOLL_MODEL_FILE's figures or the provider's defaults.
   MachineFigures model;
+  // Per size band, the figures as refined from timed calls (plan/refine.h); empty: not refined.
+  std::vector<MachineFigures> refined;
   // The ranks sharing one host's cores (one kernel, as emulated nodes do), its cores, the most
   // ring hops that leave one node.
   int host_ranks = 1, host_cores = 1, ring_cross = 1;
@@ -100,6 +103,10 @@ struct PlanContext {
   mutable PlanMemos memo;                   // planCall's last plan per collective
   mutable std::set<uint64_t> model_logged;  // shapes whose model choice HICOLL_DEBUG=INFO has shown
 
+  // The figures the model predicts a call of nccl-tests' size `bytes` with.
+  const MachineFigures& figures(size_t bytes) const {
+    return refined.empty() ? model : refined[static_cast<size_t>(sizeBand(bytes))];
+  }
   size_t scratchBytes() const { return static_cast<size_t>(cfg.num(Knob::ScratchBytes)); }
   size_t sortBytes() const { return static_cast<size_t>(cfg.num(Knob::SortBytes)); }
   long timeoutMs() const { return static_cast<long>(cfg.num(Knob::TimeoutMs)); }

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <vector>
 
 namespace hicoll {
 
@@ -75,21 +77,42 @@ double fitFactor(const MachineFigures& m, const Observation& o, FigureClass c) {
   return std::exp((lo + hi) / 2);
 }
 
+int sizeBand(size_t bytes) {
+  int b = 0;
+  for (size_t at = size_t{16} << 10; b + 1 < kSizeBands && bytes >= at && at <= SIZE_MAX / 4; at *= 4) ++b;
+  return b;
+}
+
+size_t bandStart(int band) {
+  return band <= 0 ? 0 : (size_t{4} << 10) << (2 * band);
+}
+
+Corrections::Corrections() {
+  for (int b = 0; b < kSizeBands; ++b)
+    for (int c = 0; c < kFigureClasses; ++c) factor[b][c] = 1, calls[b][c] = 0;
+}
+
 Corrections combineCorrections(const std::vector<Corrections>& ranks) {
   Corrections out;
-  for (int c = 0; c < kFigureClasses; ++c) {
-    std::vector<double> f;
-    for (const Corrections& r : ranks) {
-      if (r.calls[c] < kRefineMinCalls || !(r.factor[c] > 0)) continue;
-      f.push_back(r.factor[c]);
-      out.calls[c] += r.calls[c];
+  for (int b = 0; b < kSizeBands; ++b)
+    for (int c = 0; c < kFigureClasses; ++c) {
+      std::vector<double> f;
+      for (const Corrections& r : ranks) {
+        if (r.calls[b][c] < kRefineMinCalls || !(r.factor[b][c] > 0)) continue;
+        f.push_back(r.factor[b][c]);
+        out.calls[b][c] += r.calls[b][c];
+      }
+      if (f.empty()) continue;
+      std::sort(f.begin(), f.end());
+      const size_t m = f.size() / 2;
+      out.factor[b][c] = f.size() % 2 ? f[m] : (f[m - 1] + f[m]) / 2;
     }
-    if (f.empty()) continue;
-    std::sort(f.begin(), f.end());
-    const size_t m = f.size() / 2;
-    out.factor[c] = f.size() % 2 ? f[m] : (f[m - 1] + f[m]) / 2;
-  }
   return out;
+}
+
+Refiner::Refiner(int64_t first) : first_(first), next_(first) {
+  for (auto& band : total_)
+    for (double& t : band) t = 1;
 }
 
 bool Refiner::add(const Observation& o, bool skip) {
@@ -108,42 +131,85 @@ bool Refiner::add(const Observation& o, bool skip) {
   return true;
 }
 
-Corrections Refiner::local(const MachineFigures& m) const {
-  std::vector<double> factors[kFigureClasses];
+double Refiner::effective(int b, int c) const {
+  const int step = static_cast<FigureClass>(c) == FigureClass::Latency ? -1 : 1;
+  for (int k = b; k >= 0 && k < kSizeBands; k += step)
+    if (fitted_[k][c]) return total_[k][c];
+  return 1;
+}
+
+std::vector<MachineFigures> Refiner::bands(const MachineFigures& base) const {
+  std::vector<MachineFigures> out;
+  if (!applied_) return out;
+  out.reserve(kSizeBands);
+  for (int b = 0; b < kSizeBands; ++b) {
+    MachineFigures m = base;
+    for (int c = 0; c < kFigureClasses; ++c) m = scaledFigures(m, static_cast<FigureClass>(c), effective(b, c));
+    out.push_back(m);
+  }
+  return out;
+}
+
+Corrections Refiner::local(const MachineFigures& base) const {
+  const std::vector<MachineFigures> in_use = bands(base);
+  std::vector<double> factors[kSizeBands][kFigureClasses];
   for (const Observation& o : kept_) {
+    const int b = sizeBand(o.bytes);
+    const MachineFigures& m = in_use.empty() ? base : in_use[static_cast<size_t>(b)];
     // Classed under the figures now in use: an earlier step may have moved the bound.
     const Prediction p = predictObservation(m, o);
     const FigureClass c = classOf(p);
     if (classShare(p, c) < kRefineShare) continue;
     const double f = fitFactor(m, o, c);
-    if (f > 0) factors[static_cast<int>(c)].push_back(f);
+    if (f > 0) factors[b][static_cast<int>(c)].push_back(f);
   }
   Corrections out;
-  for (int c = 0; c < kFigureClasses; ++c) {
-    std::vector<double>& f = factors[c];
-    if (f.empty()) continue;
-    std::nth_element(f.begin(), f.begin() + static_cast<long>(f.size() / 2), f.end());
-    out.factor[c] = f[f.size() / 2];
-    out.calls[c] = static_cast<double>(f.size());
-  }
+  for (int b = 0; b < kSizeBands; ++b)
+    for (int c = 0; c < kFigureClasses; ++c) {
+      std::vector<double>& f = factors[b][c];
+      if (f.empty()) continue;
+      std::nth_element(f.begin(), f.begin() + static_cast<long>(f.size() / 2), f.end());
+      out.factor[b][c] = f[f.size() / 2];
+      out.calls[b][c] = static_cast<double>(f.size());
+    }
   return out;
 }
 
-MachineFigures Refiner::apply(const MachineFigures& m, const Corrections& agreed) {
-  MachineFigures out = m;
+std::vector<MachineFigures> Refiner::apply(const MachineFigures& base, const Corrections& agreed) {
   const double most = kRefineStep * kRefineStep;
-  for (int c = 0; c < kFigureClasses; ++c) {
-    const double step = std::clamp(agreed.factor[c], 1 / kRefineStep, kRefineStep);
-    const double total = std::clamp(total_[c] * step, 1 / most, most);
-    out = scaledFigures(out, static_cast<FigureClass>(c), total / total_[c]);
-    total_[c] = total;
-  }
-  return out;
+  for (int b = 0; b < kSizeBands; ++b)
+    for (int c = 0; c < kFigureClasses; ++c) {
+      if (!(agreed.calls[b][c] > 0)) continue;
+      // A band's first own factor starts from the one it took from its neighbour.
+      const double from = fitted_[b][c] ? total_[b][c] : effective(b, c);
+      const double step = std::clamp(agreed.factor[b][c], 1 / kRefineStep, kRefineStep);
+      total_[b][c] = std::clamp(from * step, 1 / most, most);
+      fitted_[b][c] = true;
+    }
+  applied_ = true;
+  return bands(base);
 }
+
+namespace {
+bool any(const bool (&f)[kFigureClasses]) {
+  return f[0] || f[1] || f[2];
+}
+}  // namespace
 
 std::string Refiner::describe() const {
-  return fmt::format("refined from {} calls: times x{:.2f} latency, x{:.2f} link, x{:.2f} cpu", calls_, total_[0],
-                     total_[1], total_[2]);
+  int n = 0;
+  for (const auto& f : fitted_) n += any(f);
+  return fmt::format("refined from {} calls in {} size band{}", calls_, n, n == 1 ? "" : "s");
+}
+
+std::string Refiner::factors() const {
+  std::string out;
+  for (int b = 0; b < kSizeBands; ++b) {
+    if (!any(fitted_[b])) continue;
+    out += fmt::format("{}from {} KiB: times x{:.2f} latency, x{:.2f} link, x{:.2f} cpu", out.empty() ? "" : "; ",
+                       bandStart(b) >> 10, effective(b, 0), effective(b, 1), effective(b, 2));
+  }
+  return out.empty() ? "no call timed spoke for its figures" : out;
 }
 
 }  // namespace hicoll

@@ -7,7 +7,13 @@
 // latencies (call_s, shm_alpha_s, net_alpha_s: small calls, and the window a round trip
 // limits), the link (net_Bps) or the CPU (copy, sum, quantization, the network stack's work).
 // A call's factor is what that class's figures must be multiplied by (as times) for the model
-// to predict the call's measured time; a rank's factor per class is the median of its calls'.
+// to predict the call's measured time; a rank's factor per class and band of call sizes is the
+// median of its calls' there. Each band keeps its own factors and a band no call was timed in
+// keeps the figures as they were: one factor per class fitted over every size held neither the
+// small calls nor the large (perf/results/2026-12-05-avx2.md). A band no call of a class was
+// timed in takes that class's factor from the nearest band that has one on the side where the
+// class shows best: the latencies from smaller calls, the link and the CPU from larger ones
+// (never the other way: a small call's burst says nothing of a large call's link).
 // At fixed counts of timed calls (alike on every rank) the ranks exchange their factors, every
 // rank takes the same combination (per class the median over the ranks: a rank that waited for
 // a late peer measured that wait too, and a late rank may find much of its data already there,
@@ -56,14 +62,21 @@ constexpr double kRefineShare = 0.5;
 constexpr double kRefineStep = 4;
 double fitFactor(const MachineFigures& m, const Observation& o, FigureClass c);
 
-// Per class: a factor and how many calls gave it (0: none, the factor is 1).
+// Bands of call sizes (nccl-tests' size), each 4x wide: band k holds [4^k, 4^(k+1)) x 4 KiB,
+// band 0 everything below 16 KiB, the last everything above.
+constexpr int kSizeBands = 12;
+int sizeBand(size_t bytes);
+size_t bandStart(int band);  // its smallest size (0 for band 0)
+
+// Per band and class: a factor and how many calls gave it (0: none, the factor is 1).
 struct Corrections {
-  double factor[kFigureClasses] = {1, 1, 1};
-  double calls[kFigureClasses] = {0, 0, 0};  // doubles: exchanged as one array
+  Corrections();
+  double factor[kSizeBands][kFigureClasses];
+  double calls[kSizeBands][kFigureClasses];  // doubles: exchanged as one array
 };
-// Every rank's corrections, in rank order, into one: per class the median factor of the ranks
-// with at least kRefineMinCalls calls of it (1 if none). The same inputs give the same bits on
-// every rank.
+// Every rank's corrections, in rank order, into one: per band and class the median factor of
+// the ranks with at least kRefineMinCalls calls of it (1 if none). The same inputs give the
+// same bits on every rank.
 constexpr int kRefineMinCalls = 3;
 Corrections combineCorrections(const std::vector<Corrections>& ranks);
 
@@ -74,20 +87,25 @@ class Refiner {
   // that count: kRefinements in all); 0: never.
   static constexpr int kRefinements = 4;
   static constexpr size_t kKept = 192;
-  explicit Refiner(int64_t first = 0) : first_(first), next_(first) {}
+  explicit Refiner(int64_t first = 0);
 
   // Whether calls are still timed (a refinement is still due).
   bool active() const { return first_ > 0 && done_ < kRefinements; }
   // Counts a timed call (alike on every rank) and keeps it (the newest kKept), unless skip
   // (the first call across nodes: it opened the network); true when a refinement is due now.
   bool add(const Observation& o, bool skip);
-  // This rank's factors under figures m, from the calls kept.
-  Corrections local(const MachineFigures& m) const;
-  // m scaled by the agreed corrections (each step within kRefineStep, the product of every
-  // step within kRefineStep^2 of the start); keeps the totals that describe() prints.
-  MachineFigures apply(const MachineFigures& m, const Corrections& agreed);
-  // For the model's source: "refined from N calls (latency x.., link x.., cpu x..)".
+  // This rank's factors from the calls kept, each classed under its band's figures in use
+  // (bands(base)).
+  Corrections local(const MachineFigures& base) const;
+  // Takes the agreed corrections (each step within kRefineStep, the product of every step
+  // within kRefineStep^2 of the start) and returns bands(base).
+  std::vector<MachineFigures> apply(const MachineFigures& base, const Corrections& agreed);
+  // Per band, base scaled by the band's factors so far (empty before the first refinement).
+  std::vector<MachineFigures> bands(const MachineFigures& base) const;
+  // For the model's source: "refined from N calls in K size bands".
   std::string describe() const;
+  // Per band refined: "from 64 KiB: times x.. latency, x.. link, x.. cpu; ..." (the log).
+  std::string factors() const;
   int64_t calls() const { return calls_; }
 
  private:
@@ -95,7 +113,11 @@ class Refiner {
   int done_ = 0;
   std::vector<Observation> kept_;
   size_t oldest_ = 0;  // the slot the next call replaces once full
-  double total_[kFigureClasses] = {1, 1, 1};
+  // The factor in use for band b and class c: its own or the nearest one's (above).
+  double effective(int b, int c) const;
+  bool applied_ = false;
+  double total_[kSizeBands][kFigureClasses];
+  bool fitted_[kSizeBands][kFigureClasses] = {};
 };
 
 }  // namespace hicoll
