@@ -384,7 +384,7 @@ void hcComm::measureLink() {
   if (f.alpha_s > 0) plan.model.net_alpha_s = f.alpha_s;
   plan.model.source += fmt::format("; link {:.0f} MB/s each way and {:.0f} us a message, measured at the first call",
                                    bps / 1e6, plan.model.net_alpha_s * 1e6);
-  plan.refined = refine.bands(plan.model);  // (refined only after this, by the schedule)
+  plan.refined = refine.bands(plan.model);  // each band's factors on the measured link
   plan.memo = {};                           // no plan made with the guess survives
   stats.setModel(bps, plan.model.source);
   HC_INFO("cost model: the link measured {:.0f} MB/s each way per node ({} bytes per rank)", bps / 1e6, bytes);
@@ -406,7 +406,6 @@ void hcComm::timedCall(const hicoll::CollArgs& a, const hicoll::CollPlan& p, dou
   std::string& src = plan.model.source;
   const size_t at = src.find("; refined from ");
   src = (at == std::string::npos ? src : src.substr(0, at)) + "; " + refine.describe();
-  for (hicoll::MachineFigures& m : plan.refined) m.source = src;
   plan.memo = {};  // no plan made with the old figures survives
   stats.setModel(plan.model.net_Bps, src);
   HC_INFO("cost model: {}: {}", refine.describe(), refine.factors());

@@ -8,12 +8,12 @@
 // limits), the link (net_Bps) or the CPU (copy, sum, quantization, the network stack's work).
 // A call's factor is what that class's figures must be multiplied by (as times) for the model
 // to predict the call's measured time; a rank's factor per class and band of call sizes is the
-// median of its calls' there. Each band keeps its own factors and a band no call was timed in
-// keeps the figures as they were: one factor per class fitted over every size held neither the
+// median of its calls' there: one factor per class fitted over every size held neither the
 // small calls nor the large (perf/results/2026-12-05-avx2.md). A band no call of a class was
 // timed in takes that class's factor from the nearest band that has one on the side where the
 // class shows best: the latencies from smaller calls, the link and the CPU from larger ones
-// (never the other way: a small call's burst says nothing of a large call's link).
+// (never the other way: a small call's burst says nothing of a large call's link); with none,
+// the class keeps its figures.
 // At fixed counts of timed calls (alike on every rank) the ranks exchange their factors, every
 // rank takes the same combination (per class the median over the ranks: a rank that waited for
 // a late peer measured that wait too, and a late rank may find much of its data already there,
