@@ -63,11 +63,12 @@ Capabilities hostCapabilities(const hcComm& c) {
 
 namespace {
 
-// HICOLL_DEBUG=INFO: what the model chose and why, once per shape (a training step repeats
-// its shapes; a sweep logs each size once).
+// HICOLL_DEBUG=INFO: what the model chose and why, once per shape and choice (a training step
+// repeats its shapes; a sweep logs each size once; a refinement that changes a choice shows).
 void logModelChoice(hcComm& c, const CollArgs& a, const CollPlan& p) {
   if (logLevel() < LogLevel::kInfo) return;
-  const uint64_t key = (a.count << 12) ^ (static_cast<uint64_t>(a.dtype) << 4) ^ a.coll;
+  const uint64_t choice = (p.path == hcPathHierarchical ? 1u : 0u) | (p.allreduce_small ? 2u : 0u);
+  const uint64_t key = (a.count << 12) ^ (static_cast<uint64_t>(a.dtype) << 4) ^ a.coll ^ (choice << 60);
   if (c.plan.model_logged.size() >= 256 || !c.plan.model_logged.insert(key).second) return;
   HC_INFO("cost model: {} takes the {} path{}, chunk {} x {} in flight, predicted {} ({}-bound; figures: {})",
           describe(a), p.path == hcPathHierarchical ? "hierarchical" : "ring",

@@ -71,6 +71,14 @@
     "(then calls are no longer timed). Each step is within 4x, all of them within 16x; a band "                      \
     "no call was timed in takes the latencies of the nearest smaller band's and the link and "                       \
     "CPU of the nearest larger's. 0: off (perf/results/2026-12-05-bands.md).")                                       \
+  X(Reproducible, "HICOLL_REPRODUCIBLE", Bool, "1", "", 0, 0, Agree,                                                 \
+    "1: what decides how a reduction sums (a ReduceScatter's or AllReduce's path, the "                              \
+    "AllReduce split, whether a quantized call quantizes) is the model as no timing moved "                          \
+    "it: HICOLL_MODEL_FILE or the built-in figures, never the link measured at the first "                           \
+    "call nor the refinement (HICOLL_MODEL_REFINE_CALLS), so a job sums alike on every run "                         \
+    "and after a resume. Those timings still set the chunk, the window, the AllGather's path "                       \
+    "and the predictions. 0: they decide the reductions too (a sum's rounding may then "                             \
+    "differ between runs).")                                                                                         \
   X(DeviceChunkBytes, "HICOLL_DEVICE_CHUNK_SIZE", Size, "67108864", "", 4096, 4 * HICOLL_KNOB_GIB, Agree,            \
     "Pipeline chunk of the device-buffer path. Large: each chunk costs a cross-process stream "                      \
     "handshake (tests/gpu/results). Inter-node chunks are further capped by the scratch and "                        \

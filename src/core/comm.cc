@@ -380,6 +380,7 @@ void hcComm::measureLink() {
   const hicoll::LinkFigures f = hicoll::probeLink(id, *links.ofi, *links.bootstrap, p);
   const double bps = f.Bps;
   if (bps <= 0) return;
+  plan.unmeasured = plan.model;  // what decides a reduction's sums under HICOLL_REPRODUCIBLE
   plan.model.net_Bps = bps;
   if (f.alpha_s > 0) plan.model.net_alpha_s = f.alpha_s;
   plan.model.source += fmt::format("; link {:.0f} MB/s each way and {:.0f} us a message, measured at the first call",

@@ -33,11 +33,24 @@ const char* ruleName(Rule r) {
 
 namespace {
 
-// The communicator as the planner sees it.
+// The communicator as the planner sees it, with the figures it predicts by: timed (refined
+// from timed calls, on the measured link) or the untimed ones.
 struct View {
   const Identity& id;
   const PlanContext& ctx;
+  bool timed = true;
+  const MachineFigures& figures(size_t bytes) const { return timed ? ctx.figures(bytes) : ctx.untimed(); }
 };
+
+// The view whose figures decide what changes a call's result (a reduction's order of sums,
+// quantizing or not): under HICOLL_REPRODUCIBLE the untimed ones, as timings differ between
+// runs and the refinement changes the figures mid-run (a resumed job would sum otherwise).
+View deciding(const View& c, bool changes_result) {
+  return View{c.id, c.ctx, c.timed && !(changes_result && c.ctx.cfg.flag(Knob::Reproducible))};
+}
+bool sums(hcColl_t coll) {
+  return coll == hcCollReduceScatter || coll == hcCollAllReduce;
+}
 
 CollPlan fallback(CollPlan p, Rule r, std::string reason) {
   p.path = hcPathFallback;
@@ -85,23 +98,25 @@ Prediction predictFor(const View& c, const CollArgs& a, const Shape& s, Algo alg
                       bool allreduce_small) {
   const size_t bytes = callBytes(c, a);
   if (quantizesHere(a))
-    return predictQuantized(c.ctx.figures(bytes), s, a.coll, algo, bytes, in_place, hcTypeSize(a.dtype), a.quant.block);
-  return predict(c.ctx.figures(bytes), s, a.coll, algo, bytes, in_place, allreduce_small);
+    return predictQuantized(c.figures(bytes), s, a.coll, algo, bytes, in_place, hcTypeSize(a.dtype), a.quant.block);
+  return predict(c.figures(bytes), s, a.coll, algo, bytes, in_place, allreduce_small);
 }
 
 // HICOLL_ALGO=auto on a path the rules allow: the model picks the split of an AllReduce (when
 // HICOLL_ALLREDUCE_SMALL_BYTES is not set and both are possible), then hierarchical or ring.
+// Under HICOLL_REPRODUCIBLE a reduction's path and split follow the untimed figures (its
+// chunking, which sums alike, the timed ones).
 void modelChoice(const View& c, const CollArgs& a, const Capabilities& caps, CollPlan& p) {
   const Shape s = modelShape(c.id, c.ctx, p.chunk_bytes, p.net_window);
   const size_t bytes = callBytes(c, a), e = hcTypeSize(a.dtype);
+  const View d = deciding(c, sums(a.coll));
   const size_t N = static_cast<size_t>(c.id.topo.nnodes);
   if (a.coll == hcCollAllReduce && c.ctx.cfg.isDefault(Knob::AllReduceSmallBytes) &&
       a.count >= static_cast<size_t>(c.id.nranks) && c.id.nranks <= caps.max_reduce_inputs) {
     // The latency path stages the whole buffer as the block: only where the buffers hold it.
     const bool small_fits = bytes <= c.ctx.scratchBytes() && N * bytes <= c.ctx.sortBytes();
-    const bool small =
-        small_fits && predict(c.ctx.figures(bytes), s, a.coll, Algo::Hier, bytes, false, true).total() <
-                          predict(c.ctx.figures(bytes), s, a.coll, Algo::Hier, bytes, false, false).total();
+    const bool small = small_fits && predict(d.figures(bytes), s, a.coll, Algo::Hier, bytes, false, true).total() <
+                                         predict(d.figures(bytes), s, a.coll, Algo::Hier, bytes, false, false).total();
     // Across nodes without single-copy reads the RS + AG split cannot run (it reads in place).
     const bool large_fits = caps.single_copy_reads || N == 1;
     if (small != p.allreduce_small && (small || large_fits)) {
@@ -114,20 +129,26 @@ void modelChoice(const View& c, const CollArgs& a, const Capabilities& caps, Col
   const size_t window_floor = static_cast<size_t>(c.ctx.cfg.num(Knob::NetWindow));
   const bool window_free = c.ctx.cfg.isDefault(Knob::NetWindow);
   const bool chunk_free = N > 1 && c.ctx.cfg.isDefault(Knob::NetChunkBytes) && c.ctx.net_chunk_cap > p.chunk_bytes;
-  auto chunking = [&](Algo algo) {
-    return modelChunking(c.ctx.figures(bytes), modelShape(c.id, c.ctx, p.chunk_bytes, window_floor),
+  auto chunking = [&](const View& v, Algo algo) {
+    return modelChunking(v.figures(bytes), modelShape(c.id, c.ctx, p.chunk_bytes, window_floor),
                          chunk_free ? c.ctx.net_chunk_cap : p.chunk_bytes, window_free,
-                         [&](const Shape& at) { return predictFor(c, a, at, algo, false, p.allreduce_small); });
+                         [&](const Shape& at) { return predictFor(v, a, at, algo, false, p.allreduce_small); });
   };
-  const Chunking h = chunking(Algo::Hier), r = chunking(Algo::Ring);
-  const double hier = h.predicted.total(), ring = r.predicted.total();
+  const Chunking h = chunking(c, Algo::Hier), r = chunking(c, Algo::Ring);
+  double hier = h.predicted.total(), ring = r.predicted.total();
+  const bool untimed = &d.figures(bytes) != &c.figures(bytes);
+  if (untimed) {
+    hier = chunking(d, Algo::Hier).predicted.total();
+    ring = chunking(d, Algo::Ring).predicted.total();
+  }
   const Chunking& best = ring < hier ? r : h;
   p.chunk_bytes = best.chunk;
   p.net_window = best.window;
   if (ring < hier) {
     p.path = hcPathRing;
     p.rule = Rule::ModelChoseRing;
-    p.reason = fmt::format("cost model: ring {:.1f} us < hierarchical {:.1f} us", ring * 1e6, hier * 1e6);
+    p.reason = fmt::format("cost model: ring {:.1f} us < hierarchical {:.1f} us{}", ring * 1e6, hier * 1e6,
+                           untimed ? " (untimed figures: HICOLL_REPRODUCIBLE)" : "");
   }
 }
 
@@ -247,7 +268,7 @@ CollPlan planRules(const View& c, const CollArgs& a, const Capabilities& caps) {
   const bool model_decides = !caps.device && c.ctx.cfg.algoAuto() && t.uniform && modelledColl(a.coll);
   if (model_decides && c.ctx.cfg.isDefault(Knob::NetWindow))
     p.net_window =
-        modelWindow(c.ctx.figures(callBytes(c, a)), modelShape(c.id, c.ctx, p.chunk_bytes, p.net_window), p.net_window);
+        modelWindow(c.figures(callBytes(c, a)), modelShape(c.id, c.ctx, p.chunk_bytes, p.net_window), p.net_window);
 
   if (a.coll == hcCollAllReduce) {
     p.allreduce_small =
@@ -396,23 +417,29 @@ QuantPlan planQuantized(const Identity& id, const PlanContext& ctx, const CollAr
   }
   const CollPlan pw = planCall(c.id, c.ctx, wire, caps);
   const size_t bytes = callBytes(c, a), e = hcTypeSize(a.dtype);
-  auto quantized = [&](bool ip) {
-    return predictQuantized(c.ctx.figures(bytes), modelShape(c.id, c.ctx, pw.chunk_bytes, pw.net_window), a.coll,
-                            algoOf(pw), bytes, ip, e, a.quant.block);
+  auto quantized = [&](const View& v, const CollPlan& w, bool ip) {
+    return predictQuantized(v.figures(bytes), modelShape(c.id, c.ctx, w.chunk_bytes, w.net_window), a.coll, algoOf(w),
+                            bytes, ip, e, a.quant.block);
   };
-  auto exactTime = [&](bool ip) {
-    return predict(c.ctx.figures(bytes), modelShape(c.id, c.ctx, pe.chunk_bytes, pe.net_window), a.coll, algoOf(pe),
-                   bytes, ip);
+  auto exactTime = [&](const View& v, const CollPlan& x, bool ip) {
+    return predict(v.figures(bytes), modelShape(c.id, c.ctx, x.chunk_bytes, x.net_window), a.coll, algoOf(x), bytes,
+                   ip);
   };
   if (model_decides) {
-    // Out of place on every rank: the in-place flag may differ between ranks.
-    const double tq = quantized(false).total(), te = exactTime(false).total();
+    // Out of place on every rank: the in-place flag may differ between ranks. Quantizing or not
+    // changes the result: under HICOLL_REPRODUCIBLE both variants are planned and predicted with
+    // the untimed figures.
+    const View d = deciding(c, true);
+    const bool untimed = &d.figures(bytes) != &c.figures(bytes);
+    const double tq = untimed ? quantized(d, planRules(d, wire, caps), false).total() : quantized(c, pw, false).total();
+    const double te =
+        untimed ? exactTime(d, planRules(d, exact, caps), false).total() : exactTime(c, pe, false).total();
     q.quantize = tq < te;
     q.why = fmt::format("cost model (HICOLL_QUANT_MIN_NODES=0): {} {:.1f} us < {} {:.1f} us",
                         q.quantize ? "quantized" : "exact", std::min(tq, te) * 1e6, q.quantize ? "exact" : "quantized",
                         std::max(tq, te) * 1e6);
   }
-  q.predicted = q.quantize ? quantized(inPlace(c, a)) : exactTime(inPlace(c, a));
+  q.predicted = q.quantize ? quantized(c, pw, inPlace(c, a)) : exactTime(c, pe, inPlace(c, a));
   q.modelled = true;
   return q;
 }

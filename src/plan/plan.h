@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -90,8 +91,11 @@ struct PlanMemos {
 // creation exchange says of the hosts), and what it keeps between calls.
 struct PlanContext {
   Config cfg;  // what the communicator runs with (hcCommGetConfig)
-  // HICOLL_MODEL_FILE's figures or the provider's defaults.
+  // HICOLL_MODEL_FILE's figures or the provider's defaults (with the link measured at the
+  // first call, where it was).
   MachineFigures model;
+  // model as it was before the link measurement changed it (unset: unchanged).
+  std::optional<MachineFigures> unmeasured;
   // Per size band, the figures as refined from timed calls (plan/refine.h); empty: not refined.
   std::vector<MachineFigures> refined;
   // The ranks sharing one host's cores (one kernel, as emulated nodes do), its cores, the most
@@ -107,6 +111,9 @@ struct PlanContext {
   const MachineFigures& figures(size_t bytes) const {
     return refined.empty() ? model : refined[static_cast<size_t>(sizeBand(bytes))];
   }
+  // The figures no timing moved: what decides how a reduction sums under HICOLL_REPRODUCIBLE
+  // (a timing differs between runs, and the refinement changes the figures mid-run).
+  const MachineFigures& untimed() const { return unmeasured ? *unmeasured : model; }
   size_t scratchBytes() const { return static_cast<size_t>(cfg.num(Knob::ScratchBytes)); }
   size_t sortBytes() const { return static_cast<size_t>(cfg.num(Knob::SortBytes)); }
   long timeoutMs() const { return static_cast<long>(cfg.num(Knob::TimeoutMs)); }

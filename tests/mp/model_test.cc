@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -376,6 +378,65 @@ TEST(Model, TheModelsChunkAndTheEagerLimitAgree) {
   EXPECT_EQ(st[0], 0);
   EXPECT_EQ(st[1], 0);
   std::remove(fast.c_str());
+}
+
+// HICOLL_REPRODUCIBLE lets timings choose the chunk and window of a reduction, as they sum alike
+// whatever the chunking: on each path the same bits on every rank for every chunk and window.
+// The two paths sum in different orders, which this data sees (else the test could not fail).
+TEST(Model, AReductionSumsAlikeWhateverItsChunking) {
+  struct Chunking {
+    const char *chunk, *net_chunk, *window;
+  };
+  const Chunking chunkings[] = {{nullptr, nullptr, nullptr}, {"65536", "65536", "1"}, {"4096", "4096", "2"}};
+  constexpr int kRuns = 2 * 3;
+  uint64_t* hashes = static_cast<uint64_t*>(hctest::sharedBytes(sizeof(uint64_t) * kRuns * 4 * 2));
+  for (int algo = 0; algo < 2; ++algo)
+    for (int k = 0; k < 3; ++k) {
+      Job job;
+      job.nranks = 4;
+      job.node = contiguous(2, 2);
+      job.env["HICOLL_ALGO"] = algo ? "ring" : "hier";
+      job.env["HICOLL_NET_PROBE_BYTES"] = "0";
+      job.env["HICOLL_MODEL_REFINE_CALLS"] = "0";
+      if (chunkings[k].chunk) {
+        job.env["HICOLL_CHUNK_SIZE"] = chunkings[k].chunk;
+        job.env["HICOLL_NET_CHUNK_SIZE"] = chunkings[k].net_chunk;
+        job.env["HICOLL_NET_WINDOW"] = chunkings[k].window;
+      }
+      const int run = algo * 3 + k;
+      auto st = hctest::run(job, [&](int rank, hcComm_t comm) {
+        const size_t block = size_t{1} << 16;
+        std::vector<float> in(4 * block), out(block), all(4 * block);
+        // Magnitudes from 1e-3 to 1e3: each order of the four sums rounds its own way.
+        for (size_t i = 0; i < in.size(); ++i)
+          in[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i) + rank) *
+                                     std::pow(10.0, static_cast<double>((i + 3 * static_cast<size_t>(rank)) % 7) - 3));
+        auto fnv = [](const std::vector<float>& v) {
+          uint64_t h = 1469598103934665603ull;
+          const unsigned char* b = reinterpret_cast<const unsigned char*>(v.data());
+          for (size_t i = 0; i < v.size() * sizeof(float); ++i) h = (h ^ b[i]) * 1099511628211ull;
+          return h;
+        };
+        if (hcReduceScatter(in.data(), out.data(), block, hcFloat32, hcSum, comm, nullptr) != hcSuccess) return 1;
+        if (hcAllReduce(in.data(), all.data(), in.size(), hcFloat32, hcSum, comm, nullptr) != hcSuccess) return 2;
+        hashes[(run * 4 + rank) * 2] = fnv(out);
+        hashes[(run * 4 + rank) * 2 + 1] = fnv(all);
+        return 0;
+      });
+      for (int r = 0; r < 4; ++r) EXPECT_EQ(st[r], 0) << "rank " << r << ", run " << run;
+    }
+  auto hash = [&](int run, int rank, int coll) { return hashes[(run * 4 + rank) * 2 + coll]; };
+  for (int coll = 0; coll < 2; ++coll) {
+    const char* name = coll ? "AllReduce" : "ReduceScatter";
+    for (int rank = 0; rank < 4; ++rank) {
+      for (int algo = 0; algo < 2; ++algo)
+        for (int k = 1; k < 3; ++k)
+          EXPECT_EQ(hash(algo * 3 + k, rank, coll), hash(algo * 3, rank, coll))
+              << name << " on rank " << rank << (algo ? " (ring)" : " (hierarchical)") << " with chunk "
+              << chunkings[k].chunk << ", net chunk " << chunkings[k].net_chunk << ", window " << chunkings[k].window;
+      EXPECT_NE(hash(0, rank, coll), hash(3, rank, coll)) << name << " on rank " << rank << ": the paths sum alike";
+    }
+  }
 }
 
 }  // namespace
