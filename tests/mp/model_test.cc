@@ -381,15 +381,16 @@ TEST(Model, TheModelsChunkAndTheEagerLimitAgree) {
 }
 
 // HICOLL_REPRODUCIBLE lets timings choose the chunk and window of a reduction, as they sum alike
-// whatever the chunking: on each path the same bits on every rank for every chunk and window.
-// The two paths sum in different orders, which this data sees (else the test could not fail).
+// whatever the chunking: on each path the same bits on every rank for every chunk and window,
+// the quantized ReduceScatter's too (its blocks do not restart at chunks on the host). The two
+// paths sum in different orders, which this data sees (else the test could not fail).
 TEST(Model, AReductionSumsAlikeWhateverItsChunking) {
   struct Chunking {
     const char *chunk, *net_chunk, *window;
   };
   const Chunking chunkings[] = {{nullptr, nullptr, nullptr}, {"65536", "65536", "1"}, {"4096", "4096", "2"}};
   constexpr int kRuns = 2 * 3;
-  uint64_t* hashes = static_cast<uint64_t*>(hctest::sharedBytes(sizeof(uint64_t) * kRuns * 4 * 2));
+  uint64_t* hashes = static_cast<uint64_t*>(hctest::sharedBytes(sizeof(uint64_t) * kRuns * 4 * 3));
   for (int algo = 0; algo < 2; ++algo)
     for (int k = 0; k < 3; ++k) {
       Job job;
@@ -419,15 +420,19 @@ TEST(Model, AReductionSumsAlikeWhateverItsChunking) {
         };
         if (hcReduceScatter(in.data(), out.data(), block, hcFloat32, hcSum, comm, nullptr) != hcSuccess) return 1;
         if (hcAllReduce(in.data(), all.data(), in.size(), hcFloat32, hcSum, comm, nullptr) != hcSuccess) return 2;
-        hashes[(run * 4 + rank) * 2] = fnv(out);
-        hashes[(run * 4 + rank) * 2 + 1] = fnv(all);
+        hashes[(run * 4 + rank) * 3] = fnv(out);
+        hashes[(run * 4 + rank) * 3 + 1] = fnv(all);
+        hcQuant q = HC_QUANT_INITIALIZER;
+        if (hcReduceScatterQuantized(in.data(), out.data(), block, hcFloat32, hcSum, &q, comm, nullptr) != hcSuccess)
+          return 3;
+        hashes[(run * 4 + rank) * 3 + 2] = fnv(out);
         return 0;
       });
       for (int r = 0; r < 4; ++r) EXPECT_EQ(st[r], 0) << "rank " << r << ", run " << run;
     }
-  auto hash = [&](int run, int rank, int coll) { return hashes[(run * 4 + rank) * 2 + coll]; };
-  for (int coll = 0; coll < 2; ++coll) {
-    const char* name = coll ? "AllReduce" : "ReduceScatter";
+  auto hash = [&](int run, int rank, int coll) { return hashes[(run * 4 + rank) * 3 + coll]; };
+  for (int coll = 0; coll < 3; ++coll) {
+    const char* name = coll == 2 ? "ReduceScatterQuantized" : coll ? "AllReduce" : "ReduceScatter";
     for (int rank = 0; rank < 4; ++rank) {
       for (int algo = 0; algo < 2; ++algo)
         for (int k = 1; k < 3; ++k)
