@@ -351,7 +351,7 @@ HC_API hcResult_t hcAllReduce(const void* sendbuff, void* recvbuff, size_t count
  * its root once the data is staged (sendbuff may be reused), and up to 256 bytes the other
  * ranks wait for the root only: a run of them flows like MPI's eager sends. A rank that
  * disagrees with such a call (or never makes it) fails it at once on the ranks that wait for
- * it, and on the others at one of their next 15 calls, naming the Broadcast; hcCommDestroy
+ * it, and on the others at one of their next 255 calls, naming the Broadcast; hcCommDestroy
  * (which waits for nobody) fails for a disagreement already posted or a peer that destroyed
  * its communicator without the call. HICOLL_BCAST_ROOT_WAITS=1: every rank waits for every
  * other, as for the other collectives. */

@@ -98,7 +98,7 @@
     "returns on its root once the data is staged, as an MPI root's eager send, and up to 256 "                       \
     "bytes its other ranks wait for the root only; a rank that disagrees with the call, or "                         \
     "never starts it, fails it at once on the ranks that wait for it and on the others at "                          \
-    "one of their next 15 calls (the first that is not such a Broadcast), naming the "                               \
+    "one of their next 255 calls (the first that is not such a Broadcast), naming the "                              \
     "Broadcast (hcCommDestroy, which waits for nobody, checks what was posted). 1: every rank "                      \
     "waits for every other to start the call, so the call itself fails everywhere.")                                 \
   X(StreamCopyBytes, "HICOLL_STREAM_COPY_BYTES", Size, "25165824", "", 0, (INT64_C(1) << 40), Local,                 \

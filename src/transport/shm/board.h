@@ -37,7 +37,7 @@ namespace hicoll {
 class ShmTransport;
 
 struct alignas(64) Board {
-  static constexpr int kSlots = 16;          // posts kept per rank (a power of two)
+  static constexpr int kSlots = 256;         // posts kept per rank (a power of two)
   static constexpr size_t kRingBytes = 256;  // a ring phase's data per slot (more: a regular phase)
   struct alignas(64) Post {
     std::atomic<uint64_t> posted{0};  // seq of the phase the fields below describe
@@ -52,8 +52,10 @@ struct alignas(64) Board {
   Post post[kSlots];
   static_assert(offsetof(Post, addr) == 64, "the polled line holds the post, the descriptor and the data");
   static uint64_t slot(uint64_t seq) { return seq & (kSlots - 1); }
-  // A ring phase's data longer than Post::kData, per slot.
-  alignas(64) char ring[kSlots][kRingBytes] = {};
+  // A ring phase's data longer than Post::kData, per slot. Not written at creation (the
+  // segment's pages read as zero and cost nothing until a ring phase writes its slot, which it
+  // does before any peer reads it): an idle communicator does not pay for the ring.
+  alignas(64) char ring[kSlots][kRingBytes];
   // (seq << 24) | chunks ready, per phase parity and stream of data a collective publishes.
   struct alignas(64) Counter {
     std::atomic<uint64_t> v{0};

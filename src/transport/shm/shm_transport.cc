@@ -104,16 +104,18 @@ struct alignas(64) QueueShared {
   Desc desc[kQueueDepth];                     // sender
 };
 
+// Default-initialised in place (every member but the board's ring has an initialiser): the ring
+// stays untouched zero pages until used (board.h).
 struct ShmTransport::Header {
-  uint64_t magic;
-  int32_t pid;
-  int32_t comm_rank;
-  uint64_t base_in_owner;  // where the owner mapped this segment
-  std::atomic<uint32_t> aborted;
-  std::atomic<uint64_t> failed_call;  // the call it aborted in (stored before aborted)
-  std::atomic<uint32_t> closed;       // destroyed cleanly: its exit is not a failure
-  char reason[1024];                  // why it aborted or rejected a call (set before either is seen)
-  NodeMemFreeLog freed;               // its process's node memory released for good (node_memory.h)
+  uint64_t magic = 0;
+  int32_t pid = 0;
+  int32_t comm_rank = 0;
+  uint64_t base_in_owner = 0;  // where the owner mapped this segment
+  std::atomic<uint32_t> aborted{0};
+  std::atomic<uint64_t> failed_call{0};  // the call it aborted in (stored before aborted)
+  std::atomic<uint32_t> closed{0};       // destroyed cleanly: its exit is not a failure
+  char reason[1024] = {};                // why it aborted or rejected a call (set before either is seen)
+  NodeMemFreeLog freed;                  // its process's node memory released for good (node_memory.h)
   Board board;
   QueueShared queue[1];  // [local size], to each receiver
 };
@@ -155,7 +157,7 @@ ShmTransport::ShmTransport(Bootstrap& bs, const std::vector<int>& local_ranks, c
   // Create mine, tell everybody where it is, map the node's. Its pages come on first touch: the
   // scratch and sort buffers cost nothing until a call uses them.
   ShmSegment mine = ShmSegment::create(total, "shm segment", /*reserve=*/false);
-  auto* h = new (mine.base()) Header{};
+  auto* h = new (mine.base()) Header;
   h->magic = kSegMagic;
   h->pid = getpid();
   h->comm_rank = bs.rank();
