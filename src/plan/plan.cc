@@ -107,10 +107,15 @@ Prediction predictFor(const View& c, const CollArgs& a, const Shape& s, Algo alg
 // Under HICOLL_REPRODUCIBLE a reduction's path and split follow the untimed figures (its
 // chunking, which sums alike, the timed ones).
 void modelChoice(const View& c, const CollArgs& a, const Capabilities& caps, CollPlan& p) {
-  const Shape s = modelShape(c.id, c.ctx, p.chunk_bytes, p.net_window);
   const size_t bytes = callBytes(c, a), e = hcTypeSize(a.dtype);
   const View d = deciding(c, sums(a.coll));
   const size_t N = static_cast<size_t>(c.id.topo.nnodes);
+  const size_t window_floor = static_cast<size_t>(c.ctx.cfg.num(Knob::NetWindow));
+  const bool window_free = c.ctx.cfg.isDefault(Knob::NetWindow);
+  // The split is predicted at the window the deciding figures choose (planRules's, when timed).
+  const Shape at_floor = modelShape(c.id, c.ctx, p.chunk_bytes, window_floor);
+  const Shape s = modelShape(c.id, c.ctx, p.chunk_bytes,
+                             window_free ? modelWindow(d.figures(bytes), at_floor, window_floor) : window_floor);
   if (a.coll == hcCollAllReduce && c.ctx.cfg.isDefault(Knob::AllReduceSmallBytes) &&
       a.count >= static_cast<size_t>(c.id.nranks) && c.id.nranks <= caps.max_reduce_inputs) {
     // The latency path stages the whole buffer as the block: only where the buffers hold it.
@@ -126,12 +131,9 @@ void modelChoice(const View& c, const CollArgs& a, const Capabilities& caps, Col
   }
   // Each path with its own chunking: under the defaults the model may raise the chunk (and
   // with it the window) where per-message costs bound the call.
-  const size_t window_floor = static_cast<size_t>(c.ctx.cfg.num(Knob::NetWindow));
-  const bool window_free = c.ctx.cfg.isDefault(Knob::NetWindow);
   const bool chunk_free = N > 1 && c.ctx.cfg.isDefault(Knob::NetChunkBytes) && c.ctx.net_chunk_cap > p.chunk_bytes;
   auto chunking = [&](const View& v, Algo algo) {
-    return modelChunking(v.figures(bytes), modelShape(c.id, c.ctx, p.chunk_bytes, window_floor),
-                         chunk_free ? c.ctx.net_chunk_cap : p.chunk_bytes, window_free,
+    return modelChunking(v.figures(bytes), at_floor, chunk_free ? c.ctx.net_chunk_cap : p.chunk_bytes, window_free,
                          [&](const Shape& at) { return predictFor(v, a, at, algo, false, p.allreduce_small); });
   };
   const Chunking h = chunking(c, Algo::Hier), r = chunking(c, Algo::Ring);

@@ -38,7 +38,8 @@ CollArgs call(hcColl_t coll, size_t count, size_t quant_block = 0) {
 }
 
 // What a machine's calls were guessed at (a fast link, a fast sum) and what timing them taught
-// (a slow link and a slow sum): the two disagree on the path and split of many calls.
+// (a slow link and a slow sum; or only a longer round trip, which moves the window): they
+// disagree on the path and split of many calls.
 MachineFigures guessed() {
   MachineFigures m = defaultFigures("tcp;ofi_rxm");
   m.net_Bps = 1.25e9;
@@ -53,6 +54,11 @@ MachineFigures timed() {
   m.quant_Bps = 4e9;
   return m;
 }
+MachineFigures longerRoundTrip() {
+  MachineFigures m = guessed();
+  m.net_alpha_s *= 40;
+  return m;
+}
 
 struct Choice {
   hcPath_t path;
@@ -63,14 +69,15 @@ struct Choice {
 // The plan of a on a communicator that planned by `base` and then timed calls taught it
 // `learnt`: through the link measurement (unmeasured) or the refinement (refined).
 enum class Taught { Nothing, Link, Refinement };
-Choice planned(const CollArgs& a, const std::map<std::string, std::string>& env, Taught how) {
+Choice planned(const CollArgs& a, const std::map<std::string, std::string>& env, Taught how,
+               const MachineFigures& learnt = timed()) {
   Comm c(env);
   c.ctx.model = guessed();
   if (how == Taught::Link) {
     c.ctx.unmeasured = c.ctx.model;
-    c.ctx.model = timed();
+    c.ctx.model = learnt;
   } else if (how == Taught::Refinement) {
-    c.ctx.refined.assign(kSizeBands, timed());
+    c.ctx.refined.assign(kSizeBands, learnt);
   }
   const CollPlan p = planCall(c.id, c.ctx, a, Capabilities{});
   EXPECT_TRUE(p.modelled);
@@ -84,20 +91,24 @@ Choice plannedBy(const CollArgs& a, const MachineFigures& m) {
 }
 
 TEST(Reproducible, TimingsNeverDecideHowAReductionSums) {
-  int differ = 0;
-  for (hcColl_t coll : {hcCollReduceScatter, hcCollAllReduce})
-    for (size_t count = 16; count <= (size_t{16} << 20); count *= 4) {
-      const CollArgs a = call(coll, count);
-      const Choice untimed = plannedBy(a, guessed()), learnt = plannedBy(a, timed());
-      differ += !(untimed == learnt);
-      for (Taught how : {Taught::Link, Taught::Refinement}) {
-        const std::string what = std::string(collName(coll)) + " of " + std::to_string(count) + " floats, taught by " +
-                                 (how == Taught::Link ? "the link" : "the refinement");
-        EXPECT_TRUE(planned(a, {}, how) == untimed) << what;
-        EXPECT_TRUE(planned(a, {{"HICOLL_REPRODUCIBLE", "0"}}, how) == learnt) << what << ", HICOLL_REPRODUCIBLE=0";
+  for (const MachineFigures& taught : {timed(), longerRoundTrip()}) {
+    int differ = 0;
+    for (hcColl_t coll : {hcCollReduceScatter, hcCollAllReduce})
+      for (size_t count = 16; count <= (size_t{16} << 20); count = count * 3 / 2) {
+        const CollArgs a = call(coll, count);
+        const Choice untimed = plannedBy(a, guessed()), learnt = plannedBy(a, taught);
+        differ += !(untimed == learnt);
+        for (Taught how : {Taught::Link, Taught::Refinement}) {
+          const std::string what = std::string(collName(coll)) + " of " + std::to_string(count) +
+                                   " floats, taught by " + (how == Taught::Link ? "the link" : "the refinement") +
+                                   " (round trip x" + std::to_string(taught.net_alpha_s / guessed().net_alpha_s) + ")";
+          EXPECT_TRUE(planned(a, {}, how, taught) == untimed) << what;
+          EXPECT_TRUE(planned(a, {{"HICOLL_REPRODUCIBLE", "0"}}, how, taught) == learnt)
+              << what << ", HICOLL_REPRODUCIBLE=0";
+        }
       }
-    }
-  EXPECT_GT(differ, 0) << "the figures never disagree: the test would not see a timed choice";
+    EXPECT_GT(differ, 0) << "the figures never disagree: the test would not see a timed choice";
+  }
 }
 
 // The chunk sums alike whatever its size: the timed figures choose it for every collective.
