@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "plan/paths.h"
+#include "plan_fixture.h"
 
 namespace {
 
@@ -16,31 +17,8 @@ using hicoll::CollPlan;
 using hicoll::PathId;
 using hicoll::PathVerdict;
 
-struct Comm {
-  hicoll::Identity id;
-  hicoll::PlanContext ctx;
-  Comm(int nodes, int local, std::map<std::string, std::string> env = {}) {
-    ctx.cfg = hicoll::Config::from([&](const char* name) -> const char* {
-      auto it = env.find(name);
-      return it == env.end() ? nullptr : it->second.c_str();
-    });
-    std::vector<std::string> labels;
-    for (int n = 0; n < nodes; ++n)
-      for (int l = 0; l < local; ++l) labels.push_back("n" + std::to_string(n));
-    id.nranks = nodes * local;
-    id.topo = hicoll::Topology::build(labels, labels);
-  }
-};
-
-CollArgs call(hcColl_t coll, size_t count, size_t quant_block = 0) {
-  CollArgs a;
-  a.coll = coll;
-  a.count = count;
-  a.dtype = hcFloat32;
-  a.quant.block = quant_block;
-  a.quant.count = count;
-  return a;
-}
+using plantest::call;
+using plantest::Comm;
 
 const PathVerdict& chosenOf(const std::vector<PathVerdict>& v) {
   const PathVerdict* c = nullptr;

@@ -6,36 +6,21 @@
 
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "plan/plan.h"
+#include "plan_fixture.h"
 
 namespace hicoll {
 namespace {
 
-struct Comm {
-  Identity id;
-  PlanContext ctx;
-  explicit Comm(std::map<std::string, std::string> env) {
-    ctx.cfg = Config::from([&](const char* name) -> const char* {
-      auto it = env.find(name);
-      return it == env.end() ? nullptr : it->second.c_str();
-    });
-    const std::vector<std::string> labels = {"a", "a", "b", "b"};
-    id.nranks = 4;
-    id.topo = Topology::build(labels, labels);
-  }
-};
+using plantest::call;
 
-CollArgs call(hcColl_t coll, size_t count, size_t quant_block = 0) {
-  CollArgs a;
-  a.coll = coll;
-  a.count = count;
-  a.dtype = hcFloat32;
-  a.quant.block = quant_block;
-  a.quant.count = count;
-  return a;
-}
+// The communicators of these tests: 2 nodes x 2 ranks.
+struct Comm : plantest::Comm {
+  explicit Comm(std::map<std::string, std::string> env) : plantest::Comm(2, 2, std::move(env)) {}
+};
 
 // What a machine's calls were guessed at (a fast link, a fast sum) and what timing them taught
 // (a slow link and a slow sum; or only a longer round trip, which moves the window): they
