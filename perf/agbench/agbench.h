@@ -50,13 +50,23 @@ struct Args {
   std::vector<TypeDesc> types;
   std::vector<int> ops;  // kOpNone for collectives without a reduction
   int root = 0;
-  int average = 1;  // 0 rank 0, 1 average, 2 min, 3 max (nccl-tests -a)
-  int blocking = 0;
+  int average = 1;   // 0 rank 0, 1 average, 2 min, 3 max (nccl-tests -a)
+  int blocking = 0;  // -z: 1 barrier after every call (timed), 3 after every iteration (untimed), 0/2 none
   int timeout_s = 0;
   std::string json;
   int reps = 1;
   bool verbose = false;
   bool calibrate = false;  // the calibrate subcommand: measure the model's figures, no benchmark
+  // nccl-tests' other flags: those that change what is timed or printed. (The ones that mean
+  // nothing for host buffers are accepted at their defaults; the rest are refused, named.)
+  int agg_iters = 1;                // -m: calls per timed iteration (time per call reported)
+  int run_cycles = 1;               // -N: the whole sweep this many times, each printed
+  int unalign = 0;                  // -u: buffers start this many elements past an aligned address
+  bool report_cputime = false;      // -C: the time column is the host's time (for host calls, the same)
+  bool report_timestamps = false;   // -S: each row ends with the time it was printed
+  bool memory_report = false;       // -M: the ranks' memory after the run
+  int ngpus = 0;                    // -g as given (agbench times host buffers: the preamble says so)
+  std::string program = "agbench";  // the footer's "Collective test concluded"
 
   // Launch.
   int np = 2, nodes = 1;

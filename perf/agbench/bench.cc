@@ -46,39 +46,53 @@ class Runner {
   int run() {
     std::vector<RankInfo> ranks = gatherRankInfo();
     size_t cap = bufferBytes();
-    send_ = std::make_unique<GuardedBuffer>(cap, a_.node_memory);
-    recv_ = std::make_unique<GuardedBuffer>(cap, a_.node_memory);
+    const size_t slack = static_cast<size_t>(a_.unalign) * 8;  // -u at the widest type
+    send_ = std::make_unique<GuardedBuffer>(cap, a_.node_memory, slack);
+    recv_ = std::make_unique<GuardedBuffer>(cap, a_.node_memory, slack);
     if (me_ == 0) {
       printPreamble(a_, w_, ranks);
       printHeader(a_, w_);
     }
     long long wrong = 0, base_wrong = 0;
     int row_index = 0;
-    for (const TypeDesc& t : a_.types) {
-      for (int op : a_.ops) {
-        for (size_t size : a_.sizes()) {
-          Row row = runRow(t, op, size, row_index++);
-          for (size_t k = 0; k < row.v.size(); ++k) {
-            long long n = std::max(0LL, row.v[k].oop.wrong) + std::max(0LL, row.v[k].ip.wrong);
-            (k == 0 ? wrong : base_wrong) += n;
+    for (int cycle = 0; cycle < a_.run_cycles; ++cycle) {
+      if (me_ == 0 && a_.run_cycles > 1) std::printf("# cycle %d of %d\n", cycle + 1, a_.run_cycles);
+      for (const TypeDesc& t : a_.types) {
+        for (int op : a_.ops) {
+          for (size_t size : a_.sizes()) {
+            Row row = runRow(t, op, size, row_index++);
+            row.cycle = cycle;
+            for (size_t k = 0; k < row.v.size(); ++k) {
+              long long n = std::max(0LL, row.v[k].oop.wrong) + std::max(0LL, row.v[k].ip.wrong);
+              (k == 0 ? wrong : base_wrong) += n;
+            }
+            if (me_ == 0) {
+              if (a_.report_timestamps) row.timestamp = nowStamp();
+              printRow(a_, w_, row);
+              if (a_.verbose) printRowStats(row);
+              std::fflush(stdout);
+            }
+            rows_.push_back(std::move(row));
           }
-          if (me_ == 0) {
-            printRow(a_, w_, row);
-            if (a_.verbose) printRowStats(row);
-            std::fflush(stdout);
-          }
-          rows_.push_back(std::move(row));
         }
       }
     }
     std::vector<hcStats> final_stats = gatherFinalStats();
+    std::vector<double> peak_rss = gatherPeakRss();
+    int status = wrong + base_wrong > 0 ? 1 : 0;
     if (me_ == 0) {
-      printFooter(a_, w_, rows_, wrong, base_wrong);
+      const double avg = printFooter(a_, w_, rows_, wrong, base_wrong);
+      if (belowMinBandwidth(avg)) status = status ? status : 1;
+      if (a_.memory_report) printMemory(a_, peak_rss, send_->bytes() + recv_->bytes());
+      printConcluded(a_);
       if (a_.verbose) printFinalStats(final_stats);
       if (!a_.json.empty()) writeJson(a_, w_, ranks, rows_, wrong, base_wrong, final_stats);
       std::fflush(stdout);
     }
-    return wrong + base_wrong > 0 ? 1 : 0;
+    // Every rank exits with rank 0's verdict (the bandwidth check is rank 0's).
+    int64_t s = status;
+    w_.sync->allreduce(&s, 1, Sync::Red::Max);
+    return static_cast<int>(s);
   }
 
  private:
@@ -141,15 +155,42 @@ class Runner {
     }
   }
 
+  // Seconds per call (per leg of a sendrecv call): n iterations of -m calls each. -z 1: a
+  // barrier after every call, timed (nccl-tests' blocking mode); -z 3: after every iteration,
+  // not timed.
   double timeOnce(Variant& v, const Geometry& g, const TypeDesc& t, int op, bool ip) {
     w_.sync->barrier();
-    const int n = itersAt(g.size_bytes);
+    const int n = itersAt(g.size_bytes), m = a_.agg_iters;
+    double untimed = 0;
     auto t0 = Clock::now();
     for (int i = 0; i < n; ++i) {
-      call(v, g, t, op, ip);
-      if (a_.blocking) w_.sync->barrier();
+      for (int j = 0; j < m; ++j) {
+        call(v, g, t, op, ip);
+        if (a_.blocking == 1) w_.sync->barrier();
+      }
+      if (a_.blocking == 3) {
+        auto b0 = Clock::now();
+        w_.sync->barrier();
+        untimed += std::chrono::duration<double>(Clock::now() - b0).count();
+      }
     }
-    return std::chrono::duration<double>(Clock::now() - t0).count() / n / legsPerCall(a_.coll);
+    const double total = std::chrono::duration<double>(Clock::now() - t0).count() - untimed;
+    return total / (static_cast<double>(n) * m) / legsPerCall(a_.coll);
+  }
+
+  // Each rank's peak resident memory (VmHWM), bytes, for -M; empty without it.
+  std::vector<double> gatherPeakRss() {
+    if (!a_.memory_report) return {};
+    double mine = 0;
+    if (FILE* f = std::fopen("/proc/self/status", "r")) {
+      char line[256];
+      while (std::fgets(line, sizeof line, f))
+        if (std::strncmp(line, "VmHWM:", 6) == 0) mine = std::atof(line + 6) * 1024;  // kB
+      std::fclose(f);
+    }
+    std::vector<double> all(W_);
+    w_.sync->allgather(&mine, all.data(), sizeof mine);
+    return all;
   }
 
   // -n, or more where --iters-bytes asks for that many bytes per timing (a token-bucket
@@ -272,6 +313,8 @@ class Runner {
 
   Row runRow(const TypeDesc& t, int op, size_t size, int row_index) {
     const Geometry g = geometry(a_.coll, size, t.size, W_);
+    send_->shift(static_cast<size_t>(a_.unalign) * t.size);
+    recv_->shift(static_cast<size_t>(a_.unalign) * t.size);
     Row row;
     row.size = g.size_bytes;
     row.count = g.count;

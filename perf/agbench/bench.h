@@ -40,6 +40,8 @@ struct Row {
   double memcpy_gbps = -1;              // median of memcpy_times_us (rank 0)
   std::vector<double> memcpy_times_us;  // one per repetition
   std::vector<VariantResult> v;         // v[0] is the measured hicoll path
+  int cycle = 0;                        // of -N
+  std::string timestamp;                // -S: when it was printed
 };
 
 struct RankInfo {

@@ -221,8 +221,9 @@ size_t countOutsideQuantBoundRS(const Pattern& p, const void* got, size_t first,
   return wrong;
 }
 
-GuardedBuffer::GuardedBuffer(size_t bytes, bool node_memory) : bytes_(bytes), node_memory_(node_memory) {
-  mapped_ = bytes + 2 * kGuardBytes;
+GuardedBuffer::GuardedBuffer(size_t bytes, bool node_memory, size_t slack)
+    : bytes_(bytes), slack_(slack), node_memory_(node_memory) {
+  mapped_ = bytes + slack + 2 * kGuardBytes;
   void* p = nullptr;
   if (node_memory) {
     if (hcMemAlloc(&p, mapped_) != hcSuccess) throw std::runtime_error(hcGetLastError(nullptr));
@@ -240,15 +241,22 @@ GuardedBuffer::~GuardedBuffer() {
   else if (base_) ::munmap(base_, mapped_);
 }
 
+void GuardedBuffer::shift(size_t by) {
+  if (by > slack_) throw std::invalid_argument("GuardedBuffer: shift beyond the slack");
+  shift_ = by;
+}
+
 void GuardedBuffer::poison(size_t n) const {
-  std::memset(base_, kGuard, kGuardBytes);
-  std::memset(data_, kPoison, n);
-  std::memset(data_ + n, kGuard, kGuardBytes);
+  char* d = data();
+  std::memset(d - kGuardBytes, kGuard, kGuardBytes);
+  std::memset(d, kPoison, n);
+  std::memset(d + n, kGuard, kGuardBytes);
 }
 
 size_t GuardedBuffer::damagedGuards(size_t n, size_t ts) const {
   size_t bad = 0;
-  for (const char* g : {base_, data_ + n}) {
+  const char* d = data();
+  for (const char* g : {d - kGuardBytes, d + n}) {
     for (size_t off = 0; off < kGuardBytes; off += ts) {
       for (size_t b = 0; b < ts; ++b) {
         if (static_cast<unsigned char>(g[off + b]) != kGuard) {

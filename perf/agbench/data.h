@@ -60,13 +60,18 @@ constexpr size_t kGuardBytes = 4096;
 class GuardedBuffer {
  public:
   // node_memory: from hcMemAlloc (the node's ranks can map it) instead of private memory.
-  explicit GuardedBuffer(size_t bytes, bool node_memory = false);
+  // slack: bytes the data may be shifted by (shift()), beyond `bytes`.
+  explicit GuardedBuffer(size_t bytes, bool node_memory = false, size_t slack = 0);
   ~GuardedBuffer();
   GuardedBuffer(const GuardedBuffer&) = delete;
   GuardedBuffer& operator=(const GuardedBuffer&) = delete;
 
-  char* data() const { return data_; }
+  char* data() const { return data_ + shift_; }
   size_t bytes() const { return bytes_; }
+  // Moves data() `by` bytes (at most the slack) past the page-aligned start: nccl-tests' -u,
+  // buffers that start at an element that is not the first of a cache line. The guards move
+  // with it.
+  void shift(size_t by);
   // Poisons the first n data bytes and guards the kGuardBytes before and after them.
   void poison(size_t n) const;
   // Elements of size ts in those guards that changed since poison(n).
@@ -75,7 +80,7 @@ class GuardedBuffer {
  private:
   char* base_ = nullptr;
   char* data_ = nullptr;
-  size_t bytes_ = 0, mapped_ = 0;
+  size_t bytes_ = 0, mapped_ = 0, slack_ = 0, shift_ = 0;
   bool node_memory_ = false;
 };
 

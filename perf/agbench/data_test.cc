@@ -2,6 +2,7 @@
 // element is counted, a block in the wrong place is counted, guards catch overruns.
 #include <cstdio>
 #include <cstring>
+#include <stdexcept>
 #include <vector>
 
 #include "data.h"
@@ -98,6 +99,25 @@ int main() {
     b.data()[4000] = 0;
     b.data()[-1] = 0;
     EXPECT(b.damagedGuards(4000, 4) == 2, "overrun/underrun not counted");
+  }
+  // -u: the data and its guards move together.
+  {
+    GuardedBuffer b(1 << 16, false, 24);
+    char* start = b.data();
+    b.shift(12);
+    EXPECT(b.data() == start + 12, "shift did not move the data");
+    b.poison(4000);
+    EXPECT(b.damagedGuards(4000, 4) == 0, "clean guards of a shifted buffer reported damaged");
+    b.data()[4000] = 0;
+    b.data()[-1] = 0;
+    EXPECT(b.damagedGuards(4000, 4) == 2, "overrun/underrun of a shifted buffer not counted");
+    bool refused = false;
+    try {
+      b.shift(25);
+    } catch (const std::invalid_argument&) {
+      refused = true;
+    }
+    EXPECT(refused, "a shift beyond the slack was accepted");
   }
   if (failures) {
     std::fprintf(stderr, "%d failures\n", failures);

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -59,10 +60,16 @@ void printPreamble(const Args& a, const World& w, const std::vector<RankInfo>& r
               a.algo.empty() ? "default (HICOLL_ALGO)" : a.algo.c_str());
   std::printf(
       "# nThread 1 nGpus 0 minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d "
-      "agg iters: 1 validation: %d graph: 0\n",
+      "agg iters: %d validation: %d graph: 0\n",
       a.min_bytes, a.max_bytes, a.step_factor > 1 ? static_cast<size_t>(a.step_factor) : a.step_bytes,
-      a.step_factor > 1 ? "factor" : "bytes", a.warmup, a.iters, a.check);
-  if (a.blocking) std::printf("# Blocking Enabled: wait for completion and barrier after each collective \n");
+      a.step_factor > 1 ? "factor" : "bytes", a.warmup, a.iters, a.agg_iters, a.check);
+  if (a.ngpus > 0)
+    std::printf("# -g %d: agbench times host buffers (nGpus 0); the device path's benchmark is tests/gpu/gpu_bench\n",
+                a.ngpus);
+  if (a.blocking == 1) std::printf("# Blocking Enabled: wait for completion and barrier after each collective \n");
+  if (a.blocking == 3) std::printf("# Blocking: barrier after each iteration of %d call(s), not timed\n", a.agg_iters);
+  if (a.unalign) std::printf("# Unaligned: the buffers start %d element(s) past a page boundary\n", a.unalign);
+  if (a.run_cycles > 1) std::printf("# Run cycles: %d\n", a.run_cycles);
   if (a.reps > 1) std::printf("# Repetitions: %d per size, variants interleaved; the median is reported\n", a.reps);
   for (size_t k = 1; k < w.variants.size(); ++k) {
     const std::string n = w.variants[k]->name();
@@ -94,19 +101,34 @@ void printPreamble(const Args& a, const World& w, const std::vector<RankInfo>& r
   std::printf("#\n");
 }
 
+std::string nowStamp() {
+  char b[64];
+  std::time_t now = std::time(nullptr);
+  std::strftime(b, sizeof b, kTimestampFormat, std::localtime(&now));
+  return b;
+}
+
 void printHeader(const Args& a, const World& w) {
   std::string l1, l2, l3;
   char b[512];
+  const char* time = a.report_cputime ? "cputime" : "time";
   std::snprintf(b, sizeof b,
                 "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          ", "", "",
                 "", "", "");
   l1 = b;
   std::snprintf(b, sizeof b, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s", "size", "count",
-                "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
+                "type", "redop", "root", time, "algbw", "busbw", "#wrong", time, "algbw", "busbw", "#wrong");
   l2 = b;
   std::snprintf(b, sizeof b, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s", "(B)", "(elements)",
                 "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
   l3 = b;
+  if (a.report_timestamps) {  // nccl-tests' column, before the baselines' own
+    l1 += std::string(21, ' ');
+    std::snprintf(b, sizeof b, "  %19s", "timestamp");
+    l2 += b;
+    std::snprintf(b, sizeof b, "  %19s", kTimestampFormat);
+    l3 += b;
+  }
   // sendrecv has no in-place case: its group shows the baseline's time (half a round trip).
   const bool sr = a.coll == Coll::SendRecv;
   for (size_t k = 1; k < w.variants.size(); ++k) {
@@ -139,6 +161,7 @@ void printRow(const Args& a, const World& w, const Row& row) {
                   wrongStr(x->wrong).c_str());
     line += b;
   }
+  if (a.report_timestamps) line += "  " + row.timestamp;
   for (size_t k = 1; k < row.v.size(); ++k) {
     const VariantResult& v = row.v[k];
     auto part = [&](const Measure& base, const Measure& ours) {
@@ -217,9 +240,35 @@ double printFooter(const Args& a, const World& w, const std::vector<Row>& rows, 
   if (w.variants.size() > 1)
     std::printf("# Baseline wrong elements : %lld %s\n", baseline_wrong, baseline_wrong ? "FAILED" : "OK");
   std::printf("# Out of bounds values : %lld %s\n", wrong_total, wrong_total ? "FAILED" : "OK");
-  std::printf("# Avg bus bandwidth    : %g \n", ours);
+  const char* min_bw = std::getenv("NCCL_TESTS_MIN_BW");
+  std::printf("# Avg bus bandwidth    : %g %s\n", ours,
+              min_bw && *min_bw ? (belowMinBandwidth(ours) ? "FAILED" : "OK") : "");
   std::printf("#\n");
   return ours;
+}
+
+bool belowMinBandwidth(double avg_busbw) {
+  const char* v = std::getenv("NCCL_TESTS_MIN_BW");
+  return v && *v && avg_busbw < std::atof(v) * 0.9;
+}
+
+void printMemory(const Args& a, const std::vector<double>& peak_rss, size_t buffer_bytes) {
+  double lo = 0, hi = 0;
+  for (size_t k = 0; k < peak_rss.size(); ++k) {
+    lo = k ? std::min(lo, peak_rss[k]) : peak_rss[k];
+    hi = std::max(hi, peak_rss[k]);
+  }
+  const double mib = 1024.0 * 1024;
+  std::printf("# %-20s : User-Allocated %.1f MiB per rank | peak resident (VmHWM) %.1f - %.1f MiB per rank%s\n",
+              "Host memory usage", buffer_bytes / mib, lo / mib, hi / mib,
+              a.has(Baseline::Memcpy) ? " (rank 0 also holds the memcpy baseline's buffers)" : "");
+}
+
+void printConcluded(const Args& a) {
+  // As nccl-tests names its program; agbench adds the collective.
+  const bool named = a.program.find("_perf") != std::string::npos;
+  std::printf("# Collective test concluded: %s%s%s\n", a.program.c_str(), named ? "" : " ",
+              named ? "" : collName(a.coll));
 }
 
 void printFinalStats(const std::vector<hcStats>& all) {
@@ -273,17 +322,11 @@ void writeJson(const Args& a, const World& w, const std::vector<RankInfo>& ranks
   j["algo"] = a.algo.empty() ? "default" : a.algo;
   j["main"] = mainName(a);
   j["mpi_note"] = w.mpi_note;
-  j["args"] = {{"minbytes", a.min_bytes},
-               {"maxbytes", a.max_bytes},
-               {"stepbytes", a.step_bytes},
-               {"stepfactor", a.step_factor},
-               {"iters", a.iters},
-               {"warmup", a.warmup},
-               {"check", a.check},
-               {"reps", a.reps},
-               {"average", a.average},
-               {"blocking", a.blocking},
-               {"root", a.root}};
+  j["args"] = {
+      {"minbytes", a.min_bytes}, {"maxbytes", a.max_bytes}, {"stepbytes", a.step_bytes}, {"stepfactor", a.step_factor},
+      {"iters", a.iters},        {"warmup", a.warmup},      {"check", a.check},          {"reps", a.reps},
+      {"average", a.average},    {"blocking", a.blocking},  {"agg_iters", a.agg_iters},  {"run_cycles", a.run_cycles},
+      {"unalign", a.unalign},    {"root", a.root}};
   json env = json::object();
   for (char** e = environ; *e; ++e) {
     std::string kv = *e;
@@ -322,6 +365,8 @@ void writeJson(const Args& a, const World& w, const std::vector<RankInfo>& ranks
   };
   for (const Row& r : rows) {
     json row = {{"size", r.size}, {"count", r.count}, {"type", r.type}, {"redop", r.redop}, {"root", r.root}};
+    if (a.run_cycles > 1) row["cycle"] = r.cycle;
+    if (!r.timestamp.empty()) row["timestamp"] = r.timestamp;
     if (r.memcpy_gbps >= 0) {
       row["memcpy_gbps"] = r.memcpy_gbps;
       row["memcpy_times_us"] = r.memcpy_times_us;
