@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
+#include <stdexcept>
+#include <string>
 
 #include "data.h"
 #include "report.h"
@@ -47,6 +49,7 @@ class Runner {
     std::vector<RankInfo> ranks = gatherRankInfo();
     size_t cap = bufferBytes();
     const size_t slack = static_cast<size_t>(a_.unalign) * 8;  // -u at the widest type
+    checkMemory(ranks, 2 * (cap + slack));
     send_ = std::make_unique<GuardedBuffer>(cap, a_.node_memory, slack);
     recv_ = std::make_unique<GuardedBuffer>(cap, a_.node_memory, slack);
     if (me_ == 0) {
@@ -176,6 +179,26 @@ class Runner {
     }
     const double total = std::chrono::duration<double>(Clock::now() - t0).count() - untimed;
     return total / (static_cast<double>(n) * m) / legsPerCall(a_.coll);
+  }
+
+  // The buffers of every rank on this host must fit in its available memory: touching more
+  // would end in the kernel's OOM kill (a signal), not an error naming the size.
+  void checkMemory(const std::vector<RankInfo>& ranks, size_t per_rank) const {
+    size_t here = 0;
+    for (const RankInfo& r : ranks) here += std::strcmp(r.host, ranks[static_cast<size_t>(me_)].host) == 0;
+    double avail_kb = 0;
+    if (FILE* f = std::fopen("/proc/meminfo", "r")) {
+      char line[256];
+      while (std::fgets(line, sizeof line, f))
+        if (std::strncmp(line, "MemAvailable:", 13) == 0) avail_kb = std::atof(line + 13);
+      std::fclose(f);
+    }
+    const double need = static_cast<double>(per_rank) * static_cast<double>(here);
+    if (avail_kb > 0 && need > avail_kb * 1024)
+      throw std::runtime_error("the buffers of the largest size (-e) need " + std::to_string(per_rank >> 20) +
+                               " MiB per rank, " + std::to_string(static_cast<size_t>(need) >> 20) + " MiB for the " +
+                               std::to_string(here) + " ranks on this host, and it has " +
+                               std::to_string(static_cast<size_t>(avail_kb) >> 10) + " MiB available");
   }
 
   // Each rank's peak resident memory (VmHWM), bytes, for -M; empty without it.

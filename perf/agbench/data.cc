@@ -5,10 +5,12 @@
 
 #include <algorithm>
 #include <bit>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <new>
 #include <stdexcept>
+#include <string>
 
 namespace agbench {
 namespace {
@@ -229,7 +231,9 @@ GuardedBuffer::GuardedBuffer(size_t bytes, bool node_memory, size_t slack)
     if (hcMemAlloc(&p, mapped_) != hcSuccess) throw std::runtime_error(hcGetLastError(nullptr));
   } else {
     p = ::mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) throw std::bad_alloc();
+    if (p == MAP_FAILED)
+      throw std::runtime_error("cannot map a buffer of " + std::to_string(mapped_) + " bytes (" + std::strerror(errno) +
+                               "): the largest size (-e) asks for it");
   }
   base_ = static_cast<char*>(p);
   data_ = base_ + kGuardBytes;
