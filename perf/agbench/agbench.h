@@ -65,6 +65,8 @@ struct Args {
   bool report_cputime = false;      // -C: the time column is the host's time (for host calls, the same)
   bool report_timestamps = false;   // -S: each row ends with the time it was printed
   bool memory_report = false;       // -M: the ranks' memory after the run
+  int per_iter = 0;                 // -I: every iteration timed too (per-iteration figures)
+  int per_iter_skip = 0;            // -K: leading iterations of each timing not in them
   int ngpus = 0;                    // -g as given (agbench times host buffers: the preamble says so)
   std::string program = "agbench";  // the footer's "Collective test concluded"
 

@@ -160,7 +160,7 @@ bool parseArgs(int argc, char** argv, Args* a, int* exit_code) {
 
   // nccl-tests' remaining flags.
   int nthreads = 1, parallel_init = 0, stream_null = 0, cudagraph = 0, local_register = 0, cta_policy = -1,
-      device_impl = 0, device_ctas = 16, per_iter = 0, per_iter_skip = 0;
+      device_impl = 0, device_ctas = 16;
   app.add_option("-t,--nthreads", nthreads, "threads per process: 1 (each rank is a process)")->capture_default_str();
   app.add_option("-g,--ngpus", a->ngpus,
                  "GPUs per thread, 0 or 1: agbench times host buffers whatever this says (the device path's "
@@ -191,8 +191,13 @@ bool parseArgs(int argc, char** argv, Args* a, int* exit_code) {
   app.add_option("-x,--cta_policy", cta_policy, "unset only (GPU)");
   app.add_option("-D,--device_implementation", device_impl, "0 only (GPU)");
   app.add_option("-V,--device_cta_count", device_ctas, "16 only (GPU)");
-  app.add_option("-I,--per_iter_timing", per_iter, "0 only: --reps R gives R timings per case, all in the JSON");
-  app.add_option("-K,--per_iter_skip", per_iter_skip, "0 only (with -I)");
+  app.add_option("-I,--per_iter_timing", a->per_iter,
+                 "0/1: also time every iteration (its slowest rank); i_min, i_max, i_p99 and i_cv% after each "
+                 "placement, every iteration in the JSON")
+      ->check(CLI::Range(0, 1));
+  app.add_option("-K,--per_iter_skip", a->per_iter_skip, "leading iterations of each timing left out of -I's figures")
+      ->capture_default_str()
+      ->check(kNonNegative);
 
   auto* np =
       app.add_option("--np", a->np, "ranks to self-launch (no launcher)")->capture_default_str()->check(kPositive);
@@ -243,14 +248,12 @@ bool parseArgs(int argc, char** argv, Args* a, int* exit_code) {
           Refused{cudagraph, 0, "-G", "host calls are not captured in CUDA graphs"},
           Refused{cta_policy, -1, "-x", "a GPU setting"}, Refused{device_impl, 0, "-D", "a GPU setting"},
           Refused{device_ctas, 16, "-V", "a GPU setting"},
-          Refused{per_iter, 0, "-I",
-                  "per-iteration timing is not in agbench: --reps R times every case R "
-                  "times and -J keeps every timing"},
-          Refused{per_iter_skip, 0, "-K", "goes with -I"},
           Refused{local_register == 1, 0, "-R 1",
                   "hicoll has no buffer registration (its single-copy reads need none); -R 2 or --mem node "
                   "puts the buffers in node memory"}})
       if (r.value != r.allowed) throw CLI::ValidationError(r.flag, std::to_string(r.value) + ": " + r.why);
+    if (a->per_iter && a->per_iter_skip >= a->iters)
+      throw CLI::ValidationError("-K", "skips every iteration of -n " + std::to_string(a->iters));
     if (local_register == 2 && mem_opt->count() && mem == "heap")
       throw CLI::ValidationError("-R 2", "asks for node memory, --mem heap for the heap");
     a->node_memory = mem == "node" || local_register == 2;

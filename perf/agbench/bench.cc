@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -166,19 +167,28 @@ class Runner {
     const int n = itersAt(g.size_bytes), m = a_.agg_iters;
     double untimed = 0;
     auto t0 = Clock::now();
+    const double per_call = 1.0 / m / legsPerCall(a_.coll);
+    iter_s_.clear();
+    auto it0 = t0;
     for (int i = 0; i < n; ++i) {
       for (int j = 0; j < m; ++j) {
         call(v, g, t, op, ip);
         if (a_.blocking == 1) w_.sync->barrier();
       }
+      if (a_.per_iter) {
+        const auto it1 = Clock::now();
+        iter_s_.push_back(std::chrono::duration<double>(it1 - it0).count() * per_call);
+        it0 = it1;
+      }
       if (a_.blocking == 3) {
         auto b0 = Clock::now();
         w_.sync->barrier();
         untimed += std::chrono::duration<double>(Clock::now() - b0).count();
+        it0 = Clock::now();
       }
     }
     const double total = std::chrono::duration<double>(Clock::now() - t0).count() - untimed;
-    return total / (static_cast<double>(n) * m) / legsPerCall(a_.coll);
+    return total / n * per_call;
   }
 
   // The buffers of every rank on this host must fit in its available memory: touching more
@@ -384,10 +394,12 @@ class Runner {
       std::vector<double> times;  // seconds per call of the collectives, in cases order
       double cpy = 0;
       std::vector<double> local(cases.size());
+      std::vector<std::vector<double>> iters(cases.size());  // -I
       for (size_t i = 0; i < cases.size(); ++i) {
         size_t c = (i + 2 * static_cast<size_t>(rep)) % cases.size();
         const Case& x = cases[c];
         local[c] = x.memcpy ? timeMemcpy(g.size_bytes) : timeOnce(*w_.variants[x.k], g, t, op, x.ip);
+        if (!x.memcpy && a_.per_iter) iters[c] = iter_s_;
         if (rep == 0 && !x.memcpy && statsIndex(a_.coll) < hcNumColls)
           if (hcComm_t hc = w_.variants[x.k]->comm()) {
             Measure& m = x.ip ? row.v[x.k].ip : row.v[x.k].oop;
@@ -402,6 +414,14 @@ class Runner {
         if (cases[c].memcpy) cpy = local[c];
         else times.push_back(local[c]);
       combineAcrossRanks(times);  // memcpy is rank 0's alone
+      for (size_t c = 0; c < cases.size(); ++c) {
+        if (iters[c].empty()) continue;
+        // Each iteration as its slowest rank took it (nccl-tests' max over GPUs and processes).
+        w_.sync->allreduce(iters[c].data(), static_cast<int>(iters[c].size()), Sync::Red::Max);
+        Measure& m = cases[c].ip ? row.v[cases[c].k].ip : row.v[cases[c].k].oop;
+        for (size_t i = static_cast<size_t>(a_.per_iter_skip); i < iters[c].size(); ++i)
+          m.iter_us.push_back(iters[c][i] * 1e6);
+      }
       size_t idx = 0;
       for (const Case& x : cases) {
         if (x.memcpy) continue;
@@ -445,6 +465,7 @@ class Runner {
         if (!m.ran) continue;
         m.wrong = a_.check > 0 ? n : -1;
         m.time_us = median(m.times_us);
+        if (!m.iter_us.empty()) m.iter = iterStats(m.iter_us);
         bandwidth(a_.coll, g, t.size, W_, m.time_us * 1e-6, &m.algbw, &m.busbw);
       }
     return row;
@@ -478,10 +499,31 @@ class Runner {
   World& w_;
   const int W_, me_;
   std::unique_ptr<GuardedBuffer> send_, recv_, cpy_src_, cpy_dst_;
+  std::vector<double> iter_s_;  // -I: the last timing's iterations, seconds per call
   std::vector<Row> rows_;
 };
 
 }  // namespace
+
+Measure::IterStats iterStats(std::vector<double> us) {
+  Measure::IterStats s;
+  if (us.empty()) return s;
+  std::sort(us.begin(), us.end());
+  const size_t n = us.size();
+  auto nearestRank = [n](size_t pct) { return std::min(n - 1, (n * pct + 99) / 100 - 1); };
+  s.min = us.front();
+  s.max = us.back();
+  s.p50 = us[n / 2];
+  s.p95 = us[nearestRank(95)];
+  s.p99 = us[nearestRank(99)];
+  double sum = 0, var = 0;
+  for (double x : us) sum += x;
+  s.avg = sum / static_cast<double>(n);
+  for (double x : us) var += (x - s.avg) * (x - s.avg);
+  s.stdev = std::sqrt(var / static_cast<double>(n));
+  s.cv_pct = s.avg > 0 ? s.stdev / s.avg * 100 : 0;
+  return s;
+}
 
 int runBench(const Args& a, World& w) {
   if (a.coll == Coll::Broadcast && (a.root < 0 || a.root >= w.nranks)) {

@@ -16,7 +16,16 @@ struct Measure {
   long long wrong = -1;                      // -1: not checked (-c 0)
   double predicted_us = 0;                   // the cost model's time for the call (hcStats), 0: none
   uint64_t chunk_bytes = 0, net_window = 0;  // the chunking it ran with (hcStats), 0: none
+  // -I: every timed iteration's time per call, its slowest rank's (each repetition's after
+  // its first -K), and nccl-tests' figures of them.
+  std::vector<double> iter_us;
+  struct IterStats {
+    double min = 0, max = 0, avg = 0, p50 = 0, p95 = 0, p99 = 0, stdev = 0, cv_pct = 0;
+  } iter;
 };
+
+// nccl-tests' per-iteration figures (nearest-rank percentiles; cv: stdev / mean).
+Measure::IterStats iterStats(std::vector<double> us);
 
 // One variant's hicoll statistics over a row (deltas, per call).
 struct RowStats {

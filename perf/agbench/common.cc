@@ -112,6 +112,7 @@ uint64_t Args::hash() const {
   mix(iters_bytes);
   mix(node_memory);
   mix(quant_block);
+  mix(per_iter), mix(per_iter_skip);
   mix(agg_iters), mix(run_cycles), mix(unalign), mix(report_cputime), mix(report_timestamps), mix(memory_report);
   return h;
 }

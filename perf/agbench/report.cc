@@ -112,16 +112,38 @@ void printHeader(const Args& a, const World& w) {
   std::string l1, l2, l3;
   char b[512];
   const char* time = a.report_cputime ? "cputime" : "time";
-  std::snprintf(b, sizeof b,
-                "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          ", "", "",
-                "", "", "");
-  l1 = b;
-  std::snprintf(b, sizeof b, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s", "size", "count",
-                "type", "redop", "root", time, "algbw", "busbw", "#wrong", time, "algbw", "busbw", "#wrong");
-  l2 = b;
-  std::snprintf(b, sizeof b, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s", "(B)", "(elements)",
-                "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
-  l3 = b;
+  if (a.per_iter) {  // nccl-tests' -I layout: four per-iteration figures after each placement
+    std::snprintf(b, sizeof b,
+                  "# %10s  %12s  %8s  %6s  %6s              out-of-place (+ per-iteration)                  "
+                  "              in-place (+ per-iteration)              ",
+                  "", "", "", "", "");
+    l1 = b;
+    std::snprintf(
+        b, sizeof b,
+        "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %7s  %7s  %7s  %7s  %6s  %6s %6s  %7s  %7s  %7s  "
+        "%7s",
+        "size", "count", "type", "redop", "root", time, "algbw", "busbw", "#wrong", "i_min", "i_max", "i_p99", "i_cv%",
+        time, "algbw", "busbw", "#wrong", "i_min", "i_max", "i_p99", "i_cv%");
+    l2 = b;
+    std::snprintf(
+        b, sizeof b,
+        "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %7s  %7s  %7s  %7s  %6s  %6s  %5s  %7s  %7s  %7s  "
+        "%7s",
+        "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "(us)", "(%)", "(us)",
+        "(GB/s)", "(GB/s)", "", "(us)", "(us)", "(us)", "(%)");
+    l3 = b;
+  } else {
+    std::snprintf(b, sizeof b,
+                  "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          ", "", "",
+                  "", "", "");
+    l1 = b;
+    std::snprintf(b, sizeof b, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s", "size", "count",
+                  "type", "redop", "root", time, "algbw", "busbw", "#wrong", time, "algbw", "busbw", "#wrong");
+    l2 = b;
+    std::snprintf(b, sizeof b, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s", "(B)",
+                  "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+    l3 = b;
+  }
   if (a.report_timestamps) {  // nccl-tests' column, before the baselines' own
     l1 += std::string(21, ' ');
     std::snprintf(b, sizeof b, "  %19s", "timestamp");
@@ -160,6 +182,12 @@ void printRow(const Args& a, const World& w, const Row& row) {
     std::snprintf(b, sizeof b, "  %7s  %6.2f  %6.2f  %5s", timeStr(x->time_us).c_str(), x->algbw, x->busbw,
                   wrongStr(x->wrong).c_str());
     line += b;
+    if (a.per_iter) {
+      const Measure::IterStats& s = x->iter;
+      line += x->iter_us.empty()
+                  ? std::string("      n/a      n/a      n/a      n/a")
+                  : "  " + timeStr(s.min) + "  " + timeStr(s.max) + "  " + timeStr(s.p99) + "  " + timeStr(s.cv_pct);
+    }
   }
   if (a.report_timestamps) line += "  " + row.timestamp;
   for (size_t k = 1; k < row.v.size(); ++k) {
@@ -322,11 +350,22 @@ void writeJson(const Args& a, const World& w, const std::vector<RankInfo>& ranks
   j["algo"] = a.algo.empty() ? "default" : a.algo;
   j["main"] = mainName(a);
   j["mpi_note"] = w.mpi_note;
-  j["args"] = {
-      {"minbytes", a.min_bytes}, {"maxbytes", a.max_bytes}, {"stepbytes", a.step_bytes}, {"stepfactor", a.step_factor},
-      {"iters", a.iters},        {"warmup", a.warmup},      {"check", a.check},          {"reps", a.reps},
-      {"average", a.average},    {"blocking", a.blocking},  {"agg_iters", a.agg_iters},  {"run_cycles", a.run_cycles},
-      {"unalign", a.unalign},    {"root", a.root}};
+  j["args"] = {{"minbytes", a.min_bytes},
+               {"maxbytes", a.max_bytes},
+               {"stepbytes", a.step_bytes},
+               {"stepfactor", a.step_factor},
+               {"iters", a.iters},
+               {"warmup", a.warmup},
+               {"check", a.check},
+               {"reps", a.reps},
+               {"average", a.average},
+               {"blocking", a.blocking},
+               {"agg_iters", a.agg_iters},
+               {"run_cycles", a.run_cycles},
+               {"unalign", a.unalign},
+               {"per_iter_timing", a.per_iter},
+               {"per_iter_skip", a.per_iter_skip},
+               {"root", a.root}};
   json env = json::object();
   for (char** e = environ; *e; ++e) {
     std::string kv = *e;
@@ -361,6 +400,10 @@ void writeJson(const Args& a, const World& w, const std::vector<RankInfo>& ranks
       x["chunk_bytes"] = m.chunk_bytes;
       x["net_window"] = m.net_window;
     }
+    if (!m.iter_us.empty())
+      x["per_iter"] = {{"min_us", m.iter.min},     {"max_us", m.iter.max},    {"avg_us", m.iter.avg},
+                       {"p50_us", m.iter.p50},     {"p95_us", m.iter.p95},    {"p99_us", m.iter.p99},
+                       {"stdev_us", m.iter.stdev}, {"cv_pct", m.iter.cv_pct}, {"times_us", m.iter_us}};
     return x;
   };
   for (const Row& r : rows) {
