@@ -90,6 +90,17 @@ bool parseArgs(int argc, char** argv, Args* a, int* exit_code) {
   std::string linked_sub = linked != perfNames().end() ? linked->second : "";
   if (!linked_sub.empty()) args.insert(args.begin() + 1, linked_sub.data());
   a->program = self.empty() ? "agbench" : self;
+  // nccl-tests' programs of collectives the C API does not have: said so, not "unexpected".
+  for (char* arg : args)
+    for (const char* other : {"reduce_perf", "gather_perf", "scatter_perf", "hypercube_perf"})
+      if (std::string(arg).substr(std::string(arg).rfind('/') + 1) == other) {
+        std::fprintf(stderr,
+                     "agbench: %s: hicoll's C API has no such collective; agbench measures all_gather_perf, "
+                     "reduce_scatter_perf, all_reduce_perf, broadcast_perf, alltoall_perf and sendrecv_perf\n",
+                     other);
+        *exit_code = 2;
+        return false;
+      }
   argc = static_cast<int>(args.size());
   char** av = args.data();
 
