@@ -1,5 +1,7 @@
 #include "transport/shm/board.h"
 
+#include <cstring>
+
 #include <fmt/format.h>
 
 #include "base/error.h"
@@ -73,7 +75,7 @@ void NodeBoard::settle(UncheckedPhases& u, uint64_t upto, uint64_t then_posted, 
     const CallDesc desc = mine.desc;
     try {
       for (int l = 0; l < shm_.localSize(); ++l) {
-        if (l == shm_.localIndex()) continue;
+        if (l == shm_.localIndex() || postedSame(l, q, desc)) continue;
         if (wait || postedSeq(l, q) >= q) waitPosted(l, q, desc, /*collect=*/false, /*later_ok=*/true);
         else if (shm_.closed(l))
           HC_THROW(hcRemoteError, "{} destroyed its communicator without calling {}", id_.who(shm_.commRank(l)),
@@ -88,6 +90,14 @@ void NodeBoard::settle(UncheckedPhases& u, uint64_t upto, uint64_t then_posted, 
                   Error::kFatal | (e.symptom() ? Error::kSymptom : 0u));
     }
   }
+}
+
+bool NodeBoard::postedSame(int local, uint64_t seq, const CallDesc& mine) const {
+  const Board::Post& p = shm_.board(local).post[Board::slot(seq)];
+  if (p.posted.load(std::memory_order_acquire) != seq) return false;
+  const CallDesc theirs = p.desc;
+  std::atomic_thread_fence(std::memory_order_acquire);  // a later post() into the slot clears posted first
+  return p.posted.load(std::memory_order_relaxed) == seq && std::memcmp(theirs.w, mine.w, sizeof mine.w) == 0;
 }
 
 const Board::Post& NodeBoard::own(uint64_t seq) const {

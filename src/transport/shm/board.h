@@ -119,6 +119,9 @@ class NodeBoard {
   // its communicator without posting, but waits for none (a slow peer checks the call
   // itself, and a dead one is no error of this rank's destroy).
   void settle(UncheckedPhases& u, uint64_t upto = ~0ull, uint64_t then_posted = 0, bool wait = true);
+  // Whether local peer `local` posted phase seq with exactly this rank's descriptor (settle's
+  // common case, checked without the wait's machinery; anything else takes waitPosted).
+  bool postedSame(int local, uint64_t seq, const CallDesc& mine) const;
   // Node memory (hcMemAlloc): did every rank of the node post a region in it this phase? Then
   // each reads the others' regions with memcpy from its mapping of them, no single-copy reads
   // (CMA) needed. Every rank sees the same posts, so all decide alike.
