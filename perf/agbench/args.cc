@@ -67,11 +67,15 @@ const std::map<std::string, std::string>& perfNames() {
   return m;
 }
 
-// nccl-tests' flags that ask for what host buffers do not have: accepted at their defaults
-// (scripts pass them), refused otherwise, each with what to do instead.
 // Integer ranges whose message reads well (CLI11's PositiveNumber prints the largest double).
 const CLI::Range kPositive(1, INT_MAX), kNonNegative(0, INT_MAX);
 
+std::string baseName(const std::string& path) {
+  return path.substr(path.rfind('/') + 1);
+}
+
+// nccl-tests' flags that ask for what host buffers do not have: accepted at their defaults
+// (scripts pass them), refused otherwise, each with what to do instead.
 struct Refused {
   int value = 0, allowed = 0;
   const char* flag;
@@ -85,7 +89,7 @@ bool parseArgs(int argc, char** argv, Args* a, int* exit_code) {
   // program's collective is the subcommand.
   const int given = argc;
   std::vector<char*> args(argv, argv + argc);
-  const std::string self = argc > 0 ? std::string(argv[0]).substr(std::string(argv[0]).rfind('/') + 1) : "";
+  const std::string self = argc > 0 ? baseName(argv[0]) : "";
   auto linked = perfNames().find(self);
   std::string linked_sub = linked != perfNames().end() ? linked->second : "";
   if (!linked_sub.empty()) args.insert(args.begin() + 1, linked_sub.data());
@@ -93,7 +97,7 @@ bool parseArgs(int argc, char** argv, Args* a, int* exit_code) {
   // nccl-tests' programs of collectives the C API does not have: said so, not "unexpected".
   for (char* arg : args)
     for (const char* other : {"reduce_perf", "gather_perf", "scatter_perf", "hypercube_perf"})
-      if (std::string(arg).substr(std::string(arg).rfind('/') + 1) == other) {
+      if (baseName(arg) == other) {
         std::fprintf(stderr,
                      "agbench: %s: hicoll's C API has no such collective; agbench measures all_gather_perf, "
                      "reduce_scatter_perf, all_reduce_perf, broadcast_perf, alltoall_perf and sendrecv_perf\n",
