@@ -42,6 +42,19 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+// A "Key: N kB" line of a /proc file, in KiB (0 when absent).
+double procKiB(const char* path, const char* key) {
+  double kib = 0;
+  if (FILE* f = std::fopen(path, "r")) {
+    char line[256];
+    const size_t n = std::strlen(key);
+    while (std::fgets(line, sizeof line, f))
+      if (std::strncmp(line, key, n) == 0) kib = std::atof(line + n);
+    std::fclose(f);
+  }
+  return kib;
+}
+
 class Runner {
  public:
   Runner(const Args& a, World& w) : a_(a), w_(w), W_(w.nranks), me_(w.rank) {}
@@ -86,7 +99,7 @@ class Runner {
     int status = wrong + base_wrong > 0 ? 1 : 0;
     if (me_ == 0) {
       const double avg = printFooter(a_, w_, rows_, wrong, base_wrong);
-      if (belowMinBandwidth(avg)) status = status ? status : 1;
+      if (minBandwidthVerdict(avg) == 1) status = status ? status : 1;
       if (a_.memory_report) printMemory(a_, peak_rss, send_->bytes() + recv_->bytes());
       printConcluded(a_);
       if (a_.verbose) printFinalStats(final_stats);
@@ -196,13 +209,7 @@ class Runner {
   void checkMemory(const std::vector<RankInfo>& ranks, size_t per_rank) const {
     size_t here = 0;
     for (const RankInfo& r : ranks) here += std::strcmp(r.host, ranks[static_cast<size_t>(me_)].host) == 0;
-    double avail_kb = 0;
-    if (FILE* f = std::fopen("/proc/meminfo", "r")) {
-      char line[256];
-      while (std::fgets(line, sizeof line, f))
-        if (std::strncmp(line, "MemAvailable:", 13) == 0) avail_kb = std::atof(line + 13);
-      std::fclose(f);
-    }
+    const double avail_kb = procKiB("/proc/meminfo", "MemAvailable:");
     const double need = static_cast<double>(per_rank) * static_cast<double>(here);
     if (avail_kb > 0 && need > avail_kb * 1024)
       throw std::runtime_error("the buffers of the largest size (-e) need " + std::to_string(per_rank >> 20) +
@@ -214,13 +221,7 @@ class Runner {
   // Each rank's peak resident memory (VmHWM), bytes, for -M; empty without it.
   std::vector<double> gatherPeakRss() {
     if (!a_.memory_report) return {};
-    double mine = 0;
-    if (FILE* f = std::fopen("/proc/self/status", "r")) {
-      char line[256];
-      while (std::fgets(line, sizeof line, f))
-        if (std::strncmp(line, "VmHWM:", 6) == 0) mine = std::atof(line + 6) * 1024;  // kB
-      std::fclose(f);
-    }
+    double mine = procKiB("/proc/self/status", "VmHWM:") * 1024;
     std::vector<double> all(W_);
     w_.sync->allgather(&mine, all.data(), sizeof mine);
     return all;

@@ -20,8 +20,8 @@ void printRowStats(const Row& row);
 double printFooter(const Args& a, const World& w, const std::vector<Row>& rows, long long wrong_total,
                    long long baseline_wrong);
 // nccl-tests' NCCL_TESTS_MIN_BW (GB/s): the run fails when the average bus bandwidth is
-// below 0.9 of it (the footer says OK or FAILED).
-bool belowMinBandwidth(double avg_busbw);
+// below 0.9 of it. -1: not set; 0: OK; 1: FAILED (the footer says which).
+int minBandwidthVerdict(double avg_busbw);
 // -M: the ranks' peak resident memory (bytes, per rank) and the measured buffers' size.
 void printMemory(const Args& a, const std::vector<double>& peak_rss, size_t buffer_bytes);
 // nccl-tests' last line: "# Collective test concluded: <program>".
