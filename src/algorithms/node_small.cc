@@ -126,7 +126,7 @@ bool runNodeSmall(hcComm& c, const CollArgs& a) {
   const Identity& id = c.id;
   if (id.topo.nnodes != 1 || id.nranks < 2 || a.stream || a.quant.block || a.count == 0) return false;
   const CollPlan* p = memoizedPlan(id, c.plan, a, hostCapabilities(c));
-  const size_t esize = hcTypeSize(a.dtype);
+  const size_t esize = typeSize(a.dtype);
   if (!p || p->path != hcPathHierarchical || !stages(c, a, *p, esize)) return false;
   HC_TRACE("{}: path hierarchical (staged on the node)", describe(a));
 

@@ -52,7 +52,7 @@ void runQuantized(hcComm& c, const CollArgs& a) {
     return runHostCollective(c, run);
   }
   const size_t block = a.quant.block, W = static_cast<size_t>(c.id.nranks), R = static_cast<size_t>(c.id.rank);
-  const size_t e = hcTypeSize(a.dtype), piece = quant::pieceElems(a.count, block);
+  const size_t e = typeSize(a.dtype), piece = quant::pieceElems(a.count, block);
   const size_t pieces = quant::numPieces(a.count, block);
   // Piece p of rank j: elements [p * piece, + len(p)) of its block; its image at image(p, j).
   std::vector<size_t> off(pieces + 1, 0);  // bytes of the images of pieces < p, per rank

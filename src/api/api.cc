@@ -42,14 +42,16 @@ static_assert(offsetof(hcStats5, coll) == offsetof(hcStats, coll), "same header"
 
 // A handle that is NULL, destroyed, or not a communicator at all is refused (destroyed ones
 // are recognised as long as their shell is kept, see retire()).
-bool bad(const hcComm* c, const char* fn) {
-  if (c && c->api.magic == hicoll::ApiState::kLive) return false;
+[[gnu::noinline, gnu::cold]] bool refuseHandle(const hcComm* c, const char* fn) {
   t_last_error =
       c == nullptr ? fmt::format("{}: comm is NULL", fn)
       : c->api.magic == hicoll::ApiState::kDead
           ? fmt::format("{}: the communicator was destroyed (hcCommDestroy or hcCommAbort) before this call", fn)
           : fmt::format("{}: not a communicator (a corrupted or foreign handle)", fn);
   return true;
+}
+inline bool bad(const hcComm* c, const char* fn) {
+  return !(c && c->api.magic == hicoll::ApiState::kLive) && refuseHandle(c, fn);
 }
 
 // Marks comm failed and tells its peers why (failure notices across nodes, the board within);
@@ -273,7 +275,7 @@ size_t allToAllExtent(const hcComm& c, const size_t* counts, const size_t* displ
 }
 
 void validateAllToAll(hcComm& c, const CollArgs& a, const char* fn) {
-  const size_t e = hcTypeSize(a.dtype), R = static_cast<size_t>(c.id.rank);
+  const size_t e = typeSize(a.dtype), R = static_cast<size_t>(c.id.rank);
   const size_t send_ext = allToAllExtent(c, a.send_counts, a.send_displs, e, fn, "send");
   const size_t recv_ext = allToAllExtent(c, a.recv_counts, a.recv_displs, e, fn, "recv");
   HC_CHECK(a.send_counts[R] == a.recv_counts[R], hcInvalidArgument,
@@ -292,7 +294,7 @@ void validateAllToAll(hcComm& c, const CollArgs& a, const char* fn) {
 void validate(hcComm& c, const CollArgs& a, const char* fn) {
   HC_CHECK(a.dtype >= 0 && a.dtype < hcNumTypes, hcInvalidArgument, "{}: invalid datatype {}", fn,
            static_cast<int>(a.dtype));
-  const size_t e = hcTypeSize(a.dtype), W = static_cast<size_t>(c.id.nranks), R = static_cast<size_t>(c.id.rank);
+  const size_t e = typeSize(a.dtype), W = static_cast<size_t>(c.id.nranks), R = static_cast<size_t>(c.id.rank);
   if (a.coll == hcCollBroadcast)
     HC_CHECK(a.root >= 0 && a.root < c.id.nranks, hcInvalidArgument, "{}: root {} is outside [0, {})", fn, a.root,
              c.id.nranks);
@@ -453,7 +455,7 @@ size_t p2pBytes(const hcComm& c, const void* buf, size_t count, hcDataType_t dt,
   HC_CHECK(tag >= 0, hcInvalidArgument, "{}: tag {} is negative", fn, tag);
   HC_CHECK(peer == -1 || (peer >= 0 && peer < c.id.nranks), hcInvalidArgument, "{}: peer {} is outside [0, {})", fn,
            peer, c.id.nranks);
-  const size_t e = hcTypeSize(dt);
+  const size_t e = typeSize(dt);
   HC_CHECK(count <= SIZE_MAX / e, hcInvalidArgument, "{}: count {} overflows", fn, count);
   HC_CHECK(count == 0 || buf, hcInvalidArgument, "{}: NULL buffer for {} elements", fn, count);
   if (stream) {

@@ -154,17 +154,5 @@ std::string callMismatch(const std::string& peer, const CallDesc& theirs, int ra
 }  // namespace hicoll
 
 extern "C" size_t hcTypeSize(hcDataType_t t) {
-  switch (t) {
-    case hcInt8:
-    case hcUint8: return 1;
-    case hcFloat16:
-    case hcBfloat16: return 2;
-    case hcInt32:
-    case hcUint32:
-    case hcFloat32: return 4;
-    case hcInt64:
-    case hcUint64:
-    case hcFloat64: return 8;
-    default: return 0;
-  }
+  return hicoll::typeSize(t);
 }

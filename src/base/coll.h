@@ -16,6 +16,23 @@ inline bool isBitwise(OpKind k) {
   return k == OpKind::Band || k == OpKind::Bor || k == OpKind::Bxor;
 }
 
+// hcTypeSize, inline for the library's own calls (a few per collective): 0 for an invalid type.
+inline size_t typeSize(hcDataType_t t) {
+  switch (t) {
+    case hcInt8:
+    case hcUint8: return 1;
+    case hcFloat16:
+    case hcBfloat16: return 2;
+    case hcInt32:
+    case hcUint32:
+    case hcFloat32: return 4;
+    case hcInt64:
+    case hcUint64:
+    case hcFloat64: return 8;
+    default: return 0;
+  }
+}
+
 struct RedOp {
   OpKind kind = OpKind::Sum;
   double scalar = 1.0;  // PreMulSum: every input is multiplied by this first

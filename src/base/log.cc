@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -26,6 +27,11 @@ LogLevel parseLevel() {
   return v ? logLevelOf(v) : LogLevel::kWarn;
 }
 
+LogLevel envLevel() {
+  static const LogLevel level = parseLevel();  // (a function's static: logging works during load)
+  return level;
+}
+
 const char* levelName(LogLevel l) {
   switch (l) {
     case LogLevel::kWarn: return "WARN";
@@ -35,6 +41,25 @@ const char* levelName(LogLevel l) {
   }
 }
 
+// Every communicator's level so far (ScopedLogRank), for the ceiling's initial value.
+std::atomic<int> g_comm_ceiling{0};
+
+void raise(std::atomic<int>& v, int level) {
+  int cur = v.load(std::memory_order_relaxed);
+  while (level > cur && !v.compare_exchange_weak(cur, level, std::memory_order_relaxed)) {
+  }
+}
+
+}  // namespace
+
+// TRACE until this file's initialisation reads HICOLL_DEBUG: a line logged before it (another
+// file's static initialisation) takes the full check.
+std::atomic<int> g_log_ceiling{static_cast<int>(LogLevel::kTrace)};
+namespace {
+const bool g_ceiling_set = [] {
+  g_log_ceiling.store(std::max(static_cast<int>(envLevel()), g_comm_ceiling.load()), std::memory_order_relaxed);
+  return true;
+}();
 }  // namespace
 
 LogLevel logLevelOf(const std::string& v) {
@@ -45,9 +70,8 @@ LogLevel logLevelOf(const std::string& v) {
 }
 
 LogLevel logLevel() {
-  static const LogLevel level = parseLevel();  // (a function's static: logging works during load)
   const int t = t_log.level;
-  return t >= 0 ? static_cast<LogLevel>(t) : level;
+  return t >= 0 ? static_cast<LogLevel>(t) : envLevel();
 }
 
 void logLine(LogLevel level, const std::string& msg) {
@@ -67,7 +91,11 @@ ScopedLogRank::ScopedLogRank(int rank, int level, const char* name) {
   prev_level_ = c.level;
   prev_name_ = c.name;
   c.rank = rank;
-  if (level >= 0) c.level = level;
+  if (level >= 0) {
+    c.level = level;
+    raise(g_comm_ceiling, level);
+    raise(g_log_ceiling, level);
+  }
   if (name) c.name = name;
 }
 ScopedLogRank::~ScopedLogRank() {

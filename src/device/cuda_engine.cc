@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -362,7 +363,7 @@ void CudaDeviceEngine::enqueueP2p(const DeviceP2p& p) {
   if (p.count) checkBuffer(p.buf, p.send ? "sendbuff" : "recvbuff", what);
   HC_TRACE("{}: on NCCL (the device path has no point-to-point of its own)", what());
   fallback().sendRecv(p.send, p.buf, p.count, p.dtype, p.peer, p.stream, p.grouped);
-  p_.stats.countP2p(p.send, p.count * hcTypeSize(p.dtype));
+  p_.stats.countP2p(p.send, p.count * typeSize(p.dtype));
 }
 
 }  // namespace
@@ -371,22 +372,37 @@ std::unique_ptr<DeviceEngine> makeDeviceEngine(const DeviceParts& parts) {
   return std::make_unique<CudaDeviceEngine>(parts);
 }
 
-bool isDevicePointer(const void* ptr) {
-  // Without a device (or a driver) nothing is a device pointer: skip the query, which every
-  // host collective would otherwise pay twice per call.
-  static const bool any_device = [] {
-    int n = 0;
-    const bool ok = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-    (void)cudaGetLastError();
-    return ok;
-  }();
-  if (!ptr || !any_device) return false;
+namespace {
+// Whether this process sees a CUDA device: -1 until asked (racing first asks agree).
+std::atomic<int> g_any_device{-1};
+
+[[gnu::noinline]] int countDevices() {
+  int n = 0;
+  const bool ok = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+  (void)cudaGetLastError();
+  g_any_device.store(ok ? 1 : 0, std::memory_order_relaxed);
+  return ok ? 1 : 0;
+}
+
+bool anyDevice() {
+  const int v = g_any_device.load(std::memory_order_relaxed);
+  return (v < 0 ? countDevices() : v) != 0;
+}
+
+[[gnu::noinline]] bool queryDevicePointer(const void* ptr) {
   cudaPointerAttributes at{};
   if (cudaPointerGetAttributes(&at, ptr) != cudaSuccess) {
     (void)cudaGetLastError();  // no driver, no device, or not a CUDA pointer
     return false;
   }
   return at.type == cudaMemoryTypeDevice || at.type == cudaMemoryTypeManaged;
+}
+}  // namespace
+
+bool isDevicePointer(const void* ptr) {
+  // Without a device (or a driver) nothing is a device pointer: skip the query, which every
+  // host collective would otherwise pay twice per call (and the query's frame with it).
+  return ptr && anyDevice() && queryDevicePointer(ptr);
 }
 
 }  // namespace hicoll

@@ -66,7 +66,7 @@ HierEngine::~HierEngine() {
 void HierEngine::enqueue(const CollArgs& a) {
   throwIfFailed();  // the caller decided (dev::decide, which asked unsupported()) that it runs here
   if (a.count == 0) return;
-  const size_t e = hcTypeSize(a.dtype);
+  const size_t e = typeSize(a.dtype);
   Job job;
   job.id = J_ + 1;
   job.what = describe(a);

@@ -51,7 +51,7 @@ size_t HierEngine::chunkBytes(Kind k, size_t e) const {
 }
 
 size_t HierEngine::chunkFor(const CollArgs& a) const {
-  const size_t e = hcTypeSize(a.dtype);
+  const size_t e = typeSize(a.dtype);
   if (e == 0) return 0;
   switch (a.coll) {
     case hcCollAllGather: return chunkBytes(Kind::AllGather, quantizes(a) ? 1 : e);  // the images' bytes
@@ -68,7 +68,7 @@ size_t HierEngine::wireBlock(const CollArgs& a) const {
   if (!quantizes(a)) return 0;
   if (a.coll == hcCollAllGather) return a.quant.block;
   if (a.coll != hcCollReduceScatter || N_ == 1) return 0;
-  const size_t e = hcTypeSize(a.dtype);
+  const size_t e = typeSize(a.dtype);
   return quant::chunkedImageBytes(a.count * e, chunkFor(a), e, a.quant.block) ? a.quant.block : 0;
 }
 
@@ -77,7 +77,7 @@ CollPlan HierEngine::plan(const CollArgs& a) const {
 }
 
 std::string HierEngine::unsupported(const CollArgs& a) const {
-  const size_t e = hcTypeSize(a.dtype);
+  const size_t e = typeSize(a.dtype);
   if (e == 0) return fmt::format("datatype {} has no device kernel", static_cast<int>(a.dtype));
   if (a.coll != hcCollAllGather && a.coll != hcCollReduceScatter && a.coll != hcCollAllReduce &&
       a.coll != hcCollBroadcast)
@@ -99,7 +99,7 @@ std::string HierEngine::unsupported(const CollArgs& a) const {
 
 void HierEngine::forEachPeerBytes(const CollArgs& a, const std::function<void(int, size_t)>& fn) const {
   const Topology& t = res_.topo;
-  const size_t e = hcTypeSize(a.dtype), N = static_cast<size_t>(N_);
+  const size_t e = typeSize(a.dtype), N = static_cast<size_t>(N_);
   // AllGather and ReduceScatter move the same bytes: N blocks to each local peer, one to each
   // rail peer (rail: a quantized ReduceScatter's images instead).
   auto hier = [&](size_t b, size_t rail = 0) {

@@ -65,7 +65,7 @@ ReduceJob HierEngine::reduction(const CollArgs& a, bool first_stage, bool last_s
 }
 
 void HierEngine::emitQuantizedAllGather(const CollArgs& a, Job& job) {
-  const size_t block = a.quant.block, img = quant::packedBytes(a.count, block), e = hcTypeSize(a.dtype);
+  const size_t block = a.quant.block, img = quant::packedBytes(a.count, block), e = typeSize(a.dtype);
   char* images = static_cast<char*>(stream_->allocTemp(static_cast<size_t>(W_) * img));
   char* own = images + static_cast<size_t>(res_.rank) * img;
   stream_->quantize({a.dtype, block, a.count, a.send, own});
@@ -134,7 +134,7 @@ void HierEngine::emitAllGather(const char* send, char* recv, size_t b, size_t e,
 }
 
 void HierEngine::emitReduceScatter(const char* send, char* recv, size_t b, const CollArgs& a, Job& job) {
-  const size_t e = hcTypeSize(a.dtype);
+  const size_t e = typeSize(a.dtype);
   const size_t q = std::min(chunkBytes(Kind::ReduceScatter, e), b);
   HC_CHECK(q > 0 && q % e == 0, hcInternalError, "device ReduceScatter: no chunk fits");
   const size_t K = (b + q - 1) / q, N = static_cast<size_t>(N_);
@@ -313,7 +313,7 @@ void HierEngine::emitBroadcast(const char* send, char* recv, size_t b, int root,
 }
 
 void HierEngine::emitAllReduce(const CollArgs& a, Job& job) {
-  const size_t e = hcTypeSize(a.dtype), total = a.count * e;
+  const size_t e = typeSize(a.dtype), total = a.count * e;
   const char* send = static_cast<const char*>(a.send);
   char* recv = static_cast<char*>(a.recv);
   if (smallAllReduce(a)) {

@@ -41,7 +41,7 @@ Verdict hierarchical(const PlanInput& in) {
   CollPlan q = in.p;
   q.allreduce_small = false;
   q.allreduce_block = allReduceBlock(in.a.count, in.id.nranks, in.caps);
-  q.block_bytes = q.allreduce_block * hcTypeSize(in.a.dtype);
+  q.block_bytes = q.allreduce_block * typeSize(in.a.dtype);
   return hierarchicalRules(in.id, in.ctx, in.a, in.caps, q);
 }
 
@@ -54,7 +54,7 @@ Verdict latencyAllReduce(const PlanInput& in) {
   if (in.preference && !in.p.allreduce_small) return preferredElsewhere();  // ReduceScatter + AllGather, at this size
   CollPlan q = in.p;
   q.allreduce_small = true;
-  q.block_bytes = in.a.count * hcTypeSize(in.a.dtype);
+  q.block_bytes = in.a.count * typeSize(in.a.dtype);
   return hierarchicalRules(in.id, in.ctx, in.a, in.caps, q);
 }
 
@@ -134,7 +134,7 @@ std::vector<PathVerdict> explainCall(const Identity& id, const PlanContext& ctx,
     if (info.modelled && id.topo.uniform && !caps.device && (info.id != PathId::Quantized || a.quant.block)) {
       v.predicted = true;
       v.prediction = info.id == PathId::Quantized ? predictQuantized(ctx.figures(bytes), s, a.coll, info.algo, bytes,
-                                                                     false, hcTypeSize(a.dtype), a.quant.block)
+                                                                     false, typeSize(a.dtype), a.quant.block)
                                                   : predict(ctx.figures(bytes), s, a.coll, info.algo, bytes, false,
                                                             info.id == PathId::LatencyAllReduce);
     }

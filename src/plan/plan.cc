@@ -12,7 +12,7 @@
 namespace hicoll {
 
 size_t callBytes(const Identity& id, const CollArgs& a) {
-  const size_t b = a.count * hcTypeSize(a.dtype);
+  const size_t b = a.count * typeSize(a.dtype);
   return a.coll == hcCollAllReduce || a.coll == hcCollAllToAll ? b : b * static_cast<size_t>(id.nranks);
 }
 
@@ -68,7 +68,7 @@ bool predictedColl(hcColl_t coll) {
 }
 
 bool inPlace(const View& c, const CollArgs& a) {
-  const size_t b = a.count * hcTypeSize(a.dtype);
+  const size_t b = a.count * typeSize(a.dtype);
   const char* s = static_cast<const char*>(a.send);
   const char* r = static_cast<const char*>(a.recv);
   const size_t off = static_cast<size_t>(c.id.rank) * b;
@@ -98,7 +98,7 @@ Prediction predictFor(const View& c, const CollArgs& a, const Shape& s, Algo alg
                       bool allreduce_small) {
   const size_t bytes = callBytes(c, a);
   if (quantizesHere(a))
-    return predictQuantized(c.figures(bytes), s, a.coll, algo, bytes, in_place, hcTypeSize(a.dtype), a.quant.block);
+    return predictQuantized(c.figures(bytes), s, a.coll, algo, bytes, in_place, typeSize(a.dtype), a.quant.block);
   return predict(c.figures(bytes), s, a.coll, algo, bytes, in_place, allreduce_small);
 }
 
@@ -107,7 +107,7 @@ Prediction predictFor(const View& c, const CollArgs& a, const Shape& s, Algo alg
 // Under HICOLL_REPRODUCIBLE a reduction's path and split follow the untimed figures (its
 // chunking, which sums alike, the timed ones).
 void modelChoice(const View& c, const CollArgs& a, const Capabilities& caps, CollPlan& p) {
-  const size_t bytes = callBytes(c, a), e = hcTypeSize(a.dtype);
+  const size_t bytes = callBytes(c, a), e = typeSize(a.dtype);
   const View d = deciding(c, sums(a.coll));
   const size_t N = static_cast<size_t>(c.id.topo.nnodes);
   const size_t window_floor = static_cast<size_t>(c.ctx.cfg.num(Knob::NetWindow));
@@ -175,7 +175,7 @@ Observation observationOf(const Identity& id, const PlanContext& ctx, const Coll
   o.in_place = inPlace(c, a);
   o.allreduce_small = p.allreduce_small;
   if (quantizesHere(a)) {
-    o.quant_elem = hcTypeSize(a.dtype);
+    o.quant_elem = typeSize(a.dtype);
     o.quant_block = a.quant.block;
   }
   o.seconds = seconds;
@@ -251,7 +251,7 @@ void planPieces(const View& c, const CollArgs& a, const Capabilities& caps, Coll
   p.pieces = 1;
   p.piece_bytes = p.block_bytes;
   if (caps.device || p.path != hcPathHierarchical || p.block_bytes == 0) return;
-  const size_t e = hcTypeSize(a.dtype);
+  const size_t e = typeSize(a.dtype);
   const Pieces s = splitBlock(p.block_bytes / e, e, callPieceCap(c, a, caps, p));
   p.pieces = s.count;
   p.piece_bytes = s.elems * e;
@@ -260,7 +260,7 @@ void planPieces(const View& c, const CollArgs& a, const Capabilities& caps, Coll
 // What the rules allow, and under HICOLL_ALGO=auto what the model chooses among it.
 CollPlan planRules(const View& c, const CollArgs& a, const Capabilities& caps) {
   CollPlan p;
-  const size_t e = hcTypeSize(a.dtype);
+  const size_t e = typeSize(a.dtype);
   const Topology& t = c.id.topo;
   const size_t N = static_cast<size_t>(t.nnodes);
   int64_t chunk = c.ctx.cfg.num(Knob::ChunkBytes);
@@ -353,7 +353,7 @@ Verdict hierarchicalRules(const Identity& id, const PlanContext& ctx, const Coll
       return no(Rule::SortTooSmall,
                 fmt::format("SMDDP_AG_SORT_BUFFER_SIZE_BYTES={} < {} nodes x per-rank block {} bytes = {}",
                             c.ctx.sortBytes(), N, b, N * b));
-  } else if (const size_t e = hcTypeSize(a.dtype); b && splitBlock(b / e, e, callPieceCap(c, a, caps, p)).count == 0) {
+  } else if (const size_t e = typeSize(a.dtype); b && splitBlock(b / e, e, callPieceCap(c, a, caps, p)).count == 0) {
     // Larger blocks stream through the buffers in pieces; not one element per node's slot
     // is what cannot.
     return no(Rule::SortTooSmall, fmt::format("SMDDP_AG_SORT_BUFFER_SIZE_BYTES={} holds less than one {}-byte "
@@ -418,7 +418,7 @@ QuantPlan planQuantized(const Identity& id, const PlanContext& ctx, const CollAr
     wire.count = quant::packedBytes(std::min(a.count, quant::pieceElems(a.count, a.quant.block)), a.quant.block);
   }
   const CollPlan pw = planCall(c.id, c.ctx, wire, caps);
-  const size_t bytes = callBytes(c, a), e = hcTypeSize(a.dtype);
+  const size_t bytes = callBytes(c, a), e = typeSize(a.dtype);
   auto quantized = [&](const View& v, const CollPlan& w, bool ip) {
     return predictQuantized(v.figures(bytes), modelShape(c.id, c.ctx, w.chunk_bytes, w.net_window), a.coll, algoOf(w),
                             bytes, ip, e, a.quant.block);

@@ -226,7 +226,7 @@ void Fallback::run(const CollArgs& a) {
     op = toNccl(a.op.kind);
   }
   auto call = [&](size_t off, size_t n) {
-    const size_t bytes = off * hcTypeSize(a.dtype);
+    const size_t bytes = off * typeSize(a.dtype);
     const void* send = static_cast<const char*>(a.send) + bytes;
     void* recv = static_cast<char*>(a.recv) + bytes;
     return a.coll == hcCollReduceScatter ? f.reduceScatter(send, recv, n, dt, op, comm_, a.stream)
@@ -234,7 +234,7 @@ void Fallback::run(const CollArgs& a) {
   };
   Result rc = call(0, a.count);
   if (rc == Success && premul && tail_bug) {
-    const size_t covered = oneRankKernelCovers(a.count, hcTypeSize(a.dtype));
+    const size_t covered = oneRankKernelCovers(a.count, typeSize(a.dtype));
     if (covered < a.count) {
       HC_TRACE(
           "NCCL fallback: {}: NCCL {} leaves elements {}..{} of a one-rank pre-multiplied sum unwritten; "
