@@ -44,7 +44,7 @@ const char* levelName(LogLevel l) {
 // Every communicator's level so far (ScopedLogRank), for the ceiling's initial value.
 std::atomic<int> g_comm_ceiling{0};
 
-void raise(std::atomic<int>& v, int level) {
+[[gnu::noinline]] void raise(std::atomic<int>& v, int level) {
   int cur = v.load(std::memory_order_relaxed);
   while (level > cur && !v.compare_exchange_weak(cur, level, std::memory_order_relaxed)) {
   }
@@ -86,17 +86,16 @@ void logLine(LogLevel level, const std::string& msg) {
 }
 
 ScopedLogRank::ScopedLogRank(int rank, int level, const char* name) {
-  LogContext& c = t_log;
-  prev_ = c.rank;
-  prev_level_ = c.level;
-  prev_name_ = c.name;
-  c.rank = rank;
-  if (level >= 0) {
-    c.level = level;
+  LogContext& c = t_log;  // read and written whole: one thread-local lookup
+  const LogContext prev = c;
+  prev_ = prev.rank;
+  prev_level_ = prev.level;
+  prev_name_ = prev.name;
+  c = LogContext{rank, level >= 0 ? level : prev.level, name ? name : prev.name};
+  if (level > g_comm_ceiling.load(std::memory_order_relaxed)) {  // a level above every one so far
     raise(g_comm_ceiling, level);
     raise(g_log_ceiling, level);
   }
-  if (name) c.name = name;
 }
 ScopedLogRank::~ScopedLogRank() {
   LogContext& c = t_log;
