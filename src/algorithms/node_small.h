@@ -61,9 +61,9 @@ inline bool stagesAllReduce(size_t bytes, size_t half) {
 }
 // A Broadcast's one staged copy serves every peer (an AllGather stages a copy per rank), and
 // below this its peers' single-copy reads and the wait for them cost more than the copies:
-// it stages up to 8 x HICOLL_SHM_EAGER_BYTES (perf/results/2026-12-04-lean.md).
+// it stages up to 16 x HICOLL_SHM_EAGER_BYTES (perf/results/2026-12-04-lean.md, 2026-12-05-entry.md).
 inline bool stagesBroadcast(size_t bytes, size_t half, const Config& cfg) {
-  return bytes <= half && bytes <= 8 * static_cast<size_t>(cfg.num(Knob::ShmEagerBytes));
+  return bytes <= half && bytes <= 16 * static_cast<size_t>(cfg.num(Knob::ShmEagerBytes));
 }
 
 // Before the post: what each stages. After every local peer posted: what each reads; the

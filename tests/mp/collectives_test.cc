@@ -379,7 +379,7 @@ TEST(CollectivesBackToBack, LargeStagedThenSmallCallsWithoutSingleCopyReads) {
 
 // Small Broadcasts on one node run ahead of their peers (ring phases, transport/shm/board.h):
 // runs of them longer than the board's ring, from one root or a moving one, in the slot (8 B),
-// in the slot's ring data (100, 256 B), then one in scratch (2000 B), each followed at once by new
+// in the slot's ring data (100, 256 B), then one in scratch (2000 B or 64 KiB), each followed at once by new
 // data in the root's buffer, then AllGathers (staged in scratch before the post, and large)
 // and a small AllReduce: every result checked. A rank that is not the root pauses
 // early in each run, so that the root fills its ring and must wait for it.
@@ -391,13 +391,15 @@ TEST(CollectivesBackToBack, BroadcastsRunAheadThenOtherCalls) {
     auto st = run(job, [&](int rank, hcComm_t comm) {
       const int W = L;
       const size_t big = 30000;
-      std::vector<int32_t> in(big), out(big * W), bc(500), bc_out(500);
+      const size_t staged_max = 16384;  // 64 KiB: the largest staged Broadcast (16 x HICOLL_SHM_EAGER_BYTES)
+      std::vector<int32_t> in(big), out(big * W), bc(staged_max), bc_out(staged_max);
       int wrong = 0;
       for (int it = 0; it < 120 && wrong == 0; ++it) {
         const int run_len = 1 + (it * 7) % 60;
         for (int k = 0; k < run_len && wrong == 0; ++k) {
           // The run's last one is staged in scratch (a phase that waits for every rank).
-          const size_t n = k == run_len - 1 ? 500 : std::vector<size_t>{2, 25, 64}[static_cast<size_t>(k + it) % 3];
+          const size_t n = k == run_len - 1 ? (it % 4 == 1 ? staged_max : 500)
+                                            : std::vector<size_t>{2, 25, 64}[static_cast<size_t>(k + it) % 3];
           const int root = it % 2 ? (k % W) : it % W;
           auto want = [&](size_t i) { return static_cast<int32_t>(it * 100000 + k * 1000 + root * 7 + i); };
           const bool in_place = (k + rank) % 2 == 0;
