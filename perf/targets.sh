@@ -5,7 +5,12 @@
 # Needs root for the emulated nodes (perf/netns_emulate.sh). About 15 minutes on 2 cores;
 # --long adds the cost model's held-out check and the FSDP2 steps (about an hour more).
 #
-#   perf/targets.sh [-o OUT] [-r REPS] [--long] [ROW...]
+#   perf/targets.sh [-o OUT] [-r REPS] [-l LAUNCHES] [--long] [ROW...]
+#
+# -l: the small rows run LAUNCHES times each (new processes, the collectives in turn) and the
+# report compares the medians across launches: a launch's small-call times can sit up to 2x
+# apart from the next one's, for hicoll and Open MPI alike but not together (the shared pages
+# each lands on), so one launch's ratio says little below a few microseconds.
 #
 # Rows: small_1x2 small_1x4 (AllGather, AllReduce, Broadcast, ReduceScatter 8 B - 64 KiB
 # against Open MPI), quantized_2x2 (int8 AllGather fp32 / bf16 and ReduceScatter fp32 against
@@ -18,14 +23,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."  # relative paths: the results record their command lines
 out=perf/results/targets-$(date -u +%F)
 reps=5
+launches=1
 long=0
 rows=()
 while (($#)); do
   case $1 in
     -o) out=$2; shift 2 ;;
     -r) reps=$2; shift 2 ;;
+    -l) launches=$2; shift 2 ;;
     --long) long=1; shift ;;
-    -h | --help) sed -n 2,17p "$0"; exit 0 ;;
+    -h | --help) sed -n 2,21p "$0"; exit 0 ;;
     *) rows+=("$1"); shift ;;
   esac
 done
@@ -44,9 +51,12 @@ run() {  # name, command... (agbench arguments last; -J appended)
   "$@" -J "$out/$name.json" 2>&1 | grep -v '^#  Rank' >>"$out/$name.txt" || echo "# exit status $?" >>"$out/$name.txt"
 }
 
-small() {  # ranks
-  for coll in allgather allreduce broadcast reducescatter; do
-    run "small_1x$1_$coll" "$B" "$coll" --np "$1" -b 8 -e 64K -f 2 -n 4000 -w 400 --reps "$reps" --baseline mpi
+small() {  # ranks; launch k > 1 writes NAME.lK.json
+  for ((k = 1; k <= launches; k++)); do
+    for coll in allgather allreduce broadcast reducescatter; do
+      run "small_1x$1_$coll$( ((k > 1)) && echo ".l$k")" "$B" "$coll" --np "$1" -b 8 -e 64K -f 2 -n 4000 -w 400 \
+        --reps "$reps" --baseline mpi
+    done
   done
 }
 
