@@ -44,7 +44,7 @@ const char* levelName(LogLevel l) {
 // Every communicator's level so far (ScopedLogRank), for the ceiling's initial value.
 std::atomic<int> g_comm_ceiling{0};
 
-[[gnu::noinline]] void raise(std::atomic<int>& v, int level) {
+[[gnu::noinline]] void raiseTo(std::atomic<int>& v, int level) {
   int cur = v.load(std::memory_order_relaxed);
   while (level > cur && !v.compare_exchange_weak(cur, level, std::memory_order_relaxed)) {
   }
@@ -93,8 +93,8 @@ ScopedLogRank::ScopedLogRank(int rank, int level, const char* name) {
   prev_name_ = prev.name;
   c = LogContext{rank, level >= 0 ? level : prev.level, name ? name : prev.name};
   if (level > g_comm_ceiling.load(std::memory_order_relaxed)) {  // a level above every one so far
-    raise(g_comm_ceiling, level);
-    raise(g_log_ceiling, level);
+    raiseTo(g_comm_ceiling, level);
+    raiseTo(g_log_ceiling, level);
   }
 }
 ScopedLogRank::~ScopedLogRank() {
