@@ -52,10 +52,12 @@ run() {  # name, command... (agbench arguments last; -J appended)
 }
 
 small() {  # ranks; launch k > 1 writes NAME.lK.json
+  local k sfx
   for ((k = 1; k <= launches; k++)); do
+    sfx=
+    ((k == 1)) || sfx=.l$k
     for coll in allgather allreduce broadcast reducescatter; do
-      run "small_1x$1_$coll$( ((k > 1)) && echo ".l$k")" "$B" "$coll" --np "$1" -b 8 -e 64K -f 2 -n 4000 -w 400 \
-        --reps "$reps" --baseline mpi
+      run "small_1x$1_$coll$sfx" "$B" "$coll" --np "$1" -b 8 -e 64K -f 2 -n 4000 -w 400 --reps "$reps" --baseline mpi
     done
   done
 }

@@ -32,12 +32,11 @@ def show(what, figure, goal, met):
 
 
 def launches(out, name):
-    """The JSON of every launch of a small row (NAME.json, then NAME.lK.json)."""
-    first = load(out, name)
-    if not first:
-        return []
-    rest = sorted(glob.glob(os.path.join(out, name + ".l*.json")), key=lambda p: int(p.rsplit(".l", 1)[1][:-5]))
-    return [first] + [json.load(open(p)) for p in rest]
+    """Every launch of a small row: NAME.json, then NAME.l2.json, NAME.l3.json, ..."""
+    runs = []
+    while d := load(out, name if not runs else f"{name}.l{len(runs) + 1}"):
+        runs.append(d)
+    return runs
 
 
 def small(out):
