@@ -153,19 +153,19 @@ bool runNodeSmall(hcComm& c, const CollArgs& a) {
       case hcCollAllGather:
         stageAllGather(s, in, b);
         board.post(s.seq, desc, in);
-        board.waitAllPosted(s.seq, desc);
+        board.waitAllPosted(s.seq, desc, s.lines(0, b));
         read = readAllGather(s, t, in, out, b, b);
         break;
       case hcCollReduceScatter:
         stageReduceScatter(s, t, in, b);
         board.post(s.seq, desc, in);
-        board.waitAllPosted(s.seq, desc);
+        board.waitAllPosted(s.seq, desc, s.lines(static_cast<size_t>(shm.localIndex()) * b, b));
         read = sumReduceScatter(s, t, reduceSpecOf(a, id.nranks, 0, true), in, out, a.count, esize);
         break;
       case hcCollAllReduce:
         stageAllReduce(s, in, b);
         board.post(s.seq, desc, in);
-        board.waitAllPosted(s.seq, desc);
+        board.waitAllPosted(s.seq, desc, s.lines(0, b));
         read = sumAllReduce(s, t, reduceSpecOf(a, id.nranks, 0, true), in, out, a.count, esize);
         break;
       default: {  // hcCollBroadcast

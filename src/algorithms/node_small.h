@@ -13,6 +13,7 @@
 #include "algorithms/reduce.h"
 #include "base/coll.h"
 #include "base/config.h"
+#include "base/copy.h"
 #include "base/topology.h"
 #include "transport/shm/board.h"
 #include "transport/shm/shm_transport.h"
@@ -38,6 +39,12 @@ struct Staged {
   bool in_post, in_ring;
   char* mine() const { return at(shm.localIndex()); }
   const char* of(int local) const { return at(local); }
+  // [off, off + len) of each peer's staged data, for a wait to touch (none in the post: it
+  // comes with it).
+  PeerLines lines(size_t off, size_t len) const {
+    if (in_post || in_ring) return {};
+    return {(seq & 1) * half + off, len};
+  }
 
  private:
   char* at(int local) const {

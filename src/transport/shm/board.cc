@@ -1,19 +1,26 @@
 #include "transport/shm/board.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include <fmt/format.h>
 
+#include "base/copy.h"
 #include "base/error.h"
 #include "transport/shm/shm_transport.h"
 
 namespace hicoll {
 
-bool NodeBoard::waitPosted(int local, uint64_t seq, const CallDesc& mine, bool collect, bool later_ok) {
+bool NodeBoard::waitPosted(int local, uint64_t seq, const CallDesc& mine, bool collect, bool later_ok,
+                           PeerLines lines) {
   const int peer = shm_.commRank(local);
   auto posted = [&] { return postedSeq(local, seq) >= seq; };
   waitUntil(
-      posted, deadline_,
+      [&] {
+        if (lines.len) prefetchLines(shm_.scratch(local) + lines.offset, std::min(lines.len, PeerLines::kMaxBytes));
+        return posted();
+      },
+      deadline_,
       [&] {
         check_peers_();
         // A peer that destroyed its communicator makes no more calls.
@@ -55,9 +62,9 @@ bool NodeBoard::waitPosted(int local, uint64_t seq, const CallDesc& mine, bool c
   return true;
 }
 
-void NodeBoard::waitAllPosted(uint64_t seq, const CallDesc& mine) {
+void NodeBoard::waitAllPosted(uint64_t seq, const CallDesc& mine, PeerLines lines) {
   for (int l = 0; l < shm_.localSize(); ++l)
-    if (l != shm_.localIndex()) waitPosted(l, seq, mine);
+    if (l != shm_.localIndex()) waitPosted(l, seq, mine, false, false, lines);
 }
 
 void NodeBoard::settle(UncheckedPhases& u, uint64_t upto, uint64_t then_posted, bool wait) {

@@ -88,6 +88,18 @@ struct PeerCheck {
   }
 };
 
+// The lines of a local peer's scratch buffer that a wait for its post reads next (a small
+// call's staged data, algorithms/node_small.h): [offset, offset + len) of every peer's. Every
+// pass of the wait prefetches them, so they cross to this core with the post instead of one
+// transfer after it: between cores on different dies or sockets a transfer costs more than a
+// small call's own work (perf/README.md, "Small calls").
+struct PeerLines {
+  // Prefetched per peer and pass at most: more lines, still being written by the peer, bounce
+  // between the two cores (a 4 KiB ReduceScatter was slower with 1 KiB).
+  static constexpr size_t kMaxBytes = 512;
+  size_t offset = 0, len = 0;
+};
+
 class NodeBoard {
  public:
   // The protocol's waits run until `deadline` (of timeout_ms, for messages), with
@@ -104,10 +116,12 @@ class NodeBoard {
   // hcRemoteError when the peer rejected its own arguments or destroyed its communicator).
   // Collecting (a rejected call's round): returns whether the peer's call was valid instead.
   // later_ok: a slot that holds a later phase ends the wait (settle()).
-  bool waitPosted(int local, uint64_t seq, const CallDesc& mine, bool collect = false, bool later_ok = false);
+  // lines: touched while waiting (PeerLines).
+  bool waitPosted(int local, uint64_t seq, const CallDesc& mine, bool collect = false, bool later_ok = false,
+                  PeerLines lines = {});
   // This rank's own post of phase seq (its descriptor), while still in its slot.
   const Board::Post& own(uint64_t seq) const;
-  void waitAllPosted(uint64_t seq, const CallDesc& mine);
+  void waitAllPosted(uint64_t seq, const CallDesc& mine, PeerLines lines = {});
   // The waits and checks of this rank's unchecked phases up to `upto` (then dropped from u),
   // against this rank's own posts of them. A disagreement or a peer that never arrives is an
   // error here, naming that earlier call. A peer's slot that holds a later phase is skipped:
