@@ -56,6 +56,8 @@ small() {  # ranks; launch k > 1 writes NAME.lK.json
   for ((k = 1; k <= launches; k++)); do
     sfx=
     ((k == 1)) || sfx=.l$k
+    # What a cache line costs between two cores now: the small calls' times follow it.
+    echo "small_1x$1$sfx: $(build/perf/linelat 100000 3)" >>"$out/linelat.txt"
     for coll in allgather allreduce broadcast reducescatter; do
       run "small_1x$1_$coll$sfx" "$B" "$coll" --np "$1" -b 8 -e 64K -f 2 -n 4000 -w 400 --reps "$reps" --baseline mpi
     done

@@ -9,6 +9,7 @@ row (targets.sh -l), between the medians of each variant across the launches."""
 import glob
 import json
 import os
+import re
 import statistics
 import sys
 
@@ -71,6 +72,23 @@ def small(out):
             if len(runs) > 1:
                 fig += f" (medians of {len(runs)} launches)"
             show(f"1x{ranks} {coll} 8 B - 64 KiB vs Open MPI", fig, ">= 1 at every size", worst[0] >= 1)
+
+
+def linelat(out):
+    """The cache-line round trip before each small launch (targets.sh runs perf/linelat): a
+    small call's time follows it, so a ratio's launches are read beside it."""
+    path = os.path.join(out, "linelat.txt")
+    if not os.path.exists(path):
+        return
+    per_row = {}  # small_1x2 -> [median ns per launch]
+    with open(path) as f:
+        for line in f:
+            m = re.match(r"(small_1x\d+)(\.l\d+)?: .*median (\d+) ns", line)
+            if m:
+                per_row.setdefault(m.group(1), []).append(m.group(3))
+    for row, ns in per_row.items():
+        show(f"{row.replace('small_', '')} cache-line round trip (linelat)", "ns per launch: " + ", ".join(ns),
+             "(recorded, no goal)", None)
 
 
 def quantized(out):
@@ -149,7 +167,7 @@ def main():
     if not glob.glob(os.path.join(out, "*.json")) and not glob.glob(os.path.join(out, "*.txt")):
         sys.exit(f"targets_report: nothing in {out}")
     print(f"{'row':<46} {'figure (this run)':<60} goal")
-    for part in (small, quantized, node_memory, scratch, model, long_rows):
+    for part in (small, linelat, quantized, node_memory, scratch, model, long_rows):
         part(out)
 
 

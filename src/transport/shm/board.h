@@ -92,7 +92,7 @@ struct PeerCheck {
 // call's staged data, algorithms/node_small.h): [offset, offset + len) of every peer's. Every
 // pass of the wait prefetches them, so they cross to this core with the post instead of one
 // transfer after it: between cores on different dies or sockets a transfer costs more than a
-// small call's own work (perf/README.md, "Small calls").
+// small call's own work (perf/README.md, "Small calls on one node").
 struct PeerLines {
   // Prefetched per peer and pass at most: more lines, still being written by the peer, bounce
   // between the two cores (a 4 KiB ReduceScatter was slower with 1 KiB).
