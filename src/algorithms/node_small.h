@@ -39,7 +39,7 @@ struct Staged {
   bool in_post, in_ring;
   char* mine() const { return at(shm.localIndex()); }
   const char* of(int local) const { return at(local); }
-  // [off, off + len) of each peer's staged data, for a wait to touch (none in the post: it
+  // [off, off + len) of each peer's staged data, for a wait to prefetch (none in the post: it
   // comes with it).
   PeerLines lines(size_t off, size_t len) const {
     if (in_post || in_ring) return {};

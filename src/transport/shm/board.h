@@ -116,7 +116,7 @@ class NodeBoard {
   // hcRemoteError when the peer rejected its own arguments or destroyed its communicator).
   // Collecting (a rejected call's round): returns whether the peer's call was valid instead.
   // later_ok: a slot that holds a later phase ends the wait (settle()).
-  // lines: touched while waiting (PeerLines).
+  // lines: prefetched while waiting (PeerLines).
   bool waitPosted(int local, uint64_t seq, const CallDesc& mine, bool collect = false, bool later_ok = false,
                   PeerLines lines = {});
   // This rank's own post of phase seq (its descriptor), while still in its slot.
