@@ -34,7 +34,7 @@ void hierBroadcast(Run& r, const void* send, void* recv, size_t count, int root)
   // the peers to finish reading the root's user buffer; the root need not even wait for
   // them to start (rootLeavesUnchecked).
   const Staged stage(r.shm, r.seq, r.buf.scratch_bytes / 2, bytes, N == 1);
-  if (N == 1 && stagesBroadcast(bytes, stage.half, r.cfg)) {
+  if (N == 1 && stagesBroadcast(bytes, stage.half, r.cfg, r.oversubscribed)) {
     if (id.rank == root) stageBroadcast(stage, send, bytes);
     r.post(exposed, hcCollBroadcast);
     if (rootLeavesUnchecked(id.rank == root, r.cfg)) r.leaveUnchecked();

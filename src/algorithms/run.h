@@ -37,7 +37,8 @@ struct Run {
   size_t esize;
   ShmTransport& shm;
   NodeBoard board;
-  uint64_t seq = 0;  // of the current phase (one collective may run several)
+  const bool oversubscribed;  // the host's ranks outnumber its cores (alike on every rank)
+  uint64_t seq = 0;           // of the current phase (one collective may run several)
 
   // Starts a phase: a fresh sequence number for tags and the board (whose phase rule every
   // phase follows: transport/shm/board.h), once the previous phase's checks are done.

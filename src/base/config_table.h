@@ -94,8 +94,9 @@
     "AllGather blocks up to this size are copied into the sender's shared segment and read "                         \
     "from there with memcpy, instead of one process_vm_readv system call per peer.")                                 \
   X(BcastRootWaits, "HICOLL_BCAST_ROOT_WAITS", Bool, "0", "", 0, 0, Agree,                                           \
-    "0: a Broadcast on one node small enough to be staged (up to 16 x HICOLL_SHM_EAGER_BYTES) "                      \
-    "returns on its root once the data is staged, as an MPI root's eager send, and up to 256 "                       \
+    "0: a Broadcast on one node small enough to be staged (up to 2 x HICOLL_SHM_EAGER_BYTES, 16 x "                  \
+    "where the host's ranks outnumber its cores) returns on its root once the data is staged, "                      \
+    "as an MPI root's eager send, and up to 256 "                                                                    \
     "bytes its other ranks wait for the root only; a rank that disagrees with the call, or "                         \
     "never starts it, fails it at once on the ranks that wait for it and on the others at "                          \
     "one of their next 255 calls (the first that is not such a Broadcast), naming the "                              \

@@ -391,7 +391,9 @@ TEST(CollectivesBackToBack, BroadcastsRunAheadThenOtherCalls) {
     auto st = run(job, [&](int rank, hcComm_t comm) {
       const int W = L;
       const size_t big = 30000;
-      const size_t staged_max = 16384;  // 64 KiB: the largest staged Broadcast (16 x HICOLL_SHM_EAGER_BYTES)
+      // 64 KiB: the largest staged Broadcast (16 x HICOLL_SHM_EAGER_BYTES) where the ranks
+      // outnumber the host's cores (L = 3, 4 on 2 cores), else read from the root's buffer.
+      const size_t staged_max = 16384;
       std::vector<int32_t> in(big), out(big * W), bc(staged_max), bc_out(staged_max);
       int wrong = 0;
       for (int it = 0; it < 120 && wrong == 0; ++it) {
