@@ -115,7 +115,7 @@ bool stages(const hcComm& c, const CollArgs& a, const CollPlan& p, size_t esize)
     case hcCollReduceScatter:
       return stagesReduceScatter(b, c.links.shm->localSize(), half, cfg) && !nodeMemFind(a.send).valid();
     case hcCollAllReduce: return p.allreduce_small && stagesAllReduce(b, half);
-    case hcCollBroadcast: return stagesBroadcast(b, half, cfg, c.plan.host_ranks > c.plan.host_cores);
+    case hcCollBroadcast: return stagesBroadcast(b, half, cfg, c.plan.oversubscribed());
     default: return false;
   }
 }

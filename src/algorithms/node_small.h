@@ -69,11 +69,10 @@ inline bool stagesAllReduce(size_t bytes, size_t half) {
 // A Broadcast's one staged copy serves every peer (an AllGather stages a copy per rank), and
 // below 2 x HICOLL_SHM_EAGER_BYTES its peers' single-copy reads and the wait for them cost more
 // than the copies. Above that, staging crosses each line between the cores twice (into the
-// root's segment, then out) where a peer's read of the root's buffer crosses it once: on
-// cores far apart the staged 16-64 KiB took twice Open MPI's time, the direct read about its
-// time. It pays where the host's ranks outnumber its cores (the root that does not wait frees
-// a core for them), up to 16 x HICOLL_SHM_EAGER_BYTES (perf/results/2026-12-05-zen2.md).
-// oversubscribed: the communicator's host_ranks > host_cores, alike on every rank.
+// root's segment, then out) where a peer's read of the root's buffer crosses it once, which
+// wins on cores far apart. Staging pays where the host's ranks outnumber its cores (the root
+// that does not wait frees a core for them), up to 16 x HICOLL_SHM_EAGER_BYTES
+// (perf/results/2026-12-05-zen2.md). oversubscribed: PlanState::oversubscribed().
 inline bool stagesBroadcast(size_t bytes, size_t half, const Config& cfg, bool oversubscribed) {
   return bytes <= half && bytes <= (oversubscribed ? 16 : 2) * static_cast<size_t>(cfg.num(Knob::ShmEagerBytes));
 }

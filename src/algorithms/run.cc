@@ -12,8 +12,7 @@ Run::Run(hcComm& c, const CollArgs& args, const CollPlan* p, Agreement* ag)
     : id(c.id), links(c.links), buf(c.buf), stats(c.stats), cfg(c.plan.cfg), timeout_ms(c.health.timeout_ms), a(args),
       plan(p), desc(CallDesc::of(args)), agreement(ag), deadline(Deadline::fromFirstCheck(timeout_ms)),
       esize(typeSize(args.dtype)), shm(*c.links.shm),
-      board(*c.links.shm, c.id, deadline, timeout_ms, c.links.peerCheck()),
-      oversubscribed(c.plan.host_ranks > c.plan.host_cores) {
+      board(*c.links.shm, c.id, deadline, timeout_ms, c.links.peerCheck()), oversubscribed(c.plan.oversubscribed()) {
   const size_t out_bytes = args.count * esize * (args.coll == hcCollAllGather ? static_cast<size_t>(id.nranks) : 1);
   stream_out_ = args.coll != hcCollAllToAll && out_bytes >= static_cast<size_t>(cfg.num(Knob::StreamCopyBytes));
 }

@@ -37,7 +37,7 @@ struct Run {
   size_t esize;
   ShmTransport& shm;
   NodeBoard board;
-  const bool oversubscribed;  // the host's ranks outnumber its cores (alike on every rank)
+  const bool oversubscribed;  // PlanState::oversubscribed(), for the one-node Broadcast
   uint64_t seq = 0;           // of the current phase (one collective may run several)
 
   // Starts a phase: a fresh sequence number for tags and the board (whose phase rule every

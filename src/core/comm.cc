@@ -62,7 +62,7 @@ void hostFacts(hcComm& c, const std::vector<RankInfo>& all) {
   }
   c.plan.host_ranks = most;
   c.plan.host_cores = cores;
-  if (most > cores) Backoff::yieldFirst();
+  if (c.plan.oversubscribed()) Backoff::yieldFirst();
   const Topology& t = c.id.topo;
   std::vector<int> leaving(t.nnodes, 0);
   for (int r = 0; r < t.nranks; ++r)

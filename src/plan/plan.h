@@ -101,6 +101,8 @@ struct PlanContext {
   // The ranks sharing one host's cores (one kernel, as emulated nodes do), its cores, the most
   // ring hops that leave one node.
   int host_ranks = 1, host_cores = 1, ring_cross = 1;
+  // The host's ranks outnumber its cores (alike on every rank: from the exchanged infos).
+  bool oversubscribed() const { return host_ranks > host_cores; }
   // The largest inter-node chunk the model may raise HICOLL_NET_CHUNK_SIZE to under
   // HICOLL_ALGO=auto: HICOLL_CHUNK_SIZE, within rxm's eager limit in this process (0: none).
   size_t net_chunk_cap = 0;

@@ -95,7 +95,7 @@ struct PeerCheck {
 // small call's own work (perf/README.md, "Small calls on one node").
 struct PeerLines {
   // Prefetched per peer and pass at most: more lines, still being written by the peer, bounce
-  // between the two cores (a 4 KiB ReduceScatter was slower with 1 KiB).
+  // between the two cores and slow the larger calls down (perf/results/2026-12-05-zen2.md).
   static constexpr size_t kMaxBytes = 512;
   size_t offset = 0, len = 0;
 };
