@@ -31,6 +31,11 @@ struct BF16 {
   static float toFloat(Raw r) { return value(static_cast<uint16_t>(r)); }
   static float value(uint16_t x) { return num::bf16ToFloat(x); }
   static uint16_t fromFloat(float f) { return num::floatToBf16(f); }
+  // fromFloat of a finite f, without its NaN branch (which keeps the loops from vectorising).
+  static uint16_t fromFinite(float f) {
+    const uint32_t u = num::floatToBits(f);
+    return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  }
 };
 struct F16 {
   using Elem = uint16_t;
@@ -40,6 +45,7 @@ struct F16 {
   static float toFloat(Raw r) { return value(static_cast<uint16_t>(r)); }
   static float value(uint16_t x) { return num::halfToFloat(x); }
   static uint16_t fromFloat(float f) { return num::floatToHalf(f); }
+  static uint16_t fromFinite(float f) { return fromFloat(f); }
 };
 
 constexpr size_t kChunk = 512;  // floats of a widened (or narrowed) piece of a block
@@ -181,26 +187,30 @@ void values(const int8_t* q, size_t n, Real c, float* out) {
   }
 }
 
+// values() for the 16-bit types, rounded to them in the same pass (as F::fromFloat of
+// values()' floats: a finite product, or F's NaN for -128): one pass over the output instead
+// of a float stage and a second pass.
+template <class F>
+void valuesNarrow(const int8_t* q, size_t n, float c, uint16_t* out) {
+  const uint16_t nan = F::fromFloat(std::numeric_limits<float>::quiet_NaN());
+  for (size_t i = 0; i < n; ++i) {
+    const int32_t qi = q[i];
+    out[i] = pick<uint16_t>(qi == kNonFinite, nan, F::fromFinite(static_cast<float>(qi) * c));
+  }
+}
+
 template <class F>
 void dequantizeT(const uint8_t* src, size_t count, size_t block, void* dst) {
   auto* out = static_cast<typename F::Elem*>(dst);
   const size_t nb = numBlocks(count, block);
   const int8_t* codes = reinterpret_cast<const int8_t*>(src + nb * sizeof(float));
-  alignas(64) float wide[kChunk];
   for (size_t b = 0; b < nb; ++b) {
     const size_t off = b * block, n = std::min(block, count - off);
     float a;
     std::memcpy(&a, src + b * sizeof(float), sizeof a);
     const double c = static_cast<double>(a) / 127.0;
-    if constexpr (std::is_same_v<F, F32>) {
-      values(codes + off, n, c, out + off);
-    } else {
-      for (size_t j = 0; j < n; j += kChunk) {
-        const size_t m = std::min(kChunk, n - j);
-        values(codes + off + j, m, static_cast<float>(c), wide);
-        for (size_t i = 0; i < m; ++i) out[off + j + i] = F::fromFloat(wide[i]);
-      }
-    }
+    if constexpr (std::is_same_v<F, F32>) values(codes + off, n, c, out + off);
+    else valuesNarrow<F>(codes + off, n, static_cast<float>(c), out + off);
   }
 }
 
