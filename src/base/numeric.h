@@ -44,43 +44,42 @@ HC_HD uint32_t floatToBits(float f) {
 #endif
 }
 
+// c ? a : b by masks. A ?: whose operand is computed in floating point makes GCC keep that
+// computation conditional (it may trap), and the loop around it then does not vectorise.
+HC_HD uint32_t selectBits(bool c, uint32_t a, uint32_t b) {
+  const uint32_t m = 0u - static_cast<uint32_t>(c);
+  return (a & m) | (b & ~m);
+}
+
+// The half conversions are branch-free, so that loops over them vectorise (host reductions,
+// the quantization kernels): every case is computed and the right one selected.
 HC_HD float halfToFloat(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1fu;
-  uint32_t man = h & 0x3ffu;
-  if (exp == 0x1f) return bitsToFloat(sign | 0x7f800000u | (man << 13));  // inf / nan
-  if (exp == 0) {
-    if (man == 0) return bitsToFloat(sign);
-    // Subnormal: normalise.
-    int e = -1;
-    do {
-      man <<= 1;
-      ++e;
-    } while ((man & 0x400u) == 0);
-    return bitsToFloat(sign | static_cast<uint32_t>(127 - 15 - e) << 23 | ((man & 0x3ffu) << 13));
-  }
-  return bitsToFloat(sign | (exp + 127 - 15) << 23 | (man << 13));
+  const uint32_t em = static_cast<uint32_t>(h & 0x7fffu) << 13;  // exponent and mantissa in fp32's places
+  const uint32_t exp = em & 0x0f800000u;
+  const uint32_t normal = em + (112u << 23);  // the exponent rebiased (127 - 15)
+  const uint32_t special = em | 0x7f800000u;  // inf / nan
+  // Subnormal (and zero): read as the normal of the smallest exponent, minus that exponent's
+  // 1.0 (2^-14), which is exact.
+  const uint32_t sub = floatToBits(bitsToFloat(em + (113u << 23)) - bitsToFloat(113u << 23));
+  const uint32_t r = selectBits(exp == 0, sub, selectBits(exp == 0x0f800000u, special, normal));
+  return bitsToFloat(sign | r);
 }
 
 HC_HD uint16_t floatToHalf(float f) {
   const uint32_t u = floatToBits(f);
-  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  const uint32_t sign = (u >> 16) & 0x8000u;
   const uint32_t abs = u & 0x7fffffffu;
-  if (abs >= 0x7f800000u) return sign | (abs > 0x7f800000u ? 0x7e00u : 0x7c00u);  // nan / inf
-  if (abs >= 0x477ff000u) return sign | 0x7c00u;                                  // rounds to >= 65520: overflow to inf
-  if (abs < 0x38800000u) {               // below the smallest normal half: subnormal
-    if (abs < 0x33000000u) return sign;  // below half the smallest subnormal
-    const uint32_t man = (abs & 0x7fffffu) | 0x800000u;
-    const int shift = 126 - static_cast<int>(abs >> 23);  // 14 .. 24
-    uint32_t r = man >> shift;
-    const uint32_t rem = man & ((1u << shift) - 1), halfway = 1u << (shift - 1);
-    if (rem > halfway || (rem == halfway && (r & 1u))) ++r;
-    return sign | static_cast<uint16_t>(r);
-  }
-  uint32_t r = ((abs >> 13) - ((127 - 15) << 10));
-  const uint32_t rem = abs & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) ++r;
-  return sign | static_cast<uint16_t>(r);
+  // A normal half: the mantissa rounded to 10 bits, to nearest even (a carry moves into the
+  // exponent), the exponent rebiased; from 65520 up (and inf) it overflows to inf.
+  const uint32_t n = ((abs + 0xfffu + ((abs >> 13) & 1u)) >> 13) - (112u << 10);
+  const uint32_t normal = n < 0x7c00u ? n : 0x7c00u;
+  // Below the smallest normal half (2^-14): adding 0.5, whose ulp is the subnormal half's step
+  // (2^-24), leaves the value's steps in the low bits, rounded to nearest even by the addition.
+  const uint32_t sub = floatToBits(bitsToFloat(abs) + 0.5f) - 0x3f000000u;
+  const uint32_t r =
+      selectBits(abs > 0x7f800000u, 0x7e00u, selectBits(abs < 0x38800000u, sub, normal));  // nan, subnormal
+  return static_cast<uint16_t>(sign | r);
 }
 
 HC_HD float bf16ToFloat(uint16_t b) {

@@ -51,6 +51,30 @@ TEST(Numeric, FloatToHalfRoundsLikeTheCompiler) {
   EXPECT_EQ(num::floatToHalf(std::ldexp(1.f, -25)), 0x0000);  // a tie rounds to even
 }
 
+// The conversion is branch-free (every case computed, one selected): against the compiler's,
+// each sign, every float where its cases meet (zero, the smallest half subnormal, the smallest
+// normal half, 65504 and the overflow to infinity, the largest floats) and every 97th float of
+// the half subnormals between them.
+TEST(Numeric, FloatToHalfWhereItsCasesMeet) {
+  struct Range {
+    uint32_t from, to, step;
+  };
+  const Range ranges[] = {{0, 0x1000u, 1},
+                          {0x32fff000u, 0x33001000u, 1},
+                          {0x33001000u, 0x387ff000u, 97},
+                          {0x387ff000u, 0x38801000u, 1},
+                          {0x477fe000u, 0x47801000u, 1},
+                          {0x7f7ff000u, 0x7f800001u, 1}};
+  for (const Range& r : ranges)
+    for (uint32_t a = r.from; a < r.to; a += r.step)
+      for (uint32_t sign : {0u, 0x80000000u}) {
+        float f;
+        const uint32_t u = a | sign;
+        std::memcpy(&f, &u, 4);
+        ASSERT_EQ(num::floatToHalf(f), gccHalf(f)) << std::hex << u;
+      }
+}
+
 TEST(Numeric, Bfloat16) {
   EXPECT_EQ(num::floatToBf16(1.0f), 0x3f80);
   EXPECT_EQ(num::bf16ToFloat(0x3f80), 1.0f);
