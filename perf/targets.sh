@@ -13,7 +13,7 @@
 # each lands on), so one launch's ratio says little below a few microseconds.
 #
 # Rows: small_1x2 small_1x4 (AllGather, AllReduce, Broadcast, ReduceScatter 8 B - 64 KiB
-# against Open MPI), quantized_2x2 (int8 AllGather fp32 / bf16 and ReduceScatter fp32 against
+# against Open MPI), quantized_2x2 (int8 AllGather fp32 / bf16 / fp16 and ReduceScatter fp32 against
 # the exact call, 64 MiB at 1 Gbit/s), node_memory_1x2 (64 MiB AllGather in node memory
 # against a 1-core memcpy and Open MPI), scratch_2x2 (128 MiB AllGather at 1 Gbit/s: pieces
 # through the scratch buffer against SMDDP's strict rule, the ring), model_4x1 (the
@@ -69,7 +69,7 @@ for row in "${rows[@]}"; do
     small_1x2) small 2 ;;
     small_1x4) small 4 ;;
     quantized_2x2)
-      for dt in float bfloat16; do
+      for dt in float bfloat16 half; do
         run "quantized_2x2_allgather_$dt" $NS -N 2 -L 2 -- allgather -b 64M -e 64M -d "$dt" --quant 256 -n 5 -w 2 --reps "$reps"
       done
       run quantized_2x2_reducescatter_float $NS -N 2 -L 2 -- reducescatter -b 64M -e 64M --quant 256 -n 5 -w 2 --reps "$reps"

@@ -92,7 +92,9 @@ def linelat(out):
 
 
 def quantized(out):
-    goals = {"allgather_float": 3.2, "allgather_bfloat16": 1.8, "reducescatter_float": 3.5}
+    # fp16 has no goal of the issue's: quantizing must at least pay (its conversions once made
+    # the int8 call slower than the exact one).
+    goals = {"allgather_float": 3.2, "allgather_bfloat16": 1.8, "allgather_half": 1.0, "reducescatter_float": 3.5}
     for name, goal in goals.items():
         d = load(out, f"quantized_2x2_{name}")
         if not d:
