@@ -31,11 +31,7 @@ struct BF16 {
   static float toFloat(Raw r) { return value(static_cast<uint16_t>(r)); }
   static float value(uint16_t x) { return num::bf16ToFloat(x); }
   static uint16_t fromFloat(float f) { return num::floatToBf16(f); }
-  // fromFloat of a finite f, without its NaN branch (which keeps the loops from vectorising).
-  static uint16_t fromFinite(float f) {
-    const uint32_t u = num::floatToBits(f);
-    return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-  }
+  static uint16_t fromNumber(float f) { return num::roundToBf16(f); }  // f not a NaN: no select
 };
 struct F16 {
   using Elem = uint16_t;
@@ -45,7 +41,7 @@ struct F16 {
   static float toFloat(Raw r) { return value(static_cast<uint16_t>(r)); }
   static float value(uint16_t x) { return num::halfToFloat(x); }
   static uint16_t fromFloat(float f) { return num::floatToHalf(f); }
-  static uint16_t fromFinite(float f) { return fromFloat(f); }
+  static uint16_t fromNumber(float f) { return fromFloat(f); }
 };
 
 constexpr size_t kChunk = 512;  // floats of a widened (or narrowed) piece of a block
@@ -58,13 +54,7 @@ Real roundEven(Real t) {
   return (t + k) - k;
 }
 
-// Branch-free select. A ?: whose operand is computed in floating point makes GCC keep that
-// computation conditional (it may trap), and the loop then does not vectorise.
-template <class I>
-I pick(bool c, I a, I b) {
-  const I m = static_cast<I>(-static_cast<I>(c));
-  return static_cast<I>((a & m) | (b & ~m));
-}
+using num::pick;  // branch-free selects (numeric.h): the loops below must vectorise
 
 // Bits of the largest finite magnitude in the block (magnitude order is bit order).
 template <class F>
@@ -195,7 +185,7 @@ void valuesNarrow(const int8_t* q, size_t n, float c, uint16_t* out) {
   const uint16_t nan = F::fromFloat(std::numeric_limits<float>::quiet_NaN());
   for (size_t i = 0; i < n; ++i) {
     const int32_t qi = q[i];
-    out[i] = pick<uint16_t>(qi == kNonFinite, nan, F::fromFinite(static_cast<float>(qi) * c));
+    out[i] = pick<uint16_t>(qi == kNonFinite, nan, F::fromNumber(static_cast<float>(qi) * c));
   }
 }
 

@@ -44,11 +44,13 @@ HC_HD uint32_t floatToBits(float f) {
 #endif
 }
 
-// c ? a : b by masks. A ?: whose operand is computed in floating point makes GCC keep that
-// computation conditional (it may trap), and the loop around it then does not vectorise.
-HC_HD uint32_t selectBits(bool c, uint32_t a, uint32_t b) {
-  const uint32_t m = 0u - static_cast<uint32_t>(c);
-  return (a & m) | (b & ~m);
+// c ? a : b by masks, for integers. A ?: whose operand is computed in floating point makes GCC
+// keep that computation conditional (it may trap), and the loop around it then does not
+// vectorise.
+template <class I>
+HC_HD I pick(bool c, I a, I b) {
+  const I m = static_cast<I>(-static_cast<I>(c));
+  return static_cast<I>((a & m) | (b & ~m));
 }
 
 // The half conversions are branch-free, so that loops over them vectorise (host reductions,
@@ -62,7 +64,7 @@ HC_HD float halfToFloat(uint16_t h) {
   // Subnormal (and zero): read as the normal of the smallest exponent, minus that exponent's
   // 1.0 (2^-14), which is exact.
   const uint32_t sub = floatToBits(bitsToFloat(em + (113u << 23)) - bitsToFloat(113u << 23));
-  const uint32_t r = selectBits(exp == 0, sub, selectBits(exp == 0x0f800000u, special, normal));
+  const uint32_t r = pick(exp == 0, sub, pick(exp == 0x0f800000u, special, normal));
   return bitsToFloat(sign | r);
 }
 
@@ -77,8 +79,7 @@ HC_HD uint16_t floatToHalf(float f) {
   // Below the smallest normal half (2^-14): adding 0.5, whose ulp is the subnormal half's step
   // (2^-24), leaves the value's steps in the low bits, rounded to nearest even by the addition.
   const uint32_t sub = floatToBits(bitsToFloat(abs) + 0.5f) - 0x3f000000u;
-  const uint32_t r =
-      selectBits(abs > 0x7f800000u, 0x7e00u, selectBits(abs < 0x38800000u, sub, normal));  // nan, subnormal
+  const uint32_t r = pick(abs > 0x7f800000u, 0x7e00u, pick(abs < 0x38800000u, sub, normal));  // nan, subnormal
   return static_cast<uint16_t>(sign | r);
 }
 
@@ -86,11 +87,16 @@ HC_HD float bf16ToFloat(uint16_t b) {
   return bitsToFloat(static_cast<uint32_t>(b) << 16);
 }
 
+// A float that is not a NaN, rounded to bf16 (to nearest even; past the largest bf16, inf).
+HC_HD uint16_t roundToBf16(float f) {
+  const uint32_t u = floatToBits(f);
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
 HC_HD uint16_t floatToBf16(float f) {
   const uint32_t u = floatToBits(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // quiet nan
-  const uint32_t rounding = 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>((u + rounding) >> 16);
+  return roundToBf16(f);
 }
 
 // Accumulator and conversions per storage type.
