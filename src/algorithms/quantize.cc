@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "base/error.h"
+#include "base/kernel_clones.h"
 #include "base/numeric.h"
 
 namespace hicoll::quant {
@@ -244,21 +245,11 @@ void checkBlock(size_t block) {
 
 }  // namespace
 
-// One copy of each kernel per instruction set, picked at load time: the loops are written for
-// auto-vectorization, and AVX2's wider registers and 32->16-bit packs roughly halve their time;
-// AVX-512 (x86-64-v4) takes a little more off (perf/results/2026-12-02.md).
-// Not under ThreadSanitizer: the clones' ifunc resolvers run before its runtime is up.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
-#define HC_QUANT_KERNEL __attribute__((target_clones("arch=x86-64-v4", "avx2", "default"), flatten))
-#else
-#define HC_QUANT_KERNEL
-#endif
-
 bool quantizable(hcDataType_t dtype) {
   return dtype == hcFloat32 || dtype == hcBfloat16 || dtype == hcFloat16;
 }
 
-HC_QUANT_KERNEL void quantize(const void* src, size_t count, hcDataType_t dtype, size_t block, void* dst) {
+HC_KERNEL_CLONES void quantize(const void* src, size_t count, hcDataType_t dtype, size_t block, void* dst) {
   checkBlock(block);
   auto* d = static_cast<uint8_t*>(dst);
   switch (dtype) {
@@ -269,7 +260,7 @@ HC_QUANT_KERNEL void quantize(const void* src, size_t count, hcDataType_t dtype,
   }
 }
 
-HC_QUANT_KERNEL void dequantize(const void* src, size_t count, hcDataType_t dtype, size_t block, void* dst) {
+HC_KERNEL_CLONES void dequantize(const void* src, size_t count, hcDataType_t dtype, size_t block, void* dst) {
   checkBlock(block);
   const auto* s = static_cast<const uint8_t*>(src);
   switch (dtype) {
@@ -280,8 +271,8 @@ HC_QUANT_KERNEL void dequantize(const void* src, size_t count, hcDataType_t dtyp
   }
 }
 
-HC_QUANT_KERNEL void sumImages(const void* own, const void* const* images, size_t nimages, size_t count,
-                               hcDataType_t dtype, size_t block, int divisor, void* out) {
+HC_KERNEL_CLONES void sumImages(const void* own, const void* const* images, size_t nimages, size_t count,
+                                hcDataType_t dtype, size_t block, int divisor, void* out) {
   checkBlock(block);
   switch (dtype) {
     case hcFloat32: return sumImagesT<F32>(own, images, nimages, count, block, divisor, out);

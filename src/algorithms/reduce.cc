@@ -7,6 +7,7 @@
 #include <emmintrin.h>
 
 #include "base/error.h"
+#include "base/kernel_clones.h"
 #include "base/numeric.h"
 
 namespace hicoll {
@@ -145,7 +146,7 @@ void reduceOp(const ReduceSpec& s, void* dst, const void* const* srcs, int nsrc,
 
 }  // namespace
 
-void reduceN(const ReduceSpec& s, void* dst, const void* const* srcs, int nsrc, size_t n) {
+HC_KERNEL_CLONES void reduceN(const ReduceSpec& s, void* dst, const void* const* srcs, int nsrc, size_t n) {
   if (n == 0) return;
   HC_CHECK(nsrc >= 1, hcInternalError, "reduce with no source");
   switch (s.dtype) {

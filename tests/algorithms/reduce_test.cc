@@ -104,6 +104,27 @@ TEST(Reduce, PremulOnlyScalesMarkedSources) {
   EXPECT_EQ(out[0], 11.0f);
 }
 
+// Each product is rounded before it is added, on every copy of the kernel (base/kernel_clones.h):
+// a fused multiply-add would keep y * s's low bits, and ranks on CPUs with and without FMA, or
+// the device, would sum differently. -1 + (1 + e)(1 + e) is 2e rounded that way, 2e + e^2 fused.
+TEST(Reduce, APreMulSumRoundsEachProductBeforeItsSum) {
+  auto check = [](auto one, double e, hcDataType_t dtype) {
+    using T = decltype(one);
+    const size_t n = 4099;  // the vector loops and their tails
+    std::vector<T> acc(n, T(-1)), in(n, static_cast<T>(1 + e)), out(n);
+    const void* srcs[] = {acc.data(), in.data()};
+    ReduceSpec spec;
+    spec.dtype = dtype;
+    spec.kind = OpKind::PreMulSum;
+    spec.scalar = 1 + e;
+    spec.premul_mask = 2;  // the second source is an input, the first a partial sum
+    reduceN(spec, out.data(), srcs, 2, n);
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(out[i], static_cast<T>(2 * e)) << dtypeName(dtype) << " element " << i;
+  };
+  check(1.0f, std::ldexp(1.0, -12), hcFloat32);
+  check(1.0, std::ldexp(1.0, -27), hcFloat64);
+}
+
 TEST(Reduce, IntegerSumsWrap) {
   std::vector<int8_t> a{100}, b{100}, out(1);
   const void* srcs[] = {a.data(), b.data()};
