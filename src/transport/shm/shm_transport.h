@@ -143,6 +143,7 @@ class ShmTransport : public Transport {
   bool viaRing(size_t len) const;
   // The bounce ring sender's segment holds for receiver (both local indices).
   char* ring(int sender, int receiver);
+  void mapRing(int sender, int receiver, bool* mapped);
   bool progressRecv(int local);
   static std::string allowPeerReads(const std::string& mode, const std::vector<int>& pids, int me);
   std::string cma_note_;
