@@ -7,8 +7,9 @@
 //  2. Each rank tells each peer what it sends it, from where, and what it expects back: a pair
 //     whose counts differ fails on both of its ranks, naming both (a length mismatch of a
 //     data message would name one side only; chunk counts that differ would leave messages
-//     unmatched). Local peers read this from a table in the sender's scratch buffer (no
-//     message, no system call); a remote peer gets it in the first message, which also
+//     unmatched). Local peers read this from their slot in the sender's scratch buffer (no
+//     message, no system call; algorithms/node_small.h, which also runs a call whose blocks
+//     all stage without this path); a remote peer gets it in the first message, which also
 //     carries the block when it is small (one message each way for small blocks).
 //  3. Data, in step order (step s sends to rank me+s and receives from rank me-s, the order
 //     MPI and NCCL use), in chunks. Local blocks up to HICOLL_SHM_EAGER_BYTES wait in the
@@ -21,30 +22,21 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/node_small.h"
 #include "algorithms/run.h"
 #include "base/error.h"
 
 namespace hicoll {
 namespace {
 
-constexpr uint64_t kNotStaged = ~uint64_t{0};
 constexpr size_t kCarryMax = 16384;  // a remote block up to this rides in the first message
-
-struct PairHeader {  // what a rank tells a peer, in bytes
-  uint64_t sends, from, expects;
-  uint64_t staged;  // local pairs: the block's offset in the sender's scratch, or kNotStaged
-};
-static_assert(sizeof(PairHeader) == 32, "wire layout");
+using PairHeader = AllToAllPair;
 
 struct Item {  // one chunk of a block to or from a peer
   int peer;
   size_t off, len;  // within the block
   size_t src = 0;   // reads in place: where the chunk lies in the sender's posted buffer
 };
-
-size_t align64(size_t n) {
-  return (n + 63) & ~size_t{63};
-}
 
 }  // namespace
 
@@ -56,53 +48,27 @@ void allToAll(Run& r) {
   const size_t e = r.esize;
   const char* in = static_cast<const char*>(a.send);
   char* out = static_cast<char*>(a.recv);
-  std::vector<size_t> soff(W), roff(W);
-  for (size_t p = 0, sp = 0, rp = 0; p < static_cast<size_t>(W); ++p) {
-    soff[p] = (a.send_displs ? a.send_displs[p] : sp) * e;
-    roff[p] = (a.recv_displs ? a.recv_displs[p] : rp) * e;
-    sp = soff[p] / e + a.send_counts[p];
-    rp = roff[p] / e + a.recv_counts[p];
-  }
-  auto sendLen = [&](int p) { return a.send_counts[p] * e; };
-  auto recvLen = [&](int p) { return a.recv_counts[p] * e; };
+  std::vector<size_t> soff(W), roff(W), slen(W), rlen(W);
+  allToAllLayout(a, e, soff.data(), roff.data(), slen.data(), rlen.data(), W);
+  auto sendLen = [&](int p) { return slen[p]; };
+  auto recvLen = [&](int p) { return rlen[p]; };
   auto local = [&](int p) { return t.node_of[p] == id.node(); };
-
   // h: what peer p told this rank; either direction of the pair may differ.
-  auto check = [&](int p, const PairHeader& h) {
-    auto way = [&](int from, int to, uint64_t sends, uint64_t expects) {
-      return fmt::format("{} sends {} elements to {}, which expects {} (its recvcounts[{}])", id.who(from), sends / e,
-                         id.who(to), expects / e, from);
-    };
-    const bool in_differs = h.sends != recvLen(p), out_differs = h.expects != sendLen(p);
-    if (in_differs || out_differs)
-      HC_THROW(hcInvalidUsage, "the counts of a pair differ: {}{}{}", in_differs ? way(p, me, h.sends, recvLen(p)) : "",
-               in_differs && out_differs ? "; " : "", out_differs ? way(me, p, sendLen(p), h.expects) : "");
-  };
+  auto check = [&](int p, const PairHeader& h) { checkAllToAllPair(id, p, h, sendLen(p), recvLen(p), e); };
 
   r.beginPhase();
   const size_t eager = static_cast<size_t>(r.cfg.num(Knob::ShmEagerBytes));
-  // This rank's table for its local peers, and their small blocks, in the half of its scratch
+  // This rank's slots for its local peers, and their small blocks, in the half of its scratch
   // this phase's parity owns, before the post (as hierAllGather's small blocks: a peer may
   // still read the other half, the previous phase's, never this one): the post publishes them.
-  char* scratch = r.shm.scratch(my_local);
-  const size_t base = (r.seq & 1) * (r.buf.scratch_bytes / 2), end = base + r.buf.scratch_bytes / 2;
-  HC_CHECK(static_cast<size_t>(L) * sizeof(PairHeader) <= end - base, hcUnsupported,
+  const size_t half = r.buf.scratch_bytes / 2, base = (r.seq & 1) * half;
+  const size_t node_slot = allToAllSlot(L, half, eager);
+  HC_CHECK(static_cast<size_t>(L) * node_slot <= half, hcUnsupported,
            "AllToAll: {} ranks on this node need {} bytes of table in half the scratch buffer "
            "(SMDDP_AG_SCRATCH_BUFFER_SIZE_BYTES={})",
-           L, static_cast<size_t>(L) * sizeof(PairHeader), r.buf.scratch_bytes);
-  auto* table = reinterpret_cast<PairHeader*>(scratch + base);
-  size_t used = base + align64(static_cast<size_t>(L) * sizeof(PairHeader));
-  for (int l = 0; l < L; ++l) {
-    const int p = r.shm.commRank(l);
-    if (p == me) continue;
-    PairHeader h{sendLen(p), soff[p], recvLen(p), kNotStaged};
-    if (h.sends && h.sends <= eager && used + h.sends <= end) {
-      std::memcpy(scratch + used, in + soff[p], h.sends);
-      h.staged = used;
-      used += align64(h.sends);
-    }
-    table[l] = h;
-  }
+           L, static_cast<size_t>(L) * node_slot, r.buf.scratch_bytes);
+  auto mine = [&](int l) -> const PairHeader& { return allToAllPair(r.shm, my_local, base, node_slot, l); };
+  stageAllToAll(r.shm, base, half, eager, in, soff.data(), slen.data(), rlen.data());
   r.post(in, hcCollAllToAll);
   r.waitAllPosted();
 
@@ -119,9 +85,8 @@ void allToAll(Run& r) {
 
   bool peers_read_me = false;  // then they read this rank's buffer: wait for them at the end
   for (int l = 0; l < L; ++l)
-    if (r.shm.commRank(l) != me && table[l].staged == kNotStaged && readInPlace(me, table[l].from, table[l].sends))
+    if (r.shm.commRank(l) != me && mine(l).staged == kNotStaged && readInPlace(me, mine(l).from, mine(l).sends))
       peers_read_me = true;
-  auto tableOf = [&](int l) { return reinterpret_cast<const PairHeader*>(r.shm.scratch(l) + base); };
 
   // The first message to each remote peer: its header, and the block when it fits.
   const size_t carry =
@@ -156,7 +121,7 @@ void allToAll(Run& r) {
         r.countBytes(to, len);
         continue;
       }
-    } else if (len == 0 || table[t.local_of[to]].staged != kNotStaged || readInPlace(me, soff[to], len)) {
+    } else if (len == 0 || mine(t.local_of[to]).staged != kNotStaged || readInPlace(me, soff[to], len)) {
       continue;  // staged in scratch, or read in place
     }
     for (size_t off = 0; off < len; off += C) sends_todo.push_back({to, off, std::min(C, len - off)});
@@ -174,7 +139,7 @@ void allToAll(Run& r) {
   for (int s = 1; s < W; ++s) {
     const int p = (me - s + W) % W, l = t.local_of[p];
     if (!local(p)) continue;
-    const PairHeader h = tableOf(l)[my_local];
+    const PairHeader h = allToAllPair(r.shm, l, base, node_slot, my_local);
     check(p, h);
     if (h.staged != kNotStaged) {
       std::memcpy(out + roff[p], r.shm.scratch(l) + h.staged, h.sends);

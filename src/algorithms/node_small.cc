@@ -1,5 +1,6 @@
 #include "algorithms/node_small.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -79,6 +80,50 @@ size_t readBroadcast(const Staged& s, bool is_root, int root_local, const void* 
   return 0;
 }
 
+void allToAllLayout(const CollArgs& a, size_t esize, size_t* send_off, size_t* recv_off, size_t* send_len,
+                    size_t* recv_len, int nranks) {
+  for (size_t p = 0, sp = 0, rp = 0; p < static_cast<size_t>(nranks); ++p) {
+    send_off[p] = (a.send_displs ? a.send_displs[p] : sp) * esize;
+    recv_off[p] = (a.recv_displs ? a.recv_displs[p] : rp) * esize;
+    send_len[p] = a.send_counts[p] * esize;
+    recv_len[p] = a.recv_counts[p] * esize;
+    sp = send_off[p] / esize + a.send_counts[p];
+    rp = recv_off[p] / esize + a.recv_counts[p];
+  }
+}
+
+void stageAllToAll(ShmTransport& shm, size_t base, size_t half, size_t eager, const char* in, const size_t* send_off,
+                   const size_t* send_len, const size_t* recv_len) {
+  const int L = shm.localSize(), me = shm.localIndex();
+  char* scratch = shm.scratch(me);
+  const bool stages = stagesAllToAll(L, half, eager);
+  const size_t slot = allToAllSlot(L, half, eager);
+  for (int l = 0; l < L; ++l) {
+    const int p = shm.commRank(l);
+    if (l == me) continue;
+    const size_t at = base + static_cast<size_t>(l) * slot;
+    AllToAllPair h{send_len[p], send_off[p], recv_len[p], kNotStaged};
+    if (stages && h.sends && h.sends <= eager) {
+      h.staged = at + sizeof h;
+      std::memcpy(scratch + h.staged, in + h.from, h.sends);
+    }
+    std::memcpy(scratch + at, &h, sizeof h);
+  }
+}
+
+void checkAllToAllPair(const Identity& id, int peer, const AllToAllPair& h, size_t sends_to_peer,
+                       size_t expects_from_peer, size_t esize) {
+  const bool in_differs = h.sends != expects_from_peer, out_differs = h.expects != sends_to_peer;
+  if (!in_differs && !out_differs) return;
+  auto way = [&](int from, int to, uint64_t sends, uint64_t expects) {
+    return fmt::format("{} sends {} elements to {}, which expects {} (its recvcounts[{}])", id.who(from), sends / esize,
+                       id.who(to), expects / esize, from);
+  };
+  HC_THROW(hcInvalidUsage, "the counts of a pair differ: {}{}{}",
+           in_differs ? way(peer, id.rank, h.sends, expects_from_peer) : "", in_differs && out_differs ? "; " : "",
+           out_differs ? way(id.rank, peer, sends_to_peer, h.expects) : "");
+}
+
 size_t runRingBroadcast(ShmTransport& shm, NodeBoard& board, const Identity& id, uint64_t& seq, UncheckedPhases& u,
                         const CallDesc& desc, int root, const void* send, void* recv, size_t bytes) {
   const uint64_t s = ++seq;
@@ -120,11 +165,71 @@ bool stages(const hcComm& c, const CollArgs& a, const CollPlan& p, size_t esize)
   }
 }
 
+// The lean entry's AllToAll: on one node, with every block of this rank's both ways staged
+// (alltoall.cc takes the same steps for them, so the ranks may take either entry).
+bool runNodeAllToAll(hcComm& c, const CollArgs& a) {
+  const Identity& id = c.id;
+  ShmTransport& shm = *c.links.shm;
+  const int W = id.nranks, me = id.rank, my_local = shm.localIndex();
+  const size_t e = typeSize(a.dtype), half = c.buf.scratch_bytes / 2;
+  const size_t eager = static_cast<size_t>(c.plan.cfg.num(Knob::ShmEagerBytes));
+  if (!stagesAllToAll(W, half, eager)) return false;
+  constexpr int kStackRanks = 16;
+  size_t stack[4 * kStackRanks];
+  std::vector<size_t> heap;
+  size_t* soff = W <= kStackRanks ? stack : (heap.resize(4 * static_cast<size_t>(W)), heap.data());
+  size_t *roff = soff + W, *slen = roff + W, *rlen = slen + W;
+  allToAllLayout(a, e, soff, roff, slen, rlen, W);
+  size_t most = 0;  // the longest block this rank receives
+  for (int q = 0; q < W; ++q) {
+    if (slen[q] > eager || rlen[q] > eager) return false;
+    if (q != id.rank) most = std::max(most, rlen[q]);
+  }
+  const CollPlan* p = memoizedPlan(id, c.plan, a, hostCapabilities(c));
+  if (!p || p->path != hcPathRing) return false;
+  HC_TRACE("{}: path ring (staged on the node)", describe(a));
+
+  const CallDesc desc = CallDesc::of(a).withPhase(hcCollAllToAll);
+  const Deadline deadline = Deadline::fromFirstCheck(c.health.timeout_ms);
+  NodeBoard board(shm, id, deadline, c.health.timeout_ms, c.links.peerCheck());
+  const char* in = static_cast<const char*>(a.send);
+  char* out = static_cast<char*>(a.recv);
+  size_t read = 0;
+  try {
+    board.settle(c.links.unchecked);
+    const uint64_t seq = ++c.links.seq;
+    const size_t base = (seq & 1) * half, slot = allToAllStagedSlot(eager);
+    stageAllToAll(shm, base, half, eager, in, soff, slen, rlen);
+    board.post(seq, desc, in);
+    board.waitAllPosted(seq, desc, {base + static_cast<size_t>(my_local) * slot, sizeof(AllToAllPair) + most});
+    if (slen[me]) std::memcpy(out + roff[me], in + soff[me], slen[me]);
+    for (int s = 1; s < W; ++s) {  // in step order, as alltoall.cc checks them
+      const int q = (me - s + W) % W, l = id.topo.local_of[q];
+      const AllToAllPair h = allToAllPair(shm, l, base, slot, my_local);
+      checkAllToAllPair(id, q, h, slen[q], rlen[q], e);
+      if (!h.sends) continue;
+      HC_CHECK(h.staged != kNotStaged, hcInternalError, "AllToAll: {} did not stage its block of {} bytes", id.who(q),
+               h.sends);
+      std::memcpy(out + roff[q], shm.scratch(l) + h.staged, h.sends);
+      read += h.sends;
+    }
+    board.finish(seq, /*peers_read_only_segment=*/true);
+  } catch (const Error& e) {
+    if (e.symptom()) c.links.explainSymptom(250);  // the failure notice of the peer behind it
+    throw Error(e.code(), fmt::format("{}: {}", describe(a), e.what()), Error::kFatal);
+  }
+  c.stats.count(
+      {a.coll, p->path, p->reason, p->modelled ? p->predicted.total() : 0, p->chunk_bytes, p->net_window, read, 0});
+  return true;
+}
+
 }  // namespace
 
 bool runNodeSmall(hcComm& c, const CollArgs& a) {
   const Identity& id = c.id;
-  if (id.topo.nnodes != 1 || id.nranks < 2 || a.stream || a.quant.block || a.count == 0) return false;
+  if (id.topo.nnodes != 1 || id.nranks < 2 || a.stream || a.quant.block) return false;
+  if (a.coll == hcCollAllToAll) return runNodeAllToAll(c, a);
+  if (a.count == 0) return false;
   const CollPlan* p = memoizedPlan(id, c.plan, a, hostCapabilities(c));
   const size_t esize = typeSize(a.dtype);
   if (!p || p->path != hcPathHierarchical || !stages(c, a, *p, esize)) return false;

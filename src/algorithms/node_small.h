@@ -14,6 +14,7 @@
 #include "base/coll.h"
 #include "base/config.h"
 #include "base/copy.h"
+#include "base/identity.h"
 #include "base/topology.h"
 #include "transport/shm/board.h"
 #include "transport/shm/shm_transport.h"
@@ -111,16 +112,56 @@ inline bool rootLeavesUnchecked(bool is_root, const Config& cfg) {
 inline bool ringBroadcast(size_t bytes, const Config& cfg) {
   return bytes <= Board::kRingBytes && !cfg.flag(Knob::BcastRootWaits);
 }
+// AllToAll (alltoall.cc): in the half of its scratch the phase's parity owns, each rank keeps
+// a slot per local rank l: what it sends l (AllToAllPair), then, when it is at most
+// HICOLL_SHM_EAGER_BYTES, the block itself (the peer's one read takes both, in one line for
+// the smallest). When the node's slots fit the half (stagesAllToAll, alike on every rank),
+// every such block is staged: a rank knows from the counts alone that its peers staged its
+// blocks. Otherwise the slots hold the pairs alone.
+struct AllToAllPair {  // what a rank tells a peer, in bytes (also the first message across nodes)
+  uint64_t sends, from, expects;
+  uint64_t staged;  // local pairs: the block's offset in the sender's scratch, or kNotStaged
+};
+static_assert(sizeof(AllToAllPair) == 32, "wire layout");
+constexpr uint64_t kNotStaged = ~uint64_t{0};
+inline size_t allToAllStagedSlot(size_t eager) {
+  return (sizeof(AllToAllPair) + eager + 63) & ~size_t{63};
+}
+inline bool stagesAllToAll(int L, size_t half, size_t eager) {
+  return static_cast<size_t>(L) * allToAllStagedSlot(eager) <= half;
+}
+// Bytes per slot; where rank `owner`'s slot for local rank l lies (phase half at base).
+inline size_t allToAllSlot(int L, size_t half, size_t eager) {
+  return stagesAllToAll(L, half, eager) ? allToAllStagedSlot(eager) : 64;
+}
+inline const AllToAllPair& allToAllPair(ShmTransport& shm, int owner, size_t base, size_t slot, int l) {
+  return *reinterpret_cast<const AllToAllPair*>(shm.scratch(owner) + base + static_cast<size_t>(l) * slot);
+}
+// Per communicator rank, in bytes: where its block starts in the send and the receive buffer,
+// and how long each is (the arrays hold nranks).
+void allToAllLayout(const CollArgs& a, size_t esize, size_t* send_off, size_t* recv_off, size_t* send_len,
+                    size_t* recv_len, int nranks);
+// Writes this rank's table into its half at `base` of its scratch and stages its blocks there
+// (above). Per communicator rank: where its block starts in `in` and how long it is (bytes),
+// what this rank expects from it.
+void stageAllToAll(ShmTransport& shm, size_t base, size_t half, size_t eager, const char* in, const size_t* send_off,
+                   const size_t* send_len, const size_t* recv_len);
+// A peer's word on the pair (its table entry for this rank, or its first message across nodes)
+// against this rank's: a pair whose counts differ fails naming both ways.
+void checkAllToAllPair(const Identity& id, int peer, const AllToAllPair& h, size_t sends_to_peer,
+                       size_t expects_from_peer, size_t esize);
+
 // A ring phase: this rank's own phase number from *seq (advanced), its unchecked phases in u.
 // Returns the bytes read from the root.
 size_t runRingBroadcast(ShmTransport& shm, NodeBoard& board, const Identity& id, uint64_t& seq, UncheckedPhases& u,
                         const CallDesc& desc, int root, const void* send, void* recv, size_t bytes);
 
 // The lean entry: a host call on one node that its memoised plan sends down the hierarchical
-// path and that stages (AllGather, ReduceScatter, AllReduce, Broadcast) runs here, without
-// the general path's plan copy, agreement and Run: the same board protocol (descriptor checks,
-// deadline, peer checks), the same steps, the same statistics. Returns false, having done
-// nothing, for any other call (the general path plans and runs it).
+// path and that stages (AllGather, ReduceScatter, AllReduce, Broadcast), or an AllToAll whose
+// blocks both ways are all staged, runs here, without the general path's plan copy, agreement
+// and Run: the same board protocol (descriptor checks, deadline, peer checks), the same steps,
+// the same statistics. Returns false, having done nothing, for any other call (the general
+// path plans and runs it).
 bool runNodeSmall(hcComm& c, const CollArgs& a);
 
 // hcCommDestroy: the checks of this rank's unchecked phases (small Broadcasts on one node)

@@ -62,7 +62,8 @@ struct Buffers {
 
 // One AllToAllv (gaps: one unused element between blocks, displacements given) or, with
 // equal, hcAllToAll; returns the number of wrong elements (or 1000 for a failed call).
-int checkAllToAll(hcComm_t comm, hcDataType_t t, size_t scale, int salt, bool gaps, bool equal, bool node_memory) {
+int checkAllToAll(hcComm_t comm, hcDataType_t t, size_t scale, int salt, bool gaps, bool equal, bool node_memory,
+                  size_t (*count)(int, int, int, size_t) = countOf) {
   int me = 0, W = 0;
   hcCommUserRank(comm, &me);
   hcCommCount(comm, &W);
@@ -70,8 +71,8 @@ int checkAllToAll(hcComm_t comm, hcDataType_t t, size_t scale, int salt, bool ga
   std::vector<size_t> sc(W), rc(W), sd(W), rd(W);
   size_t sn = 0, rn = 0;
   for (int p = 0; p < W; ++p) {
-    sc[p] = equal ? scale : countOf(me, p, salt, scale);
-    rc[p] = equal ? scale : countOf(p, me, salt, scale);
+    sc[p] = equal ? scale : count(me, p, salt, scale);
+    rc[p] = equal ? scale : count(p, me, salt, scale);
     sd[p] = sn;
     rd[p] = rn;
     sn += sc[p] + (gaps ? 1 : 0);
@@ -185,6 +186,28 @@ INSTANTIATE_TEST_SUITE_P(Layouts, AllToAll,
                                          Layout{"2x1", 2, 1, false}, Layout{"2x2", 2, 2, false},
                                          Layout{"2x2i", 2, 2, true}, Layout{"3x2", 3, 2, false}),
                          name);
+
+// On one node a rank whose blocks both ways are all small takes the lean entry
+// (algorithms/node_small.cc) while ranks with a large block take the general one, in the same
+// call: rank 0's blocks are 3 elements, ranks 1 and 2 exchange 2000 (above the eager size).
+// Repeated, so that the later calls find their plan memoised.
+TEST(AllToAllEntries, SmallAndLargeBlocksOnOneNodeMixTheEntries) {
+  for (const char* cma : {"auto", "0"}) {
+    Job job;
+    job.nranks = 3;
+    job.node = contiguous(1, 3);
+    job.timeout_s = 60;
+    job.env["HICOLL_SHM_CMA"] = cma;
+    auto st = run(job, [&](int, hcComm_t comm) {
+      auto mixed = [](int s, int d, int, size_t) -> size_t { return s == 0 || d == 0 ? 3 : 2000; };
+      int f = 0;
+      for (int call = 0; call < 4; ++call)
+        for (bool gaps : {false, true}) f += checkAllToAll(comm, hcInt32, 1, call, gaps, false, false, mixed);
+      return f;
+    });
+    for (int r = 0; r < job.nranks; ++r) EXPECT_EQ(st[r], 0) << "rank " << r << " HICOLL_SHM_CMA=" << cma;
+  }
+}
 
 // Rank 0 expects 5 elements from rank 3, which sends it 4: both fail the call naming the pair;
 // the others fail it too (hcRemoteError), or, when they had all their blocks before they
