@@ -133,6 +133,7 @@ size_t runRingBroadcast(ShmTransport& shm, NodeBoard& board, const Identity& id,
   const Staged st(shm, s, 0, bytes, /*one_node=*/true, /*ring=*/true);
   const bool is_root = id.rank == root;
   const int rl = id.topo.local_of[root];
+  if (!st.in_post) shm.mapBoardRing(rl);  // its data in the ring (board.h)
   if (is_root) {
     stageBroadcast(st, send, bytes);
     board.post(s, desc, nullptr);

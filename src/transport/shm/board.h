@@ -54,7 +54,8 @@ struct alignas(64) Board {
   static uint64_t slot(uint64_t seq) { return seq & (kSlots - 1); }
   // A ring phase's data longer than Post::kData, per slot. Not written at creation (the
   // segment's pages read as zero and cost nothing until a ring phase writes its slot, which it
-  // does before any peer reads it): an idle communicator does not pay for the ring.
+  // does before any peer reads it): an idle communicator does not pay for the ring. The first
+  // such phase maps it whole (ShmTransport::mapBoardRing), not a page per 16 calls.
   alignas(64) char ring[kSlots][kRingBytes];
   // (seq << 24) | chunks ready, per phase parity and stream of data a collective publishes.
   struct alignas(64) Counter {

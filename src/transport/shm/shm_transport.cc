@@ -31,6 +31,15 @@ size_t roundUp(size_t x, size_t a) {
   return (x + a - 1) / a * a;
 }
 
+// Maps the pages of [at, at + len) in a node segment here at once (write: this rank's own, to
+// write them; else a peer's, to read them). A hint: without MADV_POPULATE_* (Linux before 5.14)
+// they still come on first touch.
+void populate(const void* at, size_t len, bool write) {
+  const uintptr_t from = reinterpret_cast<uintptr_t>(at) & ~uintptr_t{kPage - 1};
+  const uintptr_t to = roundUp(reinterpret_cast<uintptr_t>(at) + len, kPage);
+  madvise(reinterpret_cast<void*>(from), to - from, write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
+}
+
 // Yama's ptrace_scope, -1 without Yama.
 int yamaScope() {
   FILE* f = std::fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
@@ -209,6 +218,7 @@ ShmTransport::ShmTransport(Bootstrap& bs, const std::vector<int>& local_ranks, c
              std::string(w, strnlen(w, sizeof why)));
   }
   segs_[me_].closeFd();
+  board_ring_mapped_.assign(static_cast<size_t>(L), 0);
   for (int i = 0; i < L; ++i) {
     boards_.push_back(&header(i).board);
     scratch_.push_back(static_cast<char*>(segs_[i].base()) + header_bytes_ + bounce_bytes_ * localSize());
@@ -267,11 +277,15 @@ char* ShmTransport::ring(int sender, int receiver) {
 // A ring's pages come whole, in both processes, with the pair's first message through it: one
 // page at a time on first touch they cost a fault in each process on every small message until
 // the ring had gone round once (most of a short job's messages). Memory the ring holds anyway.
-// A hint: without MADV_POPULATE_* (Linux before 5.14) they still come on first touch.
 void ShmTransport::mapRing(int sender, int receiver, bool* mapped) {
   if (*mapped) return;
-  madvise(ring(sender, receiver), bounce_bytes_, sender == me_ ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
+  populate(ring(sender, receiver), bounce_bytes_, sender == me_);
   *mapped = true;
+}
+// Likewise a board's ring data, which small Broadcasts walk a slot per call.
+void ShmTransport::mapBoardRingNow(int local) {
+  populate(header(local).board.ring, sizeof(Board::ring), local == me_);
+  board_ring_mapped_[static_cast<size_t>(local)] = 1;
 }
 char* ShmTransport::sort(int local) {
   return scratch(local) + roundUp(opt_.scratch_bytes, kPage);

@@ -93,6 +93,11 @@ class ShmTransport : public Transport {
   // The layout NodeBoard's protocol works on; the peer's scratch buffer as mapped here. Inline:
   // a small call reads them a few times per peer.
   Board& board(int local) { return *boards_[static_cast<size_t>(local)]; }
+  // Maps local rank `local`'s board ring data (Board::ring) here whole, once: before its first
+  // ring phase with data beyond the post (its owner to write it, a peer to read it).
+  void mapBoardRing(int local) {
+    if (!board_ring_mapped_[static_cast<size_t>(local)]) mapBoardRingNow(local);
+  }
   char* scratch(int local) { return scratch_[static_cast<size_t>(local)]; }
   char* sort(int local);
   // One copy of len bytes at remote (an address in the peer's process) into dst.
@@ -158,7 +163,9 @@ class ShmTransport : public Transport {
   bool direct_ = false;
   bool same_process_ = false;
   std::vector<ShmSegment> segs_;
-  std::vector<Board*> boards_;  // in segs_, by local index
+  std::vector<Board*> boards_;           // in segs_, by local index
+  std::vector<char> board_ring_mapped_;  // mapBoardRing, by local index
+  void mapBoardRingNow(int local);
   std::vector<char*> scratch_;  // likewise
   std::vector<int> pids_;
   int my_pid_ = 0;
