@@ -34,10 +34,15 @@ P2pOp* firstWaiting(std::list<std::shared_ptr<P2pOp>>& ops, int from, int tag) {
 
 }  // namespace
 
-// An envelope receive, posted to one peer on another node; the transport writes into env.
+// An envelope receive, posted to one peer on another node; the transport writes into msg (the
+// envelope, and the data when it is carried) and its length into got.
 struct P2p::Slot {
   ReqId req = 0;
-  P2pEnvelope env{};
+  size_t got = 0;
+  struct {
+    P2pEnvelope env;
+    char data[kCarryBytes];
+  } msg{};
 };
 
 std::string P2pOp::describe(const Identity& id) const {
@@ -100,8 +105,15 @@ std::shared_ptr<P2pOp> P2p::post(bool send, int peer, int tag, void* buf, size_t
   }
   const uint64_t seq = p.send_seq++;
   op->env = {len, seq, static_cast<uint64_t>(tag)};
-  op->env_req = op->t->isend(peer, &op->env, sizeof op->env, p2ptag::kEnvelope);
-  if (len) op->data_req = op->t->isend(peer, buf, len, p2ptag::data(seq));
+  if (len <= kCarryBytes) {
+    op->carry.resize(sizeof op->env + len);
+    std::memcpy(op->carry.data(), &op->env, sizeof op->env);
+    if (len) std::memcpy(op->carry.data() + sizeof op->env, buf, len);
+    op->env_req = op->t->isend(peer, op->carry.data(), op->carry.size(), p2ptag::kEnvelope);
+  } else {
+    op->env_req = op->t->isend(peer, &op->env, sizeof op->env, p2ptag::kEnvelope);
+    op->data_req = op->t->isend(peer, buf, len, p2ptag::data(seq));
+  }
   op->ack_req = op->t->irecv(peer, &op->ack, sizeof op->ack, p2ptag::ack(seq));
   return op;
 }
@@ -215,8 +227,9 @@ bool P2p::takeUnexpected(P2pOp& op) {
 
 void P2p::take(P2pOp& op, std::unique_ptr<P2pMsg> m) {
   const int from = m->from;
-  if (!m->pulled) {  // across nodes, its data still at the sender
-    startRecv(op, from, {m->len, m->seq, static_cast<uint64_t>(m->tag)});
+  if (!m->pulled) {  // across nodes, not acknowledged yet (its data at the sender, or carried)
+    if (m->carried) unexpected_bytes_ -= m->len;
+    startRecv(op, from, {m->len, m->seq, static_cast<uint64_t>(m->tag)}, m->carried ? m->data.data() : nullptr);
     return;
   }
   if (from != id_.rank) unexpected_bytes_ -= m->len;
@@ -316,7 +329,7 @@ bool P2p::matchAnyLocal() {
   return moved;
 }
 
-void P2p::startRecv(P2pOp& op, int from, const P2pEnvelope& env) {
+void P2p::startRecv(P2pOp& op, int from, const P2pEnvelope& env, const char* carried) {
   op.peer = op.source = from;
   op.t = links_.ofi.get();
   const bool agree = env.len == op.len;
@@ -328,7 +341,8 @@ void P2p::startRecv(P2pOp& op, int from, const P2pEnvelope& env) {
     op.ack_req = 0;
     failSize(op, from, env.len);
   }
-  if (op.len) op.data_req = op.t->irecv(from, op.buf, op.len, p2ptag::data(env.seq));
+  if (carried && op.len) std::memcpy(op.buf, carried, op.len);
+  else if (op.len) op.data_req = op.t->irecv(from, op.buf, op.len, p2ptag::data(env.seq));
   op.state = P2pOp::State::Moving;
 }
 
@@ -336,11 +350,12 @@ void P2p::startRecv(P2pOp& op, int from, const P2pEnvelope& env) {
 void P2p::pull(P2pMsg& m) {
   m.pulled = true;
   m.t = links_.ofi.get();
-  m.data.resize(m.len);
-  unexpected_bytes_ += m.len;
   stats_.countP2pCopiedAside();
   m.ack = {m.seq, 0, kAckCopied};
   m.ack_req = m.t->isend(m.from, &m.ack, sizeof m.ack, p2ptag::ack(m.seq));
+  if (m.carried) return;  // its data is here, counted already
+  m.data.resize(m.len);
+  unexpected_bytes_ += m.len;
   if (m.len) m.data_req = m.t->irecv(m.from, m.data.data(), m.len, p2ptag::data(m.seq));
 }
 
@@ -351,11 +366,15 @@ bool P2p::matchEnvelopes() {
     Peer& p = peers_[static_cast<size_t>(r)];
     // One peer's envelopes arrive in order: only the oldest slot can be next.
     while (!p.slots.empty() && links_.ofi->test(p.slots.front()->req)) {
-      const P2pEnvelope env = p.slots.front()->env;
+      const std::unique_ptr<Slot> s = std::move(p.slots.front());
       p.slots.pop_front();
       moved = true;
+      const P2pEnvelope env = s->msg.env;
+      const bool carried = env.len <= kCarryBytes;
+      HC_CHECK(s->got == sizeof env + (carried ? env.len : 0), hcInternalError,
+               "p2p: a message of {} bytes from {} whose envelope says {} bytes of data", s->got, id_.who(r), env.len);
       if (P2pOp* op = firstWaiting(ops_, r, static_cast<int>(env.tag))) {
-        startRecv(*op, r, env);
+        startRecv(*op, r, env, carried ? s->msg.data : nullptr);
         continue;
       }
       auto m = std::make_unique<P2pMsg>();
@@ -363,6 +382,11 @@ bool P2p::matchEnvelopes() {
       m->tag = static_cast<int>(env.tag);
       m->len = env.len;
       m->seq = env.seq;
+      if (carried) {
+        m->carried = true;
+        m->data.assign(s->msg.data, s->msg.data + env.len);
+        unexpected_bytes_ += env.len;
+      }
       p.unexpected.push_back(std::move(m));
       ++held_;
     }
@@ -392,7 +416,7 @@ void P2p::postSlots() {
     for (const auto& op : ops_) need += !op->send && op->state == P2pOp::State::Waiting && op->peer == r;
     while (p.slots.size() < need) {
       auto s = std::make_unique<Slot>();
-      s->req = links_.ofi->irecv(r, &s->env, sizeof s->env, p2ptag::kEnvelope);
+      s->req = links_.ofi->irecvUpTo(r, &s->msg, sizeof s->msg, p2ptag::kEnvelope, &s->got);
       p.slots.push_back(std::move(s));
     }
   }

@@ -21,7 +21,8 @@
 // transport's reserved ones have every bit of its width set), so they never match a
 // collective's message in flight; that takes 62 tag bits. A message is an envelope (its
 // length, sequence number and tag, on one libfabric tag per pair, so envelopes arrive in order)
-// and the data (on a libfabric tag with its sequence number); the receiver answers every
+// and the data: up to kCarryBytes in the envelope's message, more on a libfabric tag with its
+// sequence number (one message each way for a small one); the receiver answers every
 // envelope it matches or copies aside with an acknowledgement carrying the length it expected.
 // So a receive from any source learns where the next message comes from (the envelope), and a
 // length that differs is an error on both ranks: the receiver sees it in the envelope, the
@@ -83,6 +84,9 @@ inline bool isData(uint64_t tag) {
 // another node held unmatched (and not copied) at most: beyond them a receive waits.
 constexpr size_t kUnexpectedBytes = size_t{64} << 20;
 constexpr size_t kUnexpectedEnvelopes = 1024;
+// Across nodes, data up to this rides in its envelope's message (counted as copied aside while
+// held: an envelope receive has room for it).
+constexpr size_t kCarryBytes = 4096;
 
 struct P2pEnvelope {
   uint64_t len;
@@ -105,6 +109,7 @@ struct P2pMsg {
   uint64_t len = 0;
   uint64_t seq = 0;  // across nodes: the envelope's
   bool pulled = false;
+  bool carried = false;    // across nodes: its data came with the envelope, into data
   std::vector<char> data;  // pulled: the transport writes into it until data_req completes
   Transport* t = nullptr;
   ReqId data_req = 0, ack_req = 0;
@@ -126,6 +131,7 @@ struct P2pOp {
   Transport* t = nullptr;
   ReqId env_req = 0, data_req = 0, ack_req = 0;
   P2pEnvelope env{};
+  std::vector<char> carry;  // a send across nodes of up to kCarryBytes: the envelope, then the data
   P2pAck ack{};
   std::unique_ptr<P2pMsg> stash;  // the unexpected message it took: copied out once complete
   hcResult_t code = hcSuccess;    // Failed: its error, thrown again by every later test
@@ -192,7 +198,8 @@ class P2p {
   bool matchEnvelopes();
   bool matchAnyLocal();
   void pull(P2pMsg& m);
-  void startRecv(P2pOp& op, int from, const P2pEnvelope& env);
+  // carried: the data that came with the envelope (env.len bytes), else null.
+  void startRecv(P2pOp& op, int from, const P2pEnvelope& env, const char* carried);
   void postSlots();
   bool step(Transport* t, ReqId& r, int from);
   [[noreturn]] void fail(P2pOp& op, hcResult_t code, const std::string& why);
