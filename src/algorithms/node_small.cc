@@ -166,6 +166,16 @@ bool stages(const hcComm& c, const CollArgs& a, const CollPlan& p, size_t esize)
   }
 }
 
+// A lean call's statistics, as the general path counts them (Run's destructor).
+void countLean(hcComm& c, const CollArgs& a, const CollPlan& p, size_t read) {
+  c.stats.count({a.coll, p.path, p.reason, p.modelled ? p.predicted.total() : 0, p.chunk_bytes, p.net_window, read, 0});
+}
+// A lean call's error: named with the call, fatal to the communicator (as midway through any).
+[[noreturn]] void failLean(hcComm& c, const CollArgs& a, const Error& e) {
+  if (e.symptom()) c.links.explainSymptom(250);  // the failure notice of the peer behind it
+  throw Error(e.code(), fmt::format("{}: {}", describe(a), e.what()), Error::kFatal);
+}
+
 // The lean entry's AllToAll: on one node, with every block of this rank's both ways staged
 // (alltoall.cc takes the same steps for them, so the ranks may take either entry).
 bool runNodeAllToAll(hcComm& c, const CollArgs& a) {
@@ -216,11 +226,9 @@ bool runNodeAllToAll(hcComm& c, const CollArgs& a) {
     }
     board.finish(seq, /*peers_read_only_segment=*/true);
   } catch (const Error& e) {
-    if (e.symptom()) c.links.explainSymptom(250);  // the failure notice of the peer behind it
-    throw Error(e.code(), fmt::format("{}: {}", describe(a), e.what()), Error::kFatal);
+    failLean(c, a, e);
   }
-  c.stats.count(
-      {a.coll, p->path, p->reason, p->modelled ? p->predicted.total() : 0, p->chunk_bytes, p->net_window, read, 0});
+  countLean(c, a, *p, read);
   return true;
 }
 
@@ -249,8 +257,7 @@ bool runNodeSmall(hcComm& c, const CollArgs& a) {
   try {
     if (a.coll == hcCollBroadcast && ringBroadcast(b, c.plan.cfg)) {
       read = runRingBroadcast(shm, board, id, c.links.seq, c.links.unchecked, desc, a.root, in, out, b);
-      c.stats.count(
-          {a.coll, p->path, p->reason, p->modelled ? p->predicted.total() : 0, p->chunk_bytes, p->net_window, read, 0});
+      countLean(c, a, *p, read);
       return true;
     }
     board.settle(c.links.unchecked);
@@ -286,11 +293,9 @@ bool runNodeSmall(hcComm& c, const CollArgs& a) {
     }
     board.finish(s.seq, /*peers_read_only_segment=*/true);
   } catch (const Error& e) {
-    if (e.symptom()) c.links.explainSymptom(250);  // the failure notice of the peer behind it
-    throw Error(e.code(), fmt::format("{}: {}", describe(a), e.what()), Error::kFatal);
+    failLean(c, a, e);
   }
-  c.stats.count(
-      {a.coll, p->path, p->reason, p->modelled ? p->predicted.total() : 0, p->chunk_bytes, p->net_window, read, 0});
+  countLean(c, a, *p, read);
   return true;
 }
 

@@ -91,7 +91,7 @@
     "the kernel allows it without widening ptrace access; 0: stage through shared memory (two "                      \
     "copies).")                                                                                                      \
   X(ShmEagerBytes, "HICOLL_SHM_EAGER_BYTES", Size, "4096", "", 0, (INT64_C(16) << 20), Agree,                        \
-    "AllGather, ReduceScatter and AllToAll blocks up to this size are copied into the sender's shared segment and "   \
+    "AllGather, ReduceScatter and AllToAll blocks up to this size are copied into the sender's shared segment and "  \
     "read from there with memcpy, instead of one process_vm_readv system call per peer.")                            \
   X(BcastRootWaits, "HICOLL_BCAST_ROOT_WAITS", Bool, "0", "", 0, 0, Agree,                                           \
     "0: a Broadcast on one node small enough to be staged (up to 2 x HICOLL_SHM_EAGER_BYTES, 16 x "                  \
