@@ -141,12 +141,12 @@ inline const AllToAllPair& allToAllPair(ShmTransport& shm, int owner, size_t bas
 // and how long each is (the arrays hold nranks).
 void allToAllLayout(const CollArgs& a, size_t esize, size_t* send_off, size_t* recv_off, size_t* send_len,
                     size_t* recv_len, int nranks);
-// Writes this rank's table into its half at `base` of its scratch and stages its blocks there
-// (above). Per communicator rank: where its block starts in `in` and how long it is (bytes),
+// Writes this rank's slots into its half at `base` of its scratch, staging its blocks where
+// they may be (above). Per communicator rank: where its block starts in `in` and how long it is (bytes),
 // what this rank expects from it.
 void stageAllToAll(ShmTransport& shm, size_t base, size_t half, size_t eager, const char* in, const size_t* send_off,
                    const size_t* send_len, const size_t* recv_len);
-// A peer's word on the pair (its table entry for this rank, or its first message across nodes)
+// A peer's word on the pair (its slot for this rank, or its first message across nodes)
 // against this rank's: a pair whose counts differ fails naming both ways.
 void checkAllToAllPair(const Identity& id, int peer, const AllToAllPair& h, size_t sends_to_peer,
                        size_t expects_from_peer, size_t esize);

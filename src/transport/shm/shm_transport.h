@@ -149,6 +149,7 @@ class ShmTransport : public Transport {
   // The bounce ring sender's segment holds for receiver (both local indices).
   char* ring(int sender, int receiver);
   void mapRing(int sender, int receiver, bool* mapped);
+  void mapBoardRingNow(int local);
   bool progressRecv(int local);
   static std::string allowPeerReads(const std::string& mode, const std::vector<int>& pids, int me);
   std::string cma_note_;
@@ -164,9 +165,8 @@ class ShmTransport : public Transport {
   bool same_process_ = false;
   std::vector<ShmSegment> segs_;
   std::vector<Board*> boards_;           // in segs_, by local index
+  std::vector<char*> scratch_;           // likewise
   std::vector<char> board_ring_mapped_;  // mapBoardRing, by local index
-  void mapBoardRingNow(int local);
-  std::vector<char*> scratch_;  // likewise
   std::vector<int> pids_;
   int my_pid_ = 0;
   std::vector<int> pidfds_;
