@@ -35,14 +35,15 @@ P2pOp* firstWaiting(std::list<std::shared_ptr<P2pOp>>& ops, int from, int tag) {
 }  // namespace
 
 // An envelope receive, posted to one peer on another node; the transport writes into msg (the
-// envelope, and the data when it is carried) and its length into got.
+// envelope, and the data when it is carried) and its length into got. Left unwritten until then
+// (created default-initialised: not 4 KiB of zeros per receive).
 struct P2p::Slot {
   ReqId req = 0;
   size_t got = 0;
   struct {
     P2pEnvelope env;
     char data[kCarryBytes];
-  } msg{};
+  } msg;
 };
 
 std::string P2pOp::describe(const Identity& id) const {
@@ -415,7 +416,7 @@ void P2p::postSlots() {
     size_t need = any ? 1 : 0;
     for (const auto& op : ops_) need += !op->send && op->state == P2pOp::State::Waiting && op->peer == r;
     while (p.slots.size() < need) {
-      auto s = std::make_unique<Slot>();
+      std::unique_ptr<Slot> s(new Slot);
       s->req = links_.ofi->irecvUpTo(r, &s->msg, sizeof s->msg, p2ptag::kEnvelope, &s->got);
       p.slots.push_back(std::move(s));
     }
