@@ -119,7 +119,10 @@
     "quantized call faster than the exact one; uniform nodes, else as 2).")                                          \
   X(OfiProvider, "HICOLL_OFI_PROVIDER", String, "tcp;ofi_rxm", "", 0, 0, Agree,                                      \
     "libfabric provider for inter-node traffic (FI_PROVIDER, when set, takes precedence). "                          \
-    "EFA in production; tcp;ofi_rxm or net on ordinary Linux.")                                                      \
+    "EFA in production; tcp;ofi_rxm or net on ordinary Linux. net (libfabric 1.17) is lighter, but a "               \
+    "message of more than a few dozen bytes that no receive has been posted for holds back its "                     \
+    "sender's later ones, so point-to-point messages across nodes received in another order than "                   \
+    "sent wait for the timeout (perf/results/2026-12-06-rxm.md).")                                                   \
   X(OfiIface, "HICOLL_OFI_IFACE", String, "", "", 0, 0, Local,                                                       \
     "Network interface for libfabric endpoints. Default: lo when all ranks share one host, "                         \
     "else the provider's choice.")                                                                                   \
@@ -130,6 +133,13 @@
     "rendezvous, which left links idle (perf/results/2026-11-30.md). Set when libhicoll loads, from the "            \
     "environment (hcConfig_t does not change it), and read by libfabric when this process first initializes it; "    \
     "the limit must be the same on every rank (creation fails naming it otherwise).")                                \
+  X(OfiRxmLean, "HICOLL_OFI_RXM_LEAN", Enum, "1", "0|1", 0, 0, Agree,                                                \
+    "With ofi_rxm: 1 sets FI_OFI_RXM_MSG_RX_SIZE=1024 and FI_OFI_RXM_BUFFER_SIZE=8192 (each unless "                 \
+    "set). rxm's own defaults over tcp post 4096 receive buffers of 16 KiB in every endpoint, and "                  \
+    "hicoll opens an endpoint for each communicator that spans nodes (resident memory per "                          \
+    "communicator: perf/results/2026-12-06-rxm.md). The receive buffers bound how many messages "                    \
+    "that no receive has been posted for yet rxm holds per endpoint; beyond them the rest wait in the "              \
+    "sockets. Set when libhicoll loads, like HICOLL_OFI_RXM_EAGER.")                                                 \
   X(SocketIfname, "HICOLL_SOCKET_IFNAME", String, "", "", 0, 0, Local,                                               \
     "Interface the hcGetUniqueId rendezvous listener binds to. Default: loopback.")                                  \
   X(CommId, "HICOLL_COMM_ID", String, "", "", 0, 0, Local,                                                           \

@@ -30,11 +30,14 @@ __attribute__((constructor)) void setProcessEnvironment() {
   // The PSM libraries honour these; without them they take over the process's signals.
   setenv("IPATH_NO_BACKTRACE", "1", 0);
   setenv("HFI_NO_BACKTRACE", "1", 0);
-  if (std::getenv("FI_OFI_RXM_EAGER_LIMIT")) return;  // the user's value wins
   try {
     const Config cfg = Config::fromEnv();
     if (resolveProvider(cfg.str(Knob::OfiProvider)).find("rxm") == std::string::npos) return;
-    if (cfg.str(Knob::OfiRxmEager) != "1") return;
+    if (cfg.str(Knob::OfiRxmLean) == "1") {  // overwrite = 0: the user's values win
+      setenv("FI_OFI_RXM_MSG_RX_SIZE", "1024", 0);
+      setenv("FI_OFI_RXM_BUFFER_SIZE", "8192", 0);
+    }
+    if (std::getenv("FI_OFI_RXM_EAGER_LIMIT") || cfg.str(Knob::OfiRxmEager) != "1") return;
     setenv("FI_OFI_RXM_EAGER_LIMIT", std::to_string(cfg.netChunkCap()).c_str(), 0);
     g_eager_set_by_hicoll = true;
   } catch (...) {

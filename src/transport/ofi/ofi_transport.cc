@@ -98,16 +98,24 @@ bool ifaceIpv4(const std::string& iface, sockaddr_in* out) {
   return false;
 }
 
-// rxm sends messages above its eager limit (16 KiB) by SAR or rendezvous; hicoll's pipelines
+// rxm sends messages above its eager limit (its bounce buffers' size unless set) by SAR or
+// rendezvous; hicoll's pipelines
 // keep a few chunks in flight per peer, and measured on 1 Gbit/s netns links, chunks sent as
 // rendezvous messages left the links idle part of the time (2x1 ReduceScatter 518 ms against
 // 281 eager). Over tcp, eager messages larger than rxm's bounce buffers are received straight
 // into the posted buffer, so raising the limit costs no memory. hicoll sets it when it loads
-// (fabric_lib.cc); this says which value libfabric will run with.
+// (fabric_lib.cc), with the receive buffers (HICOLL_OFI_RXM_LEAN); this says which values
+// libfabric will run with.
 void logRxmEagerLimit(const std::string& provider) {
   static std::once_flag once;
   if (provider.find("rxm") == std::string::npos) return;
   std::call_once(once, [] {
+    auto var = [](const char* name) {
+      const char* v = std::getenv(name);
+      return std::string(v ? v : "unset (rxm's default)");
+    };
+    HC_INFO("ofi: FI_OFI_RXM_MSG_RX_SIZE={} FI_OFI_RXM_BUFFER_SIZE={}", var("FI_OFI_RXM_MSG_RX_SIZE"),
+            var("FI_OFI_RXM_BUFFER_SIZE"));
     const char* env = std::getenv("FI_OFI_RXM_EAGER_LIMIT");
     if (!env) return;
     HC_INFO("ofi: FI_OFI_RXM_EAGER_LIMIT={} ({})", env,
@@ -1019,7 +1027,10 @@ size_t ofiEagerLimit(const OfiOptions& opt) {
   // communicator creation asks before its ranks have exchanged anything.)
   if (const char* env = std::getenv("FI_OFI_RXM_EAGER_LIMIT"); env && *env)
     return static_cast<size_t>(std::strtoull(env, nullptr, 10));
-  return size_t{16384};  // rxm's own default
+  // Unset, rxm's limit is its bounce buffers' size (16 KiB unless FI_OFI_RXM_BUFFER_SIZE says).
+  if (const char* env = std::getenv("FI_OFI_RXM_BUFFER_SIZE"); env && *env)
+    return static_cast<size_t>(std::strtoull(env, nullptr, 10));
+  return size_t{16384};
 }
 
 namespace ofi_detail {

@@ -47,8 +47,8 @@ std::string interfaceIpv4(const std::string& iface);
 
 // The largest message a transport opened with opt sends eagerly: with rxm the eager limit it
 // will run with (FI_OFI_RXM_EAGER_LIMIT from the environment, which hicoll sets when it loads
-// unless the user did, else rxm's 16 KiB); 0 for providers without one. Larger messages still arrive,
-// by rxm's slower protocols.
+// unless the user did, else rxm's bounce buffers' size: FI_OFI_RXM_BUFFER_SIZE or 16 KiB); 0 for
+// providers without one. Larger messages still arrive, by rxm's slower protocols.
 size_t ofiEagerLimit(const OfiOptions& opt);
 
 }  // namespace hicoll

@@ -657,12 +657,30 @@ TEST(OfiProvider, OneRuleForEveryUser) {
   else unsetenv("FI_PROVIDER");
 }
 
+// Runs this test binary again, with the rxm variables hicoll sets and the knobs behind them
+// cleared, then `env` and HC_LOAD_PROBE=1 (where the test named by filter only prints what it
+// found); returns what it printed.
+std::string probeAtLoad(const char* filter, const std::string& env) {
+  char self[4096] = {};
+  if (readlink("/proc/self/exe", self, sizeof self - 1) <= 0) return "readlink failed";
+  const std::string cmd =
+      std::string("env -u FI_OFI_RXM_EAGER_LIMIT -u FI_OFI_RXM_MSG_RX_SIZE -u FI_OFI_RXM_BUFFER_SIZE ") +
+      "-u FI_PROVIDER -u HICOLL_OFI_PROVIDER -u HICOLL_NET_CHUNK_SIZE -u HICOLL_CHUNK_SIZE -u HICOLL_ALGO " +
+      "-u HICOLL_OFI_RXM_EAGER -u HICOLL_OFI_RXM_LEAN HC_LOAD_PROBE=1 " + env + " " + self +
+      " --gtest_filter=" + filter + " 2>&1";
+  std::string out;
+  if (FILE* p = popen(cmd.c_str(), "r")) {
+    char buf[512];
+    while (std::fgets(buf, sizeof buf, p)) out += buf;
+    pclose(p);
+  }
+  return out;
+}
+
 // HICOLL_OFI_RXM_EAGER: FI_OFI_RXM_EAGER_LIMIT is set when the library loads (a setenv after
-// threads exist races their getenv), for rxm only, unless the user set it. Each case runs this
-// test binary again with the environment under test and HC_EAGER_PROBE=1, where the test only
-// prints what it found.
+// threads exist races their getenv), for rxm only, unless the user set it.
 TEST(OfiTransport, RxmEagerLimitIsSetAtLoadForRxmOnly) {
-  if (std::getenv("HC_EAGER_PROBE")) {
+  if (std::getenv("HC_LOAD_PROBE")) {
     const char* v = std::getenv("FI_OFI_RXM_EAGER_LIMIT");
     std::printf("EAGER=%s BY_HICOLL=%d\n", v ? v : "none", ofi::rxmEagerLimitSetByHicoll() ? 1 : 0);
     return;
@@ -682,19 +700,42 @@ TEST(OfiTransport, RxmEagerLimitIsSetAtLoadForRxmOnly) {
       {"FI_OFI_RXM_EAGER_LIMIT=4096", "EAGER=4096 BY_HICOLL=0"},
       {"HICOLL_NET_CHUNK_SIZE=junk", "EAGER=none BY_HICOLL=0"},  // reported at creation, not at load
   };
-  char self[4096] = {};
-  ASSERT_GT(readlink("/proc/self/exe", self, sizeof self - 1), 0);
   for (const Case& c : cases) {
-    const std::string cmd = std::string("env -u FI_OFI_RXM_EAGER_LIMIT -u FI_PROVIDER -u HICOLL_OFI_PROVIDER ") +
-                            "-u HICOLL_NET_CHUNK_SIZE -u HICOLL_CHUNK_SIZE -u HICOLL_ALGO -u HICOLL_OFI_RXM_EAGER " +
-                            "HC_EAGER_PROBE=1 " + c.env + " " + self +
-                            " --gtest_filter=OfiTransport.RxmEagerLimitIsSetAtLoadForRxmOnly 2>&1";
-    std::string out;
-    if (FILE* p = popen(cmd.c_str(), "r")) {
-      char buf[512];
-      while (std::fgets(buf, sizeof buf, p)) out += buf;
-      pclose(p);
-    }
+    const std::string out = probeAtLoad("OfiTransport.RxmEagerLimitIsSetAtLoadForRxmOnly", c.env);
+    EXPECT_NE(out.find(c.expect), std::string::npos) << "with '" << c.env << "': expected " << c.expect << ", got\n"
+                                                     << out;
+  }
+}
+
+// HICOLL_OFI_RXM_LEAN: rxm's receive buffers (count and size) are set when the library loads,
+// for rxm only, each unless the user set it; the eager limit the ranks agree on follows the
+// buffers' size when no limit is set (rxm's rule).
+TEST(OfiTransport, RxmReceiveBuffersAreSetAtLoadForRxmOnly) {
+  if (std::getenv("HC_LOAD_PROBE")) {
+    const char* rx = std::getenv("FI_OFI_RXM_MSG_RX_SIZE");
+    const char* buf = std::getenv("FI_OFI_RXM_BUFFER_SIZE");
+    const char* knob = std::getenv("HICOLL_OFI_PROVIDER");
+    std::printf("RX=%s BUF=%s LIMIT=%zu\n", rx ? rx : "none", buf ? buf : "none",
+                ofiEagerLimit(loopback(knob ? knob : "")));
+    return;
+  }
+  struct Case {
+    const char* env;
+    const char* expect;
+  };
+  const Case cases[] = {
+      {"", "RX=1024 BUF=8192 LIMIT=1048576"},
+      {"HICOLL_OFI_RXM_EAGER=0", "RX=1024 BUF=8192 LIMIT=8192"},
+      {"HICOLL_OFI_RXM_LEAN=0", "RX=none BUF=none LIMIT=1048576"},
+      {"HICOLL_OFI_RXM_LEAN=0 HICOLL_OFI_RXM_EAGER=0", "RX=none BUF=none LIMIT=16384"},
+      {"FI_OFI_RXM_BUFFER_SIZE=16384", "RX=1024 BUF=16384 LIMIT=1048576"},
+      {"FI_OFI_RXM_MSG_RX_SIZE=4096", "RX=4096 BUF=8192 LIMIT=1048576"},
+      {"FI_PROVIDER=net", "RX=none BUF=none LIMIT=0"},
+      {"HICOLL_OFI_PROVIDER=net", "RX=none BUF=none LIMIT=0"},
+      {"HICOLL_OFI_RXM_LEAN=junk", "RX=none BUF=none"},  // reported at creation, not at load
+  };
+  for (const Case& c : cases) {
+    const std::string out = probeAtLoad("OfiTransport.RxmReceiveBuffersAreSetAtLoadForRxmOnly", c.env);
     EXPECT_NE(out.find(c.expect), std::string::npos) << "with '" << c.env << "': expected " << c.expect << ", got\n"
                                                      << out;
   }
