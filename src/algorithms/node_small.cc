@@ -176,6 +176,23 @@ void countLean(hcComm& c, const CollArgs& a, const CollPlan& p, size_t read) {
   throw Error(e.code(), fmt::format("{}: {}", describe(a), e.what()), Error::kFatal);
 }
 
+// Runs a lean call's steps, body(board, desc, in, out) returning the bytes it read from peers,
+// on the node's board with the call's deadline; then counts it. Returns true (it ran).
+template <class Body>
+bool runLean(hcComm& c, const CollArgs& a, const CollPlan& p, hcColl_t phase, Body&& body) {
+  const CallDesc desc = CallDesc::of(a).withPhase(phase);
+  const Deadline deadline = Deadline::fromFirstCheck(c.health.timeout_ms);
+  NodeBoard board(*c.links.shm, c.id, deadline, c.health.timeout_ms, c.links.peerCheck());
+  size_t read = 0;
+  try {
+    read = body(board, desc, static_cast<const char*>(a.send), static_cast<char*>(a.recv));
+  } catch (const Error& e) {
+    failLean(c, a, e);
+  }
+  countLean(c, a, p, read);
+  return true;
+}
+
 // The lean entry's AllToAll: on one node, with every block of this rank's both ways staged
 // (alltoall.cc takes the same steps for them, so the ranks may take either entry).
 bool runNodeAllToAll(hcComm& c, const CollArgs& a) {
@@ -200,13 +217,8 @@ bool runNodeAllToAll(hcComm& c, const CollArgs& a) {
   if (!p || p->path != hcPathRing) return false;
   HC_TRACE("{}: path ring (staged on the node)", describe(a));
 
-  const CallDesc desc = CallDesc::of(a).withPhase(hcCollAllToAll);
-  const Deadline deadline = Deadline::fromFirstCheck(c.health.timeout_ms);
-  NodeBoard board(shm, id, deadline, c.health.timeout_ms, c.links.peerCheck());
-  const char* in = static_cast<const char*>(a.send);
-  char* out = static_cast<char*>(a.recv);
-  size_t read = 0;
-  try {
+  return runLean(c, a, *p, hcCollAllToAll, [&](NodeBoard& board, const CallDesc& desc, const char* in, char* out) {
+    size_t read = 0;
     board.settle(c.links.unchecked);
     const uint64_t seq = ++c.links.seq;
     const size_t base = (seq & 1) * half, slot = allToAllStagedSlot(eager);
@@ -225,11 +237,8 @@ bool runNodeAllToAll(hcComm& c, const CollArgs& a) {
       read += h.sends;
     }
     board.finish(seq, /*peers_read_only_segment=*/true);
-  } catch (const Error& e) {
-    failLean(c, a, e);
-  }
-  countLean(c, a, *p, read);
-  return true;
+    return read;
+  });
 }
 
 }  // namespace
@@ -248,18 +257,10 @@ bool runNodeSmall(hcComm& c, const CollArgs& a) {
   const Topology& t = id.topo;
   const size_t b = a.count * esize;
   const size_t staged = a.coll == hcCollReduceScatter ? static_cast<size_t>(shm.localSize()) * b : b;
-  const CallDesc desc = CallDesc::of(a).withPhase(a.coll);
-  const Deadline deadline = Deadline::fromFirstCheck(c.health.timeout_ms);
-  NodeBoard board(shm, id, deadline, c.health.timeout_ms, c.links.peerCheck());
-  const char* in = static_cast<const char*>(a.send);
-  char* out = static_cast<char*>(a.recv);
-  size_t read = 0;
-  try {
-    if (a.coll == hcCollBroadcast && ringBroadcast(b, c.plan.cfg)) {
-      read = runRingBroadcast(shm, board, id, c.links.seq, c.links.unchecked, desc, a.root, in, out, b);
-      countLean(c, a, *p, read);
-      return true;
-    }
+  return runLean(c, a, *p, a.coll, [&](NodeBoard& board, const CallDesc& desc, const char* in, char* out) {
+    if (a.coll == hcCollBroadcast && ringBroadcast(b, c.plan.cfg))
+      return runRingBroadcast(shm, board, id, c.links.seq, c.links.unchecked, desc, a.root, in, out, b);
+    size_t read = 0;
     board.settle(c.links.unchecked);
     const Staged s(shm, ++c.links.seq, c.buf.scratch_bytes / 2, staged, /*one_node=*/true);
     switch (a.coll) {
@@ -292,11 +293,8 @@ bool runNodeSmall(hcComm& c, const CollArgs& a) {
       }
     }
     board.finish(s.seq, /*peers_read_only_segment=*/true);
-  } catch (const Error& e) {
-    failLean(c, a, e);
-  }
-  countLean(c, a, *p, read);
-  return true;
+    return read;
+  });
 }
 
 void settleUnchecked(hcComm& c) {
