@@ -120,7 +120,7 @@
   X(OfiProvider, "HICOLL_OFI_PROVIDER", String, "tcp;ofi_rxm", "", 0, 0, Agree,                                      \
     "libfabric provider for inter-node traffic (FI_PROVIDER, when set, takes precedence). "                          \
     "EFA in production; tcp;ofi_rxm or net on ordinary Linux. net (libfabric 1.17) is lighter, but a "               \
-    "message of more than a few dozen bytes that no receive has been posted for holds back its "                     \
+    "message of more than 128 bytes that no receive has been posted for holds back its "                             \
     "sender's later ones, so point-to-point messages across nodes received in another order than "                   \
     "sent wait for the timeout (perf/results/2026-12-06-rxm.md).")                                                   \
   X(OfiIface, "HICOLL_OFI_IFACE", String, "", "", 0, 0, Local,                                                       \

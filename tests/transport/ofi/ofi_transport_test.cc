@@ -677,6 +677,14 @@ std::string probeAtLoad(const char* filter, const std::string& env) {
   return out;
 }
 
+// Each {env, expected}: probeAtLoad(filter, env) printed expected.
+void expectAtLoad(const char* filter, std::initializer_list<std::pair<const char*, const char*>> cases) {
+  for (const auto& [env, expect] : cases) {
+    const std::string out = probeAtLoad(filter, env);
+    EXPECT_NE(out.find(expect), std::string::npos) << "with '" << env << "': expected " << expect << ", got\n" << out;
+  }
+}
+
 // HICOLL_OFI_RXM_EAGER: FI_OFI_RXM_EAGER_LIMIT is set when the library loads (a setenv after
 // threads exist races their getenv), for rxm only, unless the user set it.
 TEST(OfiTransport, RxmEagerLimitIsSetAtLoadForRxmOnly) {
@@ -685,26 +693,18 @@ TEST(OfiTransport, RxmEagerLimitIsSetAtLoadForRxmOnly) {
     std::printf("EAGER=%s BY_HICOLL=%d\n", v ? v : "none", ofi::rxmEagerLimitSetByHicoll() ? 1 : 0);
     return;
   }
-  struct Case {
-    const char* env;
-    const char* expect;
-  };
-  const Case cases[] = {
-      {"", "EAGER=1048576 BY_HICOLL=1"},  // the model may raise the chunk to HICOLL_CHUNK_SIZE
-      {"HICOLL_NET_CHUNK_SIZE=65536", "EAGER=65536 BY_HICOLL=1"},
-      {"HICOLL_ALGO=ring", "EAGER=262144 BY_HICOLL=1"},
-      {"HICOLL_CHUNK_SIZE=2M", "EAGER=2097152 BY_HICOLL=1"},
-      {"HICOLL_OFI_RXM_EAGER=0", "EAGER=none BY_HICOLL=0"},
-      {"FI_PROVIDER=net", "EAGER=none BY_HICOLL=0"},
-      {"HICOLL_OFI_PROVIDER=net", "EAGER=none BY_HICOLL=0"},
-      {"FI_OFI_RXM_EAGER_LIMIT=4096", "EAGER=4096 BY_HICOLL=0"},
-      {"HICOLL_NET_CHUNK_SIZE=junk", "EAGER=none BY_HICOLL=0"},  // reported at creation, not at load
-  };
-  for (const Case& c : cases) {
-    const std::string out = probeAtLoad("OfiTransport.RxmEagerLimitIsSetAtLoadForRxmOnly", c.env);
-    EXPECT_NE(out.find(c.expect), std::string::npos) << "with '" << c.env << "': expected " << c.expect << ", got\n"
-                                                     << out;
-  }
+  expectAtLoad("OfiTransport.RxmEagerLimitIsSetAtLoadForRxmOnly",
+               {
+                   {"", "EAGER=1048576 BY_HICOLL=1"},  // the model may raise the chunk to HICOLL_CHUNK_SIZE
+                   {"HICOLL_NET_CHUNK_SIZE=65536", "EAGER=65536 BY_HICOLL=1"},
+                   {"HICOLL_ALGO=ring", "EAGER=262144 BY_HICOLL=1"},
+                   {"HICOLL_CHUNK_SIZE=2M", "EAGER=2097152 BY_HICOLL=1"},
+                   {"HICOLL_OFI_RXM_EAGER=0", "EAGER=none BY_HICOLL=0"},
+                   {"FI_PROVIDER=net", "EAGER=none BY_HICOLL=0"},
+                   {"HICOLL_OFI_PROVIDER=net", "EAGER=none BY_HICOLL=0"},
+                   {"FI_OFI_RXM_EAGER_LIMIT=4096", "EAGER=4096 BY_HICOLL=0"},
+                   {"HICOLL_NET_CHUNK_SIZE=junk", "EAGER=none BY_HICOLL=0"},  // reported at creation, not at load
+               });
 }
 
 // HICOLL_OFI_RXM_LEAN: rxm's receive buffers (count and size) are set when the library loads,
@@ -719,26 +719,18 @@ TEST(OfiTransport, RxmReceiveBuffersAreSetAtLoadForRxmOnly) {
                 ofiEagerLimit(loopback(knob ? knob : "")));
     return;
   }
-  struct Case {
-    const char* env;
-    const char* expect;
-  };
-  const Case cases[] = {
-      {"", "RX=1024 BUF=8192 LIMIT=1048576"},
-      {"HICOLL_OFI_RXM_EAGER=0", "RX=1024 BUF=8192 LIMIT=8192"},
-      {"HICOLL_OFI_RXM_LEAN=0", "RX=none BUF=none LIMIT=1048576"},
-      {"HICOLL_OFI_RXM_LEAN=0 HICOLL_OFI_RXM_EAGER=0", "RX=none BUF=none LIMIT=16384"},
-      {"FI_OFI_RXM_BUFFER_SIZE=16384", "RX=1024 BUF=16384 LIMIT=1048576"},
-      {"FI_OFI_RXM_MSG_RX_SIZE=4096", "RX=4096 BUF=8192 LIMIT=1048576"},
-      {"FI_PROVIDER=net", "RX=none BUF=none LIMIT=0"},
-      {"HICOLL_OFI_PROVIDER=net", "RX=none BUF=none LIMIT=0"},
-      {"HICOLL_OFI_RXM_LEAN=junk", "RX=none BUF=none"},  // reported at creation, not at load
-  };
-  for (const Case& c : cases) {
-    const std::string out = probeAtLoad("OfiTransport.RxmReceiveBuffersAreSetAtLoadForRxmOnly", c.env);
-    EXPECT_NE(out.find(c.expect), std::string::npos) << "with '" << c.env << "': expected " << c.expect << ", got\n"
-                                                     << out;
-  }
+  expectAtLoad("OfiTransport.RxmReceiveBuffersAreSetAtLoadForRxmOnly",
+               {
+                   {"", "RX=1024 BUF=8192 LIMIT=1048576"},
+                   {"HICOLL_OFI_RXM_EAGER=0", "RX=1024 BUF=8192 LIMIT=8192"},
+                   {"HICOLL_OFI_RXM_LEAN=0", "RX=none BUF=none LIMIT=1048576"},
+                   {"HICOLL_OFI_RXM_LEAN=0 HICOLL_OFI_RXM_EAGER=0", "RX=none BUF=none LIMIT=16384"},
+                   {"FI_OFI_RXM_BUFFER_SIZE=16384", "RX=1024 BUF=16384 LIMIT=1048576"},
+                   {"FI_OFI_RXM_MSG_RX_SIZE=4096", "RX=4096 BUF=8192 LIMIT=1048576"},
+                   {"FI_PROVIDER=net", "RX=none BUF=none LIMIT=0"},
+                   {"HICOLL_OFI_PROVIDER=net", "RX=none BUF=none LIMIT=0"},
+                   {"HICOLL_OFI_RXM_LEAN=junk", "RX=none BUF=none"},  // reported at creation, not at load
+               });
 }
 
 // Messages at and above the eager limit hicoll sets arrive intact.
