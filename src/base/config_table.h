@@ -63,7 +63,8 @@
     "Without HICOLL_MODEL_FILE: bytes each rank sends its rail peer in the first round of the "                      \
     "link measurement at the communicator's first call across nodes (the cost model's built-in "                     \
     "link is a guess; HICOLL_ALGO=auto decides by it). Rounds grow (up to 16x, within the "                          \
-    "scratch buffer) until one lasts 10 ms. 0: no measurement.")                                                     \
+    "scratch buffer) until one lasts 10 ms. A later communicator over the same nodes (and "                          \
+    "ranks per node) takes the figures its ranks' processes measured. 0: no measurement.")                           \
   X(ModelRefineCalls, "HICOLL_MODEL_REFINE_CALLS", Int, "16", "", 0, 1 << 20, Agree,                                 \
     "Without HICOLL_MODEL_FILE, on more than one node: the cost model refines its latency, "                         \
     "link and CPU figures per band of call sizes (4x wide) from the modelled calls it timed, "                       \

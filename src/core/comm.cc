@@ -331,9 +331,11 @@ void hcComm::ensureNetwork(bool destroying) {
     uint32_t magic;
     uint32_t destroying;
     uint64_t call;
+    hicoll::LinkFigures known;  // this link as this process measured it before ({0, 0}: not)
   };
   constexpr uint32_t kMagic = 0x68636e65;  // "hcne"
-  Intent mine{kMagic, destroying ? 1u : 0u, links.calls.load()};
+  const std::string key = hicoll::linkKey(id.topo, links.net_opt.provider, links.net_opt.iface);
+  Intent mine{kMagic, destroying ? 1u : 0u, links.calls.load(), hicoll::recallLink(key)};
   std::vector<Intent> all(static_cast<size_t>(id.nranks));
   links.bootstrap->allgather(&mine, all.data(), sizeof mine, links.net_opt.while_blocked);
   for (int r = 0; r < id.nranks; ++r) {
@@ -359,11 +361,14 @@ void hcComm::ensureNetwork(bool destroying) {
     std::lock_guard<std::mutex> lock(api.lifecycle_mu);
     links.ofi = std::move(net);
   }
-  measureLink();
+  // Where every rank's process measured this link before, all take the lowest rank's figures.
+  bool known = true;
+  for (const Intent& i : all) known &= i.known.Bps > 0;
+  measureLink(key, known ? &all[0].known : nullptr);
 }
 
-void hcComm::measureLink() {
-  // Every rank decides alike: the knobs agree, and so do the topology and the provider.
+void hcComm::measureLink(const std::string& key, const hicoll::LinkFigures* known) {
+  // Every rank decides alike: the knobs agree, and so do the topology, the provider and known.
   const size_t bytes =
       std::min({static_cast<size_t>(plan.cfg.num(hicoll::Knob::NetProbeBytes)), buf.scratch_bytes, buf.sort_bytes});
   if (!plan.cfg.str(hicoll::Knob::ModelFile).empty() || bytes == 0 || !id.topo.uniform || links.ofi->tagBits() < 63)
@@ -377,14 +382,16 @@ void hcComm::measureLink() {
   p.timeout_ms = health.timeout_ms;
   p.check_peers = [this] { links.checkPeers(); };
   p.while_blocked = links.net_opt.while_blocked;
-  const hicoll::LinkFigures f = hicoll::probeLink(id, *links.ofi, *links.bootstrap, p);
+  const hicoll::LinkFigures f = known ? *known : hicoll::probeLink(id, *links.ofi, *links.bootstrap, p);
   const double bps = f.Bps;
   if (bps <= 0) return;
+  if (!known) hicoll::rememberLink(key, f);
   plan.unmeasured = plan.model;  // what decides a reduction's sums under HICOLL_REPRODUCIBLE
   plan.model.net_Bps = bps;
   if (f.alpha_s > 0) plan.model.net_alpha_s = f.alpha_s;
-  plan.model.source += fmt::format("; link {:.0f} MB/s each way and {:.0f} us a message, measured at the first call",
-                                   bps / 1e6, plan.model.net_alpha_s * 1e6);
+  plan.model.source +=
+      fmt::format("; link {:.0f} MB/s each way and {:.0f} us a message, measured at the first call{}", bps / 1e6,
+                  plan.model.net_alpha_s * 1e6, known ? " of an earlier communicator over these nodes" : "");
   plan.refined = refine.bands(plan.model);  // each band's factors on the measured link
   plan.memo = {};                           // no plan made with the guess survives
   stats.setModel(bps, plan.model.source);

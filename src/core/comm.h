@@ -8,6 +8,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "base/coll.h"
@@ -17,6 +18,7 @@
 #include "core/device.h"
 #include "core/health.h"
 #include "core/links.h"
+#include "core/net_probe.h"
 #include "core/stats.h"
 #include "plan/plan.h"
 
@@ -63,8 +65,9 @@ struct hcComm {
   // it opens nothing: it meets ranks that call a collective instead, and fails them.
   void ensureNetwork(bool destroying = false);
   // The model's link figure measured once the network is open (core/net_probe.h), when the
-  // model has no file (HICOLL_ALGO=auto decides by it; every algo predicts with it).
-  void measureLink();
+  // model has no file (HICOLL_ALGO=auto decides by it; every algo predicts with it); known: the
+  // figures every rank's process measured before over the same nodes (key), taken instead.
+  void measureLink(const std::string& key, const hicoll::LinkFigures* known);
   // Whether a call planned as p is timed for the model's refinement (plan/refine.h), and its
   // time; at the refinement's fixed counts, collective over the bootstrap (every rank times the
   // same calls). opened_network: the call opened the network (its time is not the call's).

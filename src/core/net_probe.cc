@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
+#include <mutex>
+#include <string>
 #include <vector>
 
 #include "base/deadline.h"
@@ -99,6 +102,34 @@ LinkFigures probeLink(const Identity& id, Transport& net, Bootstrap& bs, const L
   const double first = roundFigure(t, bytes, timed(bytes, round++));
   f.Bps = std::max(first, roundFigure(t, bytes, timed(bytes, round++)));
   return f;
+}
+
+namespace {
+std::mutex g_links_mu;
+std::map<std::string, LinkFigures>& links() {
+  static std::map<std::string, LinkFigures> m;  // a few entries: one per set of nodes
+  return m;
+}
+}  // namespace
+
+std::string linkKey(const Topology& t, const std::string& provider, const std::string& iface) {
+  std::vector<std::string> nodes;
+  for (int n = 0; n < t.nnodes; ++n) nodes.push_back(t.labels[n] + "*" + std::to_string(t.localSize(n)));
+  std::sort(nodes.begin(), nodes.end());
+  std::string key = provider + "|" + iface;
+  for (const std::string& n : nodes) key += "|" + n;
+  return key;
+}
+
+LinkFigures recallLink(const std::string& key) {
+  std::lock_guard<std::mutex> lock(g_links_mu);
+  auto it = links().find(key);
+  return it == links().end() ? LinkFigures{} : it->second;
+}
+
+void rememberLink(const std::string& key, const LinkFigures& f) {
+  std::lock_guard<std::mutex> lock(g_links_mu);
+  links()[key] = f;
 }
 
 }  // namespace hicoll

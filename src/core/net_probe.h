@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "base/identity.h"
@@ -49,6 +50,14 @@ struct LinkFigures {
   double alpha_s = 0;  // one small message, one way
 };
 LinkFigures probeLink(const Identity& id, Transport& net, Bootstrap& bs, const LinkProbe& p);
+
+// The links this process measured, by what they connect (linkKey: the provider, the interface,
+// and each node's label and rank count): a later communicator over the same nodes takes the
+// figures instead of probing again, which costs its first call tens of ms and touches up to
+// kProbeGrowth probe sizes of its scratch and sort buffers. {0, 0}: not measured here.
+std::string linkKey(const Topology& t, const std::string& provider, const std::string& iface);
+LinkFigures recallLink(const std::string& key);
+void rememberLink(const std::string& key, const LinkFigures& f);
 
 // A round's figures from every rank's start and end (ends[2r], ends[2r+1]: seconds on its
 // host's clock). A node's span runs from its first rank's start to its last rank's end (its

@@ -205,6 +205,52 @@ TEST(Model, TheLinkMeasuredAtTheFirstCallIsTheSameOnEveryRank) {
   EXPECT_NE(shared[0], shared[4]) << "the measured link is the built-in guess";
 }
 
+// A communicator over the same nodes as one this process measured takes the measured link
+// instead of probing it again (its first call neither waits for the rounds nor touches their
+// buffers): a child of the same layout has its parent's figure to the last bit and says where it
+// came from; children of another layout (one rank per node) measure their own.
+TEST(Model, ACommunicatorOverTheSameNodesTakesTheLinkMeasuredBefore) {
+  double* shared = static_cast<double*>(hctest::sharedBytes(sizeof(double) * 12));
+  Job job;
+  job.nranks = 4;
+  job.node = contiguous(2, 2);
+  job.env["HICOLL_ALGO"] = "auto";
+  auto st = hctest::run(job, [&](int rank, hcComm_t comm) {
+    std::vector<float> in(1 << 12, 1.f), all(4u << 12);
+    auto firstCall = [&](hcComm_t c, hcStats* s) {
+      return hcAllGather(in.data(), all.data(), in.size(), hcFloat32, c, nullptr) == hcSuccess &&
+             hcCommGetStats(c, s) == hcSuccess;
+    };
+    hcStats parent = HC_STATS_INITIALIZER, same = HC_STATS_INITIALIZER, rail = HC_STATS_INITIALIZER;
+    if (!firstCall(comm, &parent)) return 1;
+    hcComm_t child = nullptr, per_rail = nullptr;
+    if (hcCommSplit(comm, 0, rank, &child) != hcSuccess || !child) return 2;
+    if (hcCommSplit(comm, rank % 2, rank, &per_rail) != hcSuccess || !per_rail) return 3;
+    const bool ok = firstCall(child, &same) && firstCall(per_rail, &rail);
+    hcCommDestroy(per_rail);
+    hcCommDestroy(child);
+    if (!ok) return 4;
+    std::fprintf(stderr, "[rank %d] parent: %s\n[rank %d] same nodes: %s\n[rank %d] one rank per node: %s\n", rank,
+                 parent.model_source, rank, same.model_source, rank, rail.model_source);
+    shared[rank] = same.model_net_Bps;
+    shared[4 + rank] = rail.model_net_Bps;
+    if (!std::strstr(parent.model_source, "measured at the first call") ||
+        std::strstr(parent.model_source, "earlier communicator"))
+      return 5;
+    if (!std::strstr(same.model_source, "measured at the first call of an earlier communicator over these nodes"))
+      return 6;
+    if (same.model_net_Bps != parent.model_net_Bps) return 7;
+    if (!std::strstr(rail.model_source, "measured at the first call") ||
+        std::strstr(rail.model_source, "earlier communicator"))
+      return 8;
+    return rail.model_net_Bps > 0 ? 0 : 9;
+  });
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(st[r], 0) << "rank " << r;
+  for (int r = 1; r < 4; ++r) EXPECT_EQ(shared[r], shared[0]) << "rank " << r;
+  EXPECT_EQ(shared[5 + 1], shared[4]) << "ranks 0 and 2 share a one-rank-per-node child";
+  EXPECT_EQ(shared[7], shared[5]) << "ranks 1 and 3 share the other";
+}
+
 // Without a model file, the figures are refined from the timed calls at fixed counts
 // (HICOLL_MODEL_REFINE_CALLS, plan/refine.h): every rank ends with the same figures to the last
 // bit (the same prediction of the same call, the same source text), and says how many calls
