@@ -99,10 +99,9 @@ bool ifaceIpv4(const std::string& iface, sockaddr_in* out) {
 }
 
 // rxm sends messages above its eager limit (its bounce buffers' size unless set) by SAR or
-// rendezvous; hicoll's pipelines
-// keep a few chunks in flight per peer, and measured on 1 Gbit/s netns links, chunks sent as
-// rendezvous messages left the links idle part of the time (2x1 ReduceScatter 518 ms against
-// 281 eager). Over tcp, eager messages larger than rxm's bounce buffers are received straight
+// rendezvous; hicoll's pipelines keep a few chunks in flight per peer, and measured on 1 Gbit/s
+// netns links, chunks sent as rendezvous messages left the links idle part of the time
+// (perf/results/2026-11-30.md). Over tcp, eager messages larger than rxm's bounce buffers are received straight
 // into the posted buffer, so raising the limit costs no memory. hicoll sets it when it loads
 // (fabric_lib.cc), with the receive buffers (HICOLL_OFI_RXM_LEAN); this says which values
 // libfabric will run with.
