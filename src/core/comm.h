@@ -18,13 +18,13 @@
 #include "core/device.h"
 #include "core/health.h"
 #include "core/links.h"
-#include "core/net_probe.h"
 #include "core/stats.h"
 #include "plan/plan.h"
 
 namespace hicoll {
-struct AgreeState;  // algorithms/agree.h: the agreement's messages, made at the first call
-class P2p;          // algorithms/p2p.h: point-to-point messages, made at the first p2p call
+struct AgreeState;   // algorithms/agree.h: the agreement's messages, made at the first call
+class P2p;           // algorithms/p2p.h: point-to-point messages, made at the first p2p call
+struct LinkFigures;  // core/net_probe.h: a link's measured figures
 
 // What the API layer keeps of a communicator: whether the handle is live, the one call in
 // progress, the lock of its teardown, the reduction ops it made.

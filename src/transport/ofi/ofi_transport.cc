@@ -101,11 +101,11 @@ bool ifaceIpv4(const std::string& iface, sockaddr_in* out) {
 // rxm sends messages above its eager limit (its bounce buffers' size unless set) by SAR or
 // rendezvous; hicoll's pipelines keep a few chunks in flight per peer, and measured on 1 Gbit/s
 // netns links, chunks sent as rendezvous messages left the links idle part of the time
-// (perf/results/2026-11-30.md). Over tcp, eager messages larger than rxm's bounce buffers are received straight
-// into the posted buffer, so raising the limit costs no memory. hicoll sets it when it loads
-// (fabric_lib.cc), with the receive buffers (HICOLL_OFI_RXM_LEAN); this says which values
-// libfabric will run with.
-void logRxmEagerLimit(const std::string& provider) {
+// (perf/results/2026-11-30.md). Over tcp, eager messages larger than rxm's bounce buffers are
+// received straight into the posted buffer, so raising the limit costs no memory. hicoll sets it
+// when it loads (fabric_lib.cc), with the receive buffers (HICOLL_OFI_RXM_LEAN); this says which
+// values libfabric will run with.
+void logRxmSettings(const std::string& provider) {
   static std::once_flag once;
   if (provider.find("rxm") == std::string::npos) return;
   std::call_once(once, [] {
@@ -345,7 +345,7 @@ InfoPtr OfiTransport::getInfo(const std::string& iface, const sockaddr_in* src, 
 
 void OfiTransport::open(const OfiOptions& opt) {
   provider_ = resolveProvider(opt);
-  logRxmEagerLimit(provider_);
+  logRxmSettings(provider_);
   sockaddr_in src{};
   const bool have_src = !opt.iface.empty() && ifaceIpv4(opt.iface, &src);
   // FI_MR_LOCAL only when no provider works without it; the interface's address first.
