@@ -27,7 +27,7 @@ AgreeState::AgreeState(std::vector<int> agreement_peers, Transport& net)
 Agreement::Agreement(const Identity& id, Transport* net, AgreeState* state, const CallDesc& mine,
                      const std::string& reason, bool piggyback)
     : id_(id), net_(net), st_(state), mine_(mine) {
-  if (!st_ || st_->peers.empty() || !net_ || net_->tagBits() < 61) return;
+  if (!st_ || st_->peers.empty() || !net_ || net_->tagBits() < tags::kTagBits) return;
   AgreeState& c = *st_;
   const size_t P = c.peers.size();
   left_ = P;

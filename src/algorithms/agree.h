@@ -17,6 +17,7 @@
 
 #include "base/coll.h"
 #include "base/identity.h"
+#include "transport/tags.h"
 #include "transport/transport.h"
 
 namespace hicoll {
@@ -97,10 +98,9 @@ class Agreement {
   bool any_valid_ = false;
 };
 
-// Tag of a call's agreement messages: bit 60 set, below the transports' own reserved tags
-// (all ones, all ones - 1) and above the collectives' tags (60 bits).
+// Tag of a call's agreement messages (transport/tags.h).
 inline uint64_t agreementTag(uint64_t call) {
-  return (1ull << 60) | (call & ((1ull << 60) - 1));
+  return tags::make(tags::Class::Agreement, call);
 }
 
 }  // namespace hicoll

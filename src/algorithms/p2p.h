@@ -16,10 +16,8 @@
 // message's tag: the receive waiting for that tag, or the unexpected copy. The descriptor
 // carries the tag and the length.
 //
-// Across nodes they go over libfabric with tags of their own (bit 61 set: collectives' tags are
-// below 2^60, agreement tags have bit 60 only, the device path's are below 2^57 and the
-// transport's reserved ones have every bit of its width set), so they never match a
-// collective's message in flight; that takes 62 tag bits. A message is an envelope (its
+// Across nodes they go over libfabric with tags of their own class (transport/tags.h), so they
+// never match a collective's message in flight. A message is an envelope (its
 // length, sequence number and tag, on one libfabric tag per pair, so envelopes arrive in order)
 // and the data: up to kCarryBytes in the envelope's message, more on a libfabric tag with its
 // sequence number (one message each way for a small one); the receiver answers every
@@ -53,18 +51,19 @@
 #include "base/identity.h"
 #include "core/links.h"
 #include "core/stats.h"
+#include "transport/tags.h"
 #include "transport/transport.h"
 
 namespace hicoll {
 
-// Tags of the p2p protocol (see the header comment); seq is 58 bits.
+// Tags of the p2p protocol (see the header comment): their class of transport/tags.h, the
+// kind in the payload's top two bits, seq below them.
 namespace p2ptag {
-constexpr uint64_t kBit = uint64_t{1} << 61;
-constexpr uint64_t kSeqMask = (uint64_t{1} << 58) - 1;
-constexpr uint64_t kEnvelope = kBit;
-constexpr uint64_t kData = kBit | uint64_t{1} << 58;
-constexpr uint64_t kAck = kBit | uint64_t{2} << 58;
-constexpr int kBitsNeeded = 62;
+constexpr int kSeqBits = tags::kPayloadBits - 2;
+constexpr uint64_t kSeqMask = (uint64_t{1} << kSeqBits) - 1;
+constexpr uint64_t kEnvelope = tags::make(tags::Class::P2p, 0);
+constexpr uint64_t kData = tags::make(tags::Class::P2p, uint64_t{1} << kSeqBits);
+constexpr uint64_t kAck = tags::make(tags::Class::P2p, uint64_t{2} << kSeqBits);
 inline uint64_t data(uint64_t seq) {
   return kData | (seq & kSeqMask);
 }

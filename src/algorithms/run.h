@@ -11,6 +11,7 @@
 #include "core/comm.h"
 #include "plan/plan.h"
 #include "transport/shm/shm_transport.h"
+#include "transport/tags.h"
 #include "transport/transport.h"
 
 namespace hicoll {
@@ -49,9 +50,10 @@ struct Run {
   // Ends this phase before the peers posted it (board.h, unchecked phases): the next phase
   // waits for their posts and checks them.
   void leaveUnchecked() { links.unchecked.add(seq); }
-  // Tags: phase sequence, step, chunk.
+  // Tags (transport/tags.h): phase sequence (wrapping), step, chunk.
   uint64_t tag(unsigned step, unsigned chunk) const {
-    return ((seq & 0xffffffffull) << 28) | (static_cast<uint64_t>(step & 0xff) << 20) | (chunk & 0xfffff);
+    return tags::make(tags::Class::Collective,
+                      (seq << 28) | (static_cast<uint64_t>(step & 0xff) << 20) | (chunk & 0xfffff));
   }
   ReduceSpec reduceSpec(uint64_t premul_mask, bool final_step) const;
   // The plan's chunking (CollPlan::chunk_bytes, net_window).

@@ -20,6 +20,7 @@
 #include "core/comm.h"
 #include "transport/shm/node_memory.h"
 #include "transport/shm/shm_transport.h"
+#include "transport/tags.h"
 
 using namespace hicoll;
 
@@ -480,9 +481,9 @@ std::shared_ptr<P2pOp> postP2p(hcComm& c, bool send, void* buf, size_t bytes, in
     } catch (const Error& e) {
       throw Error(e.code(), fmt::format("{}: opening the network: {}", fn, e.what()), Error::kFatal);
     }
-    HC_CHECK(c.links.ofi->tagBits() >= p2ptag::kBitsNeeded, hcUnsupported,
+    HC_CHECK(c.links.ofi->tagBits() >= tags::kTagBits, hcUnsupported,
              "{}: the network's provider carries {} tag bits, point-to-point across nodes needs {}", fn,
-             c.links.ofi->tagBits(), p2ptag::kBitsNeeded);
+             c.links.ofi->tagBits(), tags::kTagBits);
   }
   try {
     return p2pOf(c).post(send, peer, tag, buf, bytes, fn);

@@ -20,6 +20,7 @@
 #include "transport/ofi/ofi_transport.h"
 #include "transport/shm/node_memory.h"
 #include "transport/shm/shm_transport.h"
+#include "transport/tags.h"
 
 namespace hicoll {
 namespace {
@@ -371,7 +372,8 @@ void hcComm::measureLink(const std::string& key, const hicoll::LinkFigures* know
   // Every rank decides alike: the knobs agree, and so do the topology, the provider and known.
   const size_t bytes =
       std::min({static_cast<size_t>(plan.cfg.num(hicoll::Knob::NetProbeBytes)), buf.scratch_bytes, buf.sort_bytes});
-  if (!plan.cfg.str(hicoll::Knob::ModelFile).empty() || bytes == 0 || !id.topo.uniform || links.ofi->tagBits() < 63)
+  if (!plan.cfg.str(hicoll::Knob::ModelFile).empty() || bytes == 0 || !id.topo.uniform ||
+      links.ofi->tagBits() < hicoll::tags::kTagBits)
     return;
   hicoll::LinkProbe p;
   p.bytes = bytes;

@@ -9,13 +9,15 @@
 
 #include "base/deadline.h"
 #include "base/error.h"
+#include "transport/tags.h"
 
 namespace hicoll {
 namespace {
 
-// Bit 62: no collective (below 2^60), agreement (bit 60), point-to-point (bit 61) or device
-// message (below 2^57) carries it, so a peer already in its first call cannot match these.
-constexpr uint64_t kProbeTag = uint64_t{1} << 62;
+// Its own class (transport/tags.h): a peer already in its first call cannot match these.
+uint64_t probeTag(uint64_t round, size_t k) {
+  return tags::make(tags::Class::Probe, round << 32 | k);
+}
 
 }  // namespace
 
@@ -48,8 +50,8 @@ LinkFigures probeLink(const Identity& id, Transport& net, Bootstrap& bs, const L
     std::vector<ReqId> reqs;
     for (size_t off = 0; off < bytes; off += C) {
       const size_t len = std::min(C, bytes - off), k = off / C;
-      reqs.push_back(net.irecv(from, static_cast<char*>(p.recv) + off, len, kProbeTag | round << 32 | k));
-      reqs.push_back(net.isend(to, static_cast<char*>(p.send) + off, len, kProbeTag | round << 32 | k));
+      reqs.push_back(net.irecv(from, static_cast<char*>(p.recv) + off, len, probeTag(round, k)));
+      reqs.push_back(net.isend(to, static_cast<char*>(p.send) + off, len, probeTag(round, k)));
     }
     waitUntil(
         [&] {

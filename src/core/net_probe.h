@@ -34,7 +34,7 @@ struct LinkProbe {
 // at that size give the figure. After every round the ranks exchange their times over the
 // bootstrap, so every rank takes the same steps and returns the same figure (its decisions must
 // be the same everywhere): a node's bytes per second each way. Collective over the
-// communicator (uniform nodes, a transport with 63 tag bits or more); throws on a peer's
+// communicator (uniform nodes, a transport with tags::kTagBits tag bits or more); throws on a peer's
 // failure or the timeout.
 constexpr double kProbeRoundSeconds = 0.01;
 constexpr size_t kProbeGrowth = 16;
