@@ -11,6 +11,9 @@ agbench (--agbench, build/perf/agbench by default) loads in turn through LD_LIBR
 --baseline in the agbench arguments it also prints, per size, the median of each run's
 baseline time over hicoll's (above 1: hicoll is faster), for OLD and for NEW.
 
+--old-env / --new-env KEY=VALUE (repeatable) set the environment of one side's runs: the same
+build twice with a knob's two values (--libs with one folder twice) compares the knob.
+
 Prints the load average before and after (these machines are shared)."""
 import argparse
 import json
@@ -21,9 +24,10 @@ import sys
 import tempfile
 
 
-def run(where, args, json_path, agbench=None):
+def run(where, args, json_path, agbench=None, extra_env=()):
     """hicoll's time per (size, mode), and each baseline's time over it."""
     env = dict(os.environ)
+    env.update(kv.split("=", 1) for kv in extra_env)
     if agbench:
         env["LD_LIBRARY_PATH"] = where
     cmd = [agbench or os.path.join(where, "perf", "agbench")] + args + ["-J", json_path]
@@ -50,6 +54,8 @@ def main():
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--libs", action="store_true", help="OLD and NEW are folders holding libhicoll.so.0")
     p.add_argument("--agbench", default="build/perf/agbench", help="the agbench --libs runs")
+    p.add_argument("--old-env", action="append", default=[], metavar="KEY=VALUE", help="environment of OLD's runs")
+    p.add_argument("--new-env", action="append", default=[], metavar="KEY=VALUE", help="environment of NEW's runs")
     argv = sys.argv[1:]
     if "--" not in argv:
         p.error("the agbench arguments follow --")
@@ -58,13 +64,14 @@ def main():
     args = argv[cut + 1:]
     times = {"old": {}, "new": {}}
     vs = {"old": {}, "new": {}}
-    print(f"# load before: {os.getloadavg()[0]:.2f}; agbench {' '.join(args)}; {a.rounds} rounds")
+    env_note = "".join(f"; {w} env {' '.join(e)}" for w, e in (("old", a.old_env), ("new", a.new_env)) if e)
+    print(f"# load before: {os.getloadavg()[0]:.2f}; agbench {' '.join(args)}; {a.rounds} rounds{env_note}")
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(a.rounds):
             order = ["old", "new"] if i % 2 == 0 else ["new", "old"]
             for which in order:
                 res, ratios = run(getattr(a, which), args, os.path.join(tmp, f"{which}{i}.json"),
-                                  a.agbench if a.libs else None)
+                                  a.agbench if a.libs else None, getattr(a, f"{which}_env"))
                 for k, t in res.items():
                     times[which].setdefault(k, []).append(t)
                 for k, x in ratios.items():

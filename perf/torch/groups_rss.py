@@ -3,7 +3,8 @@
 dist.new_group and running one small all_reduce on each (a group that spans nodes opens its
 network at its first call). Prints rank 0's VmRSS after init and after every group, per
 variant; the variants run one after another in fresh processes, the order alternating per round.
-Variants: gloo, hicoll, and hicoll with HICOLL_OFI_RXM_LEAN=0 (rxm's own receive buffers).
+Variants: gloo, hicoll, hicoll with HICOLL_OFI_SHARED_ENDPOINT=0 (an endpoint per group) and
+hicoll with HICOLL_OFI_RXM_LEAN=0 (rxm's own receive buffers).
 
     .venv/bin/python perf/torch/groups_rss.py [--world 4] [--nodes 2] [--groups 8] [--rounds 2]
 """
@@ -21,6 +22,7 @@ sys.path.insert(0, os.path.join(REPO, "tests", "torch"))
 from harness import free_port, node_labels  # noqa: E402
 
 VARIANTS = {"gloo": ("gloo", {}), "hicoll": ("hicoll", {}),
+            "hicoll SHARED=0": ("hicoll", {"HICOLL_OFI_SHARED_ENDPOINT": "0"}),
             "hicoll LEAN=0": ("hicoll", {"HICOLL_OFI_RXM_LEAN": "0"})}
 
 

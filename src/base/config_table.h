@@ -141,6 +141,12 @@
     "communicator: perf/results/2026-12-06-rxm.md). The receive buffers bound how many messages "                    \
     "that no receive has been posted for yet rxm holds per endpoint; beyond them the rest wait in the "              \
     "sockets. Set when libhicoll loads, like HICOLL_OFI_RXM_EAGER.")                                                 \
+  X(OfiSharedEndpoint, "HICOLL_OFI_SHARED_ENDPOINT", Bool, "1", "", 0, 0, Local,                                     \
+    "1: the communicators of a process that span nodes share one libfabric endpoint (per "                           \
+    "provider and interface), each numbered in the tag bits above hicoll's own, instead of each "                    \
+    "opening its own: an endpoint's buffers and connections cost tens of MB with tcp;ofi_rxm "                       \
+    "(perf/results/2026-12-06-shared-endpoint.md). Where any rank of a communicator has 0, or the "                  \
+    "ranks have no number free on all, its ranks open their own. 0 on one rank is enough.")                          \
   X(SocketIfname, "HICOLL_SOCKET_IFNAME", String, "", "", 0, 0, Local,                                               \
     "Interface the hcGetUniqueId rendezvous listener binds to. Default: loopback.")                                  \
   X(CommId, "HICOLL_COMM_ID", String, "", "", 0, 0, Local,                                                           \

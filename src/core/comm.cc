@@ -283,6 +283,7 @@ std::unique_ptr<hcComm> createComm(std::unique_ptr<Bootstrap> bs, std::shared_pt
     oo.iface = pc.cfg.str(Knob::OfiIface);
     if (oo.iface.empty() && id.topo.single_host) oo.iface = "lo";  // simulated nodes: stay on loopback
     oo.timeout_ms = pc.timeoutMs();
+    oo.share = pc.cfg.flag(Knob::OfiSharedEndpoint);
     oo.call_now = call_now;
     oo.who = [who](int r) { return who->who(r); };  // peers by rank and node, not fabric address
     oo.while_blocked = [lk] {                       // no ofi calls here: the transport holds its lock

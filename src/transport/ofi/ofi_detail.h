@@ -22,6 +22,7 @@ std::unique_ptr<Transport> makeOfiTransport(Bootstrap& bs, const OfiOptions& opt
 struct OfiInfo {
   std::string provider, fabric, domain, address;
   int tag_bits = 0;
+  int channel = -1;           // its number on the process's shared endpoint; -1: an own endpoint
   size_t max_chunk = 0;       // messages above this are split
   bool local_mr = false;      // every buffer needs a descriptor (registered on the fly if needed)
   uint64_t mr_regs = 0;       // fi_mr_reg calls made on the fly (not counting registerRegion)

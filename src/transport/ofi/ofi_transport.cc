@@ -1,5 +1,6 @@
-// libfabric transport: one RDM endpoint per communicator, tagged messages, one CQ, manual
-// progress by the calling thread. See ofi_transport.h for the matching rules.
+// libfabric transport: a communicator's channel on an RDM endpoint (the process's shared one,
+// or its own), tagged messages, one CQ, manual progress by the calling thread. See
+// ofi_transport.h for the matching rules and for what sharing means.
 #include "transport/ofi/ofi_transport.h"
 
 #include <arpa/inet.h>
@@ -11,10 +12,12 @@
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <bitset>
 #include <cerrno>
 #include <chrono>
 #include <cstddef>
@@ -25,6 +28,7 @@
 #include <list>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -34,6 +38,7 @@
 #include "transport/ofi/fabric_lib.h"
 #include "transport/ofi/fi_resources.h"
 #include "transport/ofi/ofi_detail.h"
+#include "transport/tags.h"
 
 namespace hicoll {
 namespace {
@@ -46,6 +51,9 @@ constexpr size_t kPage = 4096;
 
 // ---- the endpoint name every rank publishes (fixed size for bs.allgather) ----
 
+// Channels a shared endpoint carries at most: the tag bits above tags::kTagBits number them.
+constexpr size_t kMaxChannels = 1024;
+
 struct WireAddr {
   uint32_t magic;
   uint32_t name_len;
@@ -53,9 +61,12 @@ struct WireAddr {
   uint32_t tag_bits;
   char provider[64];
   uint8_t name[240];
+  uint32_t offers;  // 1: the name is the process's shared endpoint, `free` its channels on offer
+  uint32_t cursor;  // where its search for a channel starts (numbers are taken in turn)
+  uint64_t free[kMaxChannels / 64];
 };
-static_assert(sizeof(WireAddr) == 320 && offsetof(WireAddr, name) == 80, "wire layout");
-constexpr uint32_t kWireMagic = 0x4643'4f46;  // "FOCF": ofi transport, layout 1
+static_assert(sizeof(WireAddr) == 456 && offsetof(WireAddr, name) == 80, "wire layout");
+constexpr uint32_t kWireMagic = 0x4643'4f47;  // ofi transport, layout 2
 
 // Connection-level failures are the peer's fault (hcRemoteError); anything else is local.
 hcResult_t classify(int err) {
@@ -129,9 +140,10 @@ std::string resolveProvider(const OfiOptions& opt) {
   return ofi::resolveProvider(opt.provider);
 }
 
-// ---- the transport ----
+// ---- the endpoint ----
 
 struct MrEntry;
+class OfiTransport;
 
 // One posted libfabric operation (a message or one chunk of a split message).
 struct Op {
@@ -140,7 +152,8 @@ struct Op {
   uint32_t gen = 0;
   size_t offset = 0;
   size_t len = 0;
-  MrEntry* mr = nullptr;  // on-the-fly registration held while posted
+  MrEntry* mr = nullptr;               // on-the-fly registration held while posted
+  const OfiTransport* chan = nullptr;  // the channel that posted it (null: its channel closed)
   bool in_use = false;
 };
 static_assert(offsetof(Op, ctx) == 0);
@@ -159,14 +172,223 @@ struct Request {
   uint32_t gen = 1;
   bool live = false;
   bool send = false;
+  const OfiTransport* chan = nullptr;  // names the peer in its errors
   int peer = -1;
-  uint64_t tag = 0;
+  uint64_t tag = 0;  // the channel's (without its number)
   size_t len = 0;
   size_t* received = nullptr;  // irecvUpTo: a shorter message completes it, its length here
   uint32_t pending = 0;        // posted operations not yet completed
   hcResult_t err = hcSuccess;
   std::string msg;
 };
+
+struct Region {
+  size_t len;
+  FidPtr<fid_mr> mr;
+};
+
+// A libfabric endpoint with its fabric, domain, CQ and AV, and every operation and request
+// posted on it: one communicator's own, or the process's shared one (one per provider and
+// interface), on which each communicator is a channel whose tags carry its number above
+// tags::kTagBits. Every field is under mu, every channel's requests included.
+struct Endpoint {
+  ~Endpoint();  // the endpoint closes first: then the provider touches no context or buffer
+
+  InfoPtr info;
+  FidPtr<fid_fabric> fabric;
+  FidPtr<fid_domain> domain;
+  FidPtr<fid_cq> cq;
+  FidPtr<fid_av> av;
+  FidPtr<fid_ep> ep;
+  std::string provider, key;  // key: its place among the shared endpoints ("" for an own one)
+  pid_t pid = getpid();       // a forked child opens its own (the sockets are its parent's)
+  int tag_bits = 64;
+  uint64_t tag_mask = ~0ull;
+  size_t max_chunk = SIZE_MAX;
+  bool local_mr = false, mr_endpoint = false, prov_key = false;
+  uint64_t next_key = 1;
+
+  std::mutex mu;        // one lock for everything: a watchdog thread may call abort()
+  bool broken = false;  // a split message was half posted: the stream is out of step
+  std::deque<Op> ops;   // stable addresses: contexts live until their completion or the close
+  std::vector<Op*> free_ops;
+  size_t ops_in_use = 0;
+  std::vector<Request> reqs;
+  std::vector<uint32_t> free_reqs;
+  std::list<MrEntry> cache;
+  std::vector<FidPtr<fid_mr>> orphan_mrs;  // regions of channels closed with operations in flight
+  uint64_t mr_regs = 0, mr_reuses = 0, region_hits = 0, post_retries = 0;
+
+  // Shared: channel numbers in use, on offer to a communicator being opened, or retired (a
+  // channel that failed or closed with messages in flight: a late one must not reach a
+  // later channel). Numbers are taken in turn from next_channel, so one comes round again only
+  // after all the others.
+  size_t channels = 0;  // numbers it can carry: 2^(tag bits - kTagBits), at most kMaxChannels
+  std::bitset<kMaxChannels> used, offered, retired;
+  size_t next_channel = 0;
+  bool detached = false;  // left the shared ones: a channel closed with operations it could not stop
+};
+
+Endpoint::~Endpoint() {
+  std::lock_guard<std::mutex> lk(mu);
+  for (Op& op : ops)
+    if (op.in_use && ep) fi_cancel(&ep.get()->fid, &op.ctx);
+  ep.reset();
+  cache.clear();
+  orphan_mrs.clear();
+  av.reset();
+  cq.reset();
+  int rc = domain.close();
+  if (rc == -FI_EBUSY && ops_in_use > 0) {
+    // libfabric 1.17's ofi_rxm keeps an unfinished rendezvous send (its peer never received it)
+    // after the endpoint is closed, and with it the domain.
+    HC_WARN("ofi: endpoint closed with {} operations unfinished; provider {} kept its domain busy, which is leaked",
+            ops_in_use, provider);
+  } else if (rc != 0) {
+    HC_WARN("ofi: fi_close(domain): {}", fiStr(rc));
+  }
+  if (rc == 0) fabric.reset();
+  else fabric.close();
+}
+
+// One fi_getinfo attempt; nullptr when nothing fits. libfabric 1.17's tcp and net list every
+// interface whatever domain_attr->name says, so the interface is also filtered here.
+InfoPtr getInfo(int rank, const std::string& provider, const std::string& iface, const sockaddr_in* src,
+                bool local_mr) {
+  InfoPtr hints(ofi::fabricLib().dupinfo(nullptr));
+  HC_CHECK(hints, hcSystemError, "rank {} ofi: fi_allocinfo failed", rank);
+  hints->caps = FI_TAGGED | FI_SEND | FI_RECV | FI_DIRECTED_RECV;
+  hints->mode = FI_CONTEXT | FI_CONTEXT2;
+  hints->ep_attr->type = FI_EP_RDM;
+  hints->tx_attr->msg_order = FI_ORDER_SAS;
+  hints->rx_attr->msg_order = FI_ORDER_SAS;
+  hints->domain_attr->threading = FI_THREAD_DOMAIN;  // Endpoint::mu serialises every call
+  hints->domain_attr->mr_mode =
+      FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT | (local_mr ? FI_MR_LOCAL : 0);
+  hints->fabric_attr->prov_name = strdup(provider.c_str());
+  if (!iface.empty()) hints->domain_attr->name = strdup(iface.c_str());
+  if (src) {  // bind to the interface's address, not to the host name's
+    auto* copy = static_cast<sockaddr_in*>(std::malloc(sizeof(sockaddr_in)));
+    HC_CHECK(copy, hcSystemError, "rank {} ofi: out of memory", rank);
+    *copy = *src;
+    hints->addr_format = FI_SOCKADDR_IN;
+    hints->src_addr = copy;
+    hints->src_addrlen = sizeof(sockaddr_in);
+  }
+
+  fi_info* list = nullptr;
+  int rc = ofi::fabricLib().getinfo(kFiApiVersion, nullptr, nullptr, 0, hints.get(), &list);
+  InfoPtr all(list);
+  if (rc == -FI_ENODATA) return nullptr;
+  HC_CHECK(rc == 0, hcSystemError, "rank {} ofi: fi_getinfo(provider '{}'): {}", rank, provider, fiStr(rc));
+
+  // Prefer the exact provider name ("net" also lists "net;ofi_rxm"), then IPv4.
+  fi_info* chosen = nullptr;
+  int best = -1;
+  for (fi_info* i = list; i; i = i->next) {
+    if (!iface.empty() && (!i->domain_attr->name || iface != i->domain_attr->name)) continue;
+    int score = (std::strcmp(i->fabric_attr->prov_name, provider.c_str()) == 0 ? 2 : 0) +
+                (i->addr_format == FI_SOCKADDR_IN ? 1 : 0);
+    if (score > best) best = score, chosen = i;
+  }
+  if (!chosen) return nullptr;
+  InfoPtr info(ofi::fabricLib().dupinfo(chosen));
+  HC_CHECK(info, hcSystemError, "rank {} ofi: fi_dupinfo failed", rank);
+  return info;
+}
+
+// Opens an endpoint; av_count: the addresses it expects (a hint); key: the shared one's ("": an
+// own one).
+std::shared_ptr<Endpoint> openEndpoint(int rank, const OfiOptions& opt, const ofi_detail::OfiTuning& tuning,
+                                       size_t av_count, const std::string& key = "") {
+  auto e = std::make_shared<Endpoint>();
+  e->key = key;
+  e->provider = resolveProvider(opt);
+  logRxmSettings(e->provider);
+  sockaddr_in src{};
+  const bool have_src = !opt.iface.empty() && ifaceIpv4(opt.iface, &src);
+  // FI_MR_LOCAL only when no provider works without it; the interface's address first.
+  for (bool local_mr : {false, true}) {
+    for (int s = have_src ? 0 : 1; s < 2 && !e->info; ++s)
+      e->info = getInfo(rank, e->provider, opt.iface, s == 0 ? &src : nullptr, local_mr);
+    if (e->info) break;
+  }
+  if (!e->info) {
+    HC_THROW(hcUnsupported,
+             "rank {} ofi: no libfabric provider '{}' with FI_EP_RDM, FI_TAGGED, FI_DIRECTED_RECV{}{} "
+             "(see `fi_info -t FI_EP_RDM`; FI_PROVIDER / HICOLL_OFI_PROVIDER choose the provider, "
+             "HICOLL_OFI_IFACE the interface)",
+             rank, e->provider, opt.iface.empty() ? "" : " on interface ", opt.iface);
+  }
+  const fi_info* info = e->info.get();
+  e->provider = info->fabric_attr->prov_name;
+
+  const uint64_t mr_mode = info->domain_attr->mr_mode;
+  e->local_mr = (mr_mode & FI_MR_LOCAL) || tuning.force_local_mr;
+  e->mr_endpoint = mr_mode & FI_MR_ENDPOINT;
+  e->prov_key = mr_mode & FI_MR_PROV_KEY;
+  e->tag_bits = tagBitsOf(info->ep_attr->mem_tag_format);
+  e->tag_mask = e->tag_bits >= 64 ? ~0ull : (1ull << e->tag_bits) - 1;
+  e->channels = e->tag_bits > tags::kTagBits
+                    ? std::min(kMaxChannels, size_t{1} << std::min(e->tag_bits - tags::kTagBits, 20))
+                    : 0;
+  e->max_chunk = info->ep_attr->max_msg_size ? info->ep_attr->max_msg_size : SIZE_MAX;
+  if (tuning.max_msg_size) e->max_chunk = std::min(e->max_chunk, tuning.max_msg_size);
+
+  int rc = ofi::fabricLib().fabric(info->fabric_attr, e->fabric.out(), nullptr);
+  HC_CHECK(rc == 0, hcSystemError, "rank {} ofi: fi_fabric({}): {}", rank, e->provider, fiStr(rc));
+  rc = fi_domain(e->fabric.get(), e->info.get(), e->domain.out(), nullptr);
+  HC_CHECK(rc == 0, hcSystemError, "rank {} ofi: fi_domain({}): {}", rank, info->domain_attr->name, fiStr(rc));
+
+  fi_cq_attr cq_attr{};
+  cq_attr.format = FI_CQ_FORMAT_TAGGED;
+  cq_attr.wait_obj = FI_WAIT_NONE;
+  rc = fi_cq_open(e->domain.get(), &cq_attr, e->cq.out(), nullptr);
+  HC_CHECK(rc == 0, hcSystemError, "rank {} ofi: fi_cq_open: {}", rank, fiStr(rc));
+
+  fi_av_attr av_attr{};
+  av_attr.type = info->domain_attr->av_type != FI_AV_UNSPEC ? info->domain_attr->av_type : FI_AV_TABLE;
+  av_attr.count = av_count;
+  rc = fi_av_open(e->domain.get(), &av_attr, e->av.out(), nullptr);
+  HC_CHECK(rc == 0, hcSystemError, "rank {} ofi: fi_av_open: {}", rank, fiStr(rc));
+
+  rc = fi_endpoint(e->domain.get(), e->info.get(), e->ep.out(), nullptr);
+  HC_CHECK(rc == 0, hcSystemError, "rank {} ofi: fi_endpoint: {}", rank, fiStr(rc));
+  rc = fi_ep_bind(e->ep.get(), &e->av.get()->fid, 0);
+  HC_CHECK(rc == 0, hcSystemError, "rank {} ofi: fi_ep_bind(av): {}", rank, fiStr(rc));
+  rc = fi_ep_bind(e->ep.get(), &e->cq.get()->fid, FI_TRANSMIT | FI_RECV);
+  HC_CHECK(rc == 0, hcSystemError, "rank {} ofi: fi_ep_bind(cq): {}", rank, fiStr(rc));
+  rc = fi_enable(e->ep.get());
+  HC_CHECK(rc == 0, hcSystemError, "rank {} ofi: fi_enable: {}", rank, fiStr(rc));
+  HC_INFO("ofi: opened {} endpoint: provider {} fabric {} domain {} (max_msg_size {}, tag bits {}, {} MRs{})",
+          e->key.empty() ? "an own" : "the shared", e->provider, info->fabric_attr->name, info->domain_attr->name,
+          info->ep_attr->max_msg_size, e->tag_bits, e->local_mr ? "local" : "no local",
+          tuning.max_msg_size ? fmt::format(", split above {}", e->max_chunk) : "");
+  return e;
+}
+
+// The process's shared endpoints, by provider and interface (never destroyed: channels may
+// close during exit, after static destructors ran).
+std::mutex& sharedMu() {
+  static auto* m = new std::mutex;
+  return *m;
+}
+std::map<std::string, std::weak_ptr<Endpoint>>& sharedEndpoints() {
+  static auto* m = new std::map<std::string, std::weak_ptr<Endpoint>>;
+  return *m;
+}
+
+std::shared_ptr<Endpoint> sharedEndpoint(int rank, const OfiOptions& opt) {
+  const std::string key = resolveProvider(opt) + "|" + opt.iface;
+  std::lock_guard<std::mutex> lk(sharedMu());
+  std::weak_ptr<Endpoint>& slot = sharedEndpoints()[key];
+  if (auto e = slot.lock(); e && e->pid == getpid()) return e;
+  auto e = openEndpoint(rank, opt, ofi_detail::OfiTuning{}, 64, key);
+  slot = e;
+  return e;
+}
+
+// ---- the transport: a communicator's channel on an endpoint ----
 
 class OfiTransport final : public Transport {
  public:
@@ -180,13 +402,13 @@ class OfiTransport final : public Transport {
   }
   ReqId irecv(int peer, void* buf, size_t len, uint64_t tag) override { return post(false, peer, buf, len, tag); }
   ReqId irecvUpTo(int peer, void* buf, size_t capacity, uint64_t tag, size_t* received) override {
-    HC_CHECK(capacity <= max_chunk_, hcInternalError, "rank {} ofi: a receive of up to {} bytes must be one message",
+    HC_CHECK(capacity <= e_->max_chunk, hcInternalError, "rank {} ofi: a receive of up to {} bytes must be one message",
              rank_, capacity);
     return post(false, peer, buf, capacity, tag, received);
   }
   bool test(ReqId id) override;
   void progress() override;
-  int tagBits() const override { return tag_bits_; }
+  int tagBits() const override { return bits_; }
   std::string ipv4() const override { return ipv4_; }
   void abort() override;
   void registerRegion(void* base, size_t len) override;
@@ -194,12 +416,13 @@ class OfiTransport final : public Transport {
   void checkFailureNotices() override;
 
   ofi_detail::OfiInfo info() const;
+  std::string peerStr(int peer) const;
 
  private:
-  InfoPtr getInfo(const std::string& iface, const sockaddr_in* src, bool local_mr);
-  void open(const OfiOptions& opt);
-  void closeAll() noexcept;
-  void connect(Bootstrap& bs);
+  WireAddr describe(bool offer);
+  void connect(Bootstrap& bs, const OfiOptions& opt, const ofi_detail::OfiTuning& tuning);
+  int chooseChannel(const std::vector<WireAddr>& all) const;
+  void close() noexcept;
   void warmUp();
   void postNotices();
   void throwIfNoticeArrived();
@@ -224,223 +447,185 @@ class OfiTransport final : public Transport {
   void* regionDesc(const void* buf, size_t len);
   MrEntry* cacheAcquire(const void* buf, size_t len);
   void cacheRelease(MrEntry* e);
-  std::string peerStr(int peer) const;
+  size_t opsInFlight() const;
   [[noreturn]] void throwAborted(const char* what, int peer, uint64_t tag) const;
 
   const int rank_, size_;
   const long timeout_ms_;
-  const ofi_detail::OfiTuning tuning_;
 
-  InfoPtr info_;
-  FidPtr<fid_fabric> fabric_;
-  FidPtr<fid_domain> domain_;
-  FidPtr<fid_cq> cq_;
-  FidPtr<fid_av> av_;
-  FidPtr<fid_ep> ep_;
+  std::shared_ptr<Endpoint> endpoint_;
+  Endpoint* e_ = nullptr;  // endpoint_.get()
+  int channel_ = -1;       // its number on a shared endpoint; -1: the endpoint is its own
+  uint64_t prefix_ = 0;    // channel_ above tags::kTagBits
+  int bits_ = 64;          // tag bits it carries: tags::kTagBits on a shared endpoint
+  uint64_t mask_ = ~0ull;
+  std::bitset<kMaxChannels> offer_;  // the channels offered while opening (released once chosen)
+
   std::vector<fi_addr_t> addrs_;
   std::vector<std::string> peer_names_;
-  std::string provider_, address_, ipv4_;
+  std::string address_, ipv4_;
   std::function<void()> while_blocked_;
   CallClock call_now_;
   std::function<std::string(int)> who_;
-  uint64_t tag_mask_ = ~0ull;
-  int tag_bits_ = 64;
-  size_t max_chunk_ = SIZE_MAX;
-  bool local_mr_ = false, mr_endpoint_ = false, prov_key_ = false;
-  uint64_t next_key_ = 1;
+  std::map<uintptr_t, Region> regions_;
+  std::vector<FidPtr<fid_mr>> retired_mrs_;  // replaced regions, possibly still in use
 
-  // Failure notices: one receive posted per peer for the whole life of the transport, with a
-  // tag no collective uses (collectives use the low 60 bits, the warm-up all ones). A notice is
-  // the number of the call that failed (8 bytes) and the reason.
+  // Failure notices: one receive posted per peer for the whole life of the channel, with a tag
+  // none of hicoll's layers use (they stay below 2^tags::kTagBits, the warm-up is all ones of
+  // the channel's bits). A notice is the number of the call that failed (8 bytes) and the reason.
   static constexpr size_t kNoticeBytes = 1024;
   std::vector<std::array<char, kNoticeBytes>> notice_in_;
   std::vector<ReqId> notice_req_;  // 0 once consumed
   std::vector<char> notice_held_;  // arrived from a call this rank has not reached
   bool any_held_ = false;          // some notice_held_ set: idle passes look only when so
   std::array<char, kNoticeBytes> notice_out_{};
-  uint64_t notice_tag_ = 0;   // 0: notices off (fewer than 61 tag bits)
+  uint64_t notice_tag_ = 0;   // 0: notices off (no tag bits above hicoll's layers')
   bool notice_seen_ = false;  // a peer's notice arrived: this rank need not repeat it
   bool announced_ = false;
   std::atomic<long> post_limit_ms_{0};  // > 0: how long a post may wait for queue space (announcing)
   std::chrono::steady_clock::time_point last_notice_check_{};
 
-  mutable std::mutex mu_;  // one lock for everything: a watchdog thread may call abort()
   std::atomic<bool> aborted_{false};
-  bool broken_ = false;  // a split message was half posted: the stream is out of step
-  std::deque<Op> ops_;   // stable addresses: contexts live until their completion or ~OfiTransport
-  std::vector<Op*> free_ops_;
-  size_t ops_in_use_ = 0;
-  std::vector<Request> reqs_;
-  std::vector<uint32_t> free_reqs_;
-  struct Region {
-    size_t len;
-    FidPtr<fid_mr> mr;
-  };
-  std::map<uintptr_t, Region> regions_;
-  std::vector<FidPtr<fid_mr>> retired_mrs_;  // replaced regions, possibly still in use
-  std::list<MrEntry> cache_;
-  uint64_t mr_regs_ = 0, mr_reuses_ = 0, region_hits_ = 0, post_retries_ = 0;
   int32_t warm_send_ = 0;  // warm-up payloads (live until their completion)
   std::vector<int32_t> warm_recv_;
 };
 
 OfiTransport::OfiTransport(Bootstrap& bs, const OfiOptions& opt, const ofi_detail::OfiTuning& tuning)
-    : rank_(bs.rank()), size_(bs.size()), timeout_ms_(opt.timeout_ms > 0 ? opt.timeout_ms : 120000), tuning_(tuning),
+    : rank_(bs.rank()), size_(bs.size()), timeout_ms_(opt.timeout_ms > 0 ? opt.timeout_ms : 120000),
       while_blocked_(opt.while_blocked), call_now_(opt.call_now), who_(opt.who) {
+  const bool offer = opt.share && size_ > 1 && tuning.max_msg_size == 0 && !tuning.force_local_mr;
+  endpoint_ = offer ? sharedEndpoint(rank_, opt) : openEndpoint(rank_, opt, tuning, static_cast<size_t>(size_));
+  e_ = endpoint_.get();
   try {
-    open(opt);
-    connect(bs);
+    connect(bs, opt, tuning);
     warmUp();
     postNotices();
   } catch (...) {
-    closeAll();  // members alone would free the contexts before the endpoint is closed
+    close();
     throw;
   }
 }
 
-// One fi_getinfo attempt; nullptr when nothing fits. libfabric 1.17's tcp and net list every
-// interface whatever domain_attr->name says, so the interface is also filtered here.
-InfoPtr OfiTransport::getInfo(const std::string& iface, const sockaddr_in* src, bool local_mr) {
-  InfoPtr hints(ofi::fabricLib().dupinfo(nullptr));
-  HC_CHECK(hints, hcSystemError, "rank {} ofi: fi_allocinfo failed", rank_);
-  hints->caps = FI_TAGGED | FI_SEND | FI_RECV | FI_DIRECTED_RECV;
-  hints->mode = FI_CONTEXT | FI_CONTEXT2;
-  hints->ep_attr->type = FI_EP_RDM;
-  hints->tx_attr->msg_order = FI_ORDER_SAS;
-  hints->rx_attr->msg_order = FI_ORDER_SAS;
-  hints->domain_attr->threading = FI_THREAD_DOMAIN;  // mu_ serialises every call
-  hints->domain_attr->mr_mode =
-      FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT | (local_mr ? FI_MR_LOCAL : 0);
-  hints->fabric_attr->prov_name = strdup(provider_.c_str());
-  if (!iface.empty()) hints->domain_attr->name = strdup(iface.c_str());
-  if (src) {  // bind to the interface's address, not to the host name's
-    auto* copy = static_cast<sockaddr_in*>(std::malloc(sizeof(sockaddr_in)));
-    HC_CHECK(copy, hcSystemError, "rank {} ofi: out of memory", rank_);
-    *copy = *src;
-    hints->addr_format = FI_SOCKADDR_IN;
-    hints->src_addr = copy;
-    hints->src_addrlen = sizeof(sockaddr_in);
-  }
-
-  fi_info* list = nullptr;
-  int rc = ofi::fabricLib().getinfo(kFiApiVersion, nullptr, nullptr, 0, hints.get(), &list);
-  InfoPtr all(list);
-  if (rc == -FI_ENODATA) return nullptr;
-  HC_CHECK(rc == 0, hcSystemError, "rank {} ofi: fi_getinfo(provider '{}'): {}", rank_, provider_, fiStr(rc));
-
-  // Prefer the exact provider name ("net" also lists "net;ofi_rxm"), then IPv4.
-  fi_info* chosen = nullptr;
-  int best = -1;
-  for (fi_info* i = list; i; i = i->next) {
-    if (!iface.empty() && (!i->domain_attr->name || iface != i->domain_attr->name)) continue;
-    int score = (std::strcmp(i->fabric_attr->prov_name, provider_.c_str()) == 0 ? 2 : 0) +
-                (i->addr_format == FI_SOCKADDR_IN ? 1 : 0);
-    if (score > best) best = score, chosen = i;
-  }
-  if (!chosen) return nullptr;
-  InfoPtr info(ofi::fabricLib().dupinfo(chosen));
-  HC_CHECK(info, hcSystemError, "rank {} ofi: fi_dupinfo failed", rank_);
-  return info;
-}
-
-void OfiTransport::open(const OfiOptions& opt) {
-  provider_ = resolveProvider(opt);
-  logRxmSettings(provider_);
-  sockaddr_in src{};
-  const bool have_src = !opt.iface.empty() && ifaceIpv4(opt.iface, &src);
-  // FI_MR_LOCAL only when no provider works without it; the interface's address first.
-  for (bool local_mr : {false, true}) {
-    for (int s = have_src ? 0 : 1; s < 2 && !info_; ++s) info_ = getInfo(opt.iface, s == 0 ? &src : nullptr, local_mr);
-    if (info_) break;
-  }
-  if (!info_) {
-    HC_THROW(hcUnsupported,
-             "rank {} ofi: no libfabric provider '{}' with FI_EP_RDM, FI_TAGGED, FI_DIRECTED_RECV{}{} "
-             "(see `fi_info -t FI_EP_RDM`; FI_PROVIDER / HICOLL_OFI_PROVIDER choose the provider, "
-             "HICOLL_OFI_IFACE the interface)",
-             rank_, provider_, opt.iface.empty() ? "" : " on interface ", opt.iface);
-  }
-  provider_ = info_->fabric_attr->prov_name;
-
-  const uint64_t mr_mode = info_->domain_attr->mr_mode;
-  local_mr_ = (mr_mode & FI_MR_LOCAL) || tuning_.force_local_mr;
-  mr_endpoint_ = mr_mode & FI_MR_ENDPOINT;
-  prov_key_ = mr_mode & FI_MR_PROV_KEY;
-  tag_bits_ = tagBitsOf(info_->ep_attr->mem_tag_format);
-  tag_mask_ = tag_bits_ >= 64 ? ~0ull : (1ull << tag_bits_) - 1;
-  max_chunk_ = info_->ep_attr->max_msg_size ? info_->ep_attr->max_msg_size : SIZE_MAX;
-  if (tuning_.max_msg_size) max_chunk_ = std::min(max_chunk_, tuning_.max_msg_size);
-
-  int rc = ofi::fabricLib().fabric(info_->fabric_attr, fabric_.out(), nullptr);
-  HC_CHECK(rc == 0, hcSystemError, "rank {} ofi: fi_fabric({}): {}", rank_, provider_, fiStr(rc));
-  rc = fi_domain(fabric_.get(), info_.get(), domain_.out(), nullptr);
-  HC_CHECK(rc == 0, hcSystemError, "rank {} ofi: fi_domain({}): {}", rank_, info_->domain_attr->name, fiStr(rc));
-
-  fi_cq_attr cq_attr{};
-  cq_attr.format = FI_CQ_FORMAT_TAGGED;
-  cq_attr.wait_obj = FI_WAIT_NONE;
-  rc = fi_cq_open(domain_.get(), &cq_attr, cq_.out(), nullptr);
-  HC_CHECK(rc == 0, hcSystemError, "rank {} ofi: fi_cq_open: {}", rank_, fiStr(rc));
-
-  fi_av_attr av_attr{};
-  av_attr.type = info_->domain_attr->av_type != FI_AV_UNSPEC ? info_->domain_attr->av_type : FI_AV_TABLE;
-  av_attr.count = static_cast<size_t>(size_);
-  rc = fi_av_open(domain_.get(), &av_attr, av_.out(), nullptr);
-  HC_CHECK(rc == 0, hcSystemError, "rank {} ofi: fi_av_open: {}", rank_, fiStr(rc));
-
-  rc = fi_endpoint(domain_.get(), info_.get(), ep_.out(), nullptr);
-  HC_CHECK(rc == 0, hcSystemError, "rank {} ofi: fi_endpoint: {}", rank_, fiStr(rc));
-  rc = fi_ep_bind(ep_.get(), &av_.get()->fid, 0);
-  HC_CHECK(rc == 0, hcSystemError, "rank {} ofi: fi_ep_bind(av): {}", rank_, fiStr(rc));
-  rc = fi_ep_bind(ep_.get(), &cq_.get()->fid, FI_TRANSMIT | FI_RECV);
-  HC_CHECK(rc == 0, hcSystemError, "rank {} ofi: fi_ep_bind(cq): {}", rank_, fiStr(rc));
-  rc = fi_enable(ep_.get());
-  HC_CHECK(rc == 0, hcSystemError, "rank {} ofi: fi_enable: {}", rank_, fiStr(rc));
-}
-
-void OfiTransport::connect(Bootstrap& bs) {
+// This rank's line of the exchange: its endpoint's name, and the channels it offers when the
+// endpoint is the shared one (offered until the choice: a communicator opened meanwhile on
+// another thread is offered none of them).
+WireAddr OfiTransport::describe(bool offer) {
   WireAddr mine{};
   mine.magic = kWireMagic;
   size_t len = sizeof(mine.name);
-  int rc = fi_getname(&ep_.get()->fid, mine.name, &len);
+  int rc = fi_getname(&e_->ep.get()->fid, mine.name, &len);
   HC_CHECK(rc == 0, hcSystemError, "rank {} ofi: fi_getname ({} bytes available): {}", rank_, sizeof(mine.name),
            fiStr(rc));
   mine.name_len = static_cast<uint32_t>(len);
-  mine.addr_format = info_->addr_format;
-  mine.tag_bits = static_cast<uint32_t>(tag_bits_);
-  std::snprintf(mine.provider, sizeof(mine.provider), "%s", provider_.c_str());
-  if (info_->addr_format == FI_SOCKADDR_IN && len >= sizeof(sockaddr_in)) {
+  mine.addr_format = e_->info->addr_format;
+  mine.tag_bits = static_cast<uint32_t>(e_->tag_bits);
+  std::snprintf(mine.provider, sizeof(mine.provider), "%s", e_->provider.c_str());
+  if (offer && !e_->key.empty()) {
+    std::lock_guard<std::mutex> lk(e_->mu);
+    for (size_t c = 0; c < e_->channels; ++c)
+      if (!e_->used[c] && !e_->offered[c] && !e_->retired[c]) offer_.set(c);
+    e_->offered |= offer_;
+    for (size_t c = 0; c < kMaxChannels; ++c)
+      if (offer_[c]) mine.free[c / 64] |= uint64_t{1} << (c % 64);
+    mine.offers = 1;
+    mine.cursor = static_cast<uint32_t>(e_->next_channel);
+  }
+  return mine;
+}
+
+// The channel every rank takes: the first number free on all, searching from the furthest
+// cursor (so numbers come round in turn), or -1 (own endpoints) when one offers none, or when
+// two ranks are one process (ranks as threads): their messages would come from one address.
+// Every rank computes it from the same lines.
+int OfiTransport::chooseChannel(const std::vector<WireAddr>& all) const {
+  uint64_t free[kMaxChannels / 64];
+  std::fill(std::begin(free), std::end(free), ~uint64_t{0});
+  size_t from = 0;
+  std::vector<std::string> names;
+  for (const WireAddr& w : all) {
+    if (!w.offers) return -1;
+    for (size_t i = 0; i < kMaxChannels / 64; ++i) free[i] &= w.free[i];
+    from = std::max<size_t>(from, w.cursor);
+    names.emplace_back(reinterpret_cast<const char*>(w.name), w.name_len);
+  }
+  std::sort(names.begin(), names.end());
+  if (std::adjacent_find(names.begin(), names.end()) != names.end()) return -1;
+  for (size_t k = 0; k < kMaxChannels; ++k) {
+    const size_t c = (from + k) % kMaxChannels;
+    if (free[c / 64] >> (c % 64) & 1) return static_cast<int>(c);
+  }
+  return -1;
+}
+
+void OfiTransport::connect(Bootstrap& bs, const OfiOptions& opt, const ofi_detail::OfiTuning& tuning) {
+  WireAddr mine = describe(true);
+  std::vector<WireAddr> all(static_cast<size_t>(size_));
+  auto exchange = [&] {
+    bs.allgather(&mine, all.data(), sizeof(WireAddr), while_blocked_);  // a dead peer fails it at once
+    for (int p = 0; p < size_; ++p) {
+      const WireAddr& w = all[static_cast<size_t>(p)];
+      HC_CHECK(w.magic == kWireMagic && w.name_len <= sizeof(w.name), hcRemoteError,
+               "rank {} ofi: rank {} published a malformed endpoint name", rank_, p);
+      HC_CHECK(std::strncmp(w.provider, mine.provider, sizeof(w.provider)) == 0 && w.addr_format == mine.addr_format,
+               hcInvalidUsage,
+               "rank {} ofi: rank {} chose provider '{}' (address format {}) but this rank chose '{}' (format {}); "
+               "set the same FI_PROVIDER / HICOLL_OFI_PROVIDER / HICOLL_OFI_IFACE on every rank",
+               rank_, p, std::string(w.provider, strnlen(w.provider, sizeof(w.provider))), w.addr_format, e_->provider,
+               mine.addr_format);
+    }
+  };
+  exchange();
+  const int chosen = chooseChannel(all);
+  bool offered_any = false;
+  for (const WireAddr& w : all) offered_any |= w.offers != 0;
+  if (!e_->key.empty()) {
+    std::lock_guard<std::mutex> lk(e_->mu);
+    e_->offered &= ~offer_;
+    offer_.reset();
+    if (chosen >= 0) {
+      e_->used.set(static_cast<size_t>(chosen));
+      e_->next_channel = static_cast<size_t>(chosen + 1) % kMaxChannels;
+    }
+  }
+  if (chosen >= 0) {
+    channel_ = chosen;
+    prefix_ = static_cast<uint64_t>(chosen) << tags::kTagBits;
+    bits_ = tags::kTagBits;
+    mask_ = (uint64_t{1} << tags::kTagBits) - 1;
+  } else {
+    if (!e_->key.empty()) {  // not every rank shares: each opens its own (every rank sees this)
+      endpoint_ = openEndpoint(rank_, opt, tuning, static_cast<size_t>(size_));
+      e_ = endpoint_.get();
+    }
+    if (offered_any) {
+      mine = describe(false);
+      exchange();
+    }
+    bits_ = e_->tag_bits;
+    mask_ = e_->tag_mask;
+  }
+  if (mine.addr_format == FI_SOCKADDR_IN && mine.name_len >= sizeof(sockaddr_in)) {
     char ip[INET_ADDRSTRLEN] = {};
     const auto* sin = reinterpret_cast<const sockaddr_in*>(mine.name);
     if (inet_ntop(AF_INET, &sin->sin_addr, ip, sizeof ip)) ipv4_ = ip;
   }
 
-  std::vector<WireAddr> all(static_cast<size_t>(size_));
-  bs.allgather(&mine, all.data(), sizeof(WireAddr), while_blocked_);  // a dead peer fails it at once
-
   addrs_.assign(static_cast<size_t>(size_), FI_ADDR_UNSPEC);
   peer_names_.assign(static_cast<size_t>(size_), "");
+  std::lock_guard<std::mutex> lk(e_->mu);
   for (int p = 0; p < size_; ++p) {
     const WireAddr& w = all[static_cast<size_t>(p)];
-    HC_CHECK(w.magic == kWireMagic && w.name_len <= sizeof(w.name), hcRemoteError,
-             "rank {} ofi: rank {} published a malformed endpoint name", rank_, p);
-    HC_CHECK(std::strncmp(w.provider, mine.provider, sizeof(w.provider)) == 0 && w.addr_format == mine.addr_format,
-             hcInvalidUsage,
-             "rank {} ofi: rank {} chose provider '{}' (address format {}) but this rank chose '{}' (format {}); "
-             "set the same FI_PROVIDER / HICOLL_OFI_PROVIDER / HICOLL_OFI_IFACE on every rank",
-             rank_, p, std::string(w.provider, strnlen(w.provider, sizeof(w.provider))), w.addr_format, provider_,
-             mine.addr_format);
-    rc = fi_av_insert(av_.get(), w.name, 1, &addrs_[static_cast<size_t>(p)], 0, nullptr);
+    int rc = fi_av_insert(e_->av.get(), w.name, 1, &addrs_[static_cast<size_t>(p)], 0, nullptr);
     HC_CHECK(rc == 1, hcSystemError, "rank {} ofi: fi_av_insert of rank {}'s address: {}", rank_, p, fiStr(rc));
     char buf[128] = {};
     size_t blen = sizeof(buf);
-    fi_av_straddr(av_.get(), w.name, buf, &blen);
+    fi_av_straddr(e_->av.get(), w.name, buf, &blen);
     peer_names_[static_cast<size_t>(p)] = buf;
   }
   address_ = peer_names_[static_cast<size_t>(rank_)];
-  HC_INFO("ofi: provider {} fabric {} domain {} address {} (max_msg_size {}, tag bits {}, {} MRs{})", provider_,
-          info_->fabric_attr->name, info_->domain_attr->name, address_, info_->ep_attr->max_msg_size, tag_bits_,
-          local_mr_ ? "local" : "no local", tuning_.max_msg_size ? fmt::format(", split above {}", max_chunk_) : "");
+  if (channel_ >= 0)
+    HC_INFO("ofi: rank {} is channel {} of the shared endpoint {} ({} ranks)", rank_, channel_, address_, size_);
+  else HC_INFO("ofi: rank {} has an own endpoint {} ({} ranks)", rank_, address_, size_);
 }
 
 // One small message each way with every peer: connections are made now (not inside the first
@@ -449,7 +634,7 @@ void OfiTransport::connect(Bootstrap& bs) {
 // precedes its later ones (FI_ORDER_SAS) and the warm-up receive is posted first.
 void OfiTransport::warmUp() {
   if (size_ < 2) return;
-  const uint64_t tag = tag_mask_;
+  const uint64_t tag = mask_;
   warm_send_ = rank_;
   warm_recv_.assign(static_cast<size_t>(size_), -1);
   std::vector<std::pair<int, ReqId>> reqs;
@@ -483,8 +668,8 @@ void OfiTransport::warmUp() {
 }
 
 void OfiTransport::postNotices() {
-  if (size_ < 2 || tag_bits_ < 61) return;
-  notice_tag_ = tag_mask_ - 1;
+  if (size_ < 2 || (channel_ < 0 && bits_ <= tags::kTagBits)) return;
+  notice_tag_ = mask_ - 1;
   notice_in_.assign(static_cast<size_t>(size_), {});
   notice_req_.assign(static_cast<size_t>(size_), 0);
   notice_held_.assign(static_cast<size_t>(size_), 0);
@@ -513,7 +698,7 @@ void OfiTransport::takeNotice(int p, uint64_t call) {
   HC_THROW(hcRemoteError, "{} reported a failure: {}", peerStr(p), in.data() + sizeof(uint64_t));
 }
 
-// With mu_ held: a failure notice that has arrived (its receive completed) is thrown once due.
+// With e_->mu held: a failure notice that has arrived (its receive completed) is thrown once due.
 void OfiTransport::throwIfNoticeArrived() {
   if (notice_tag_ == 0) return;
   for (int p = 0; p < size_; ++p) {
@@ -521,7 +706,7 @@ void OfiTransport::throwIfNoticeArrived() {
     bool arrived = notice_held_[static_cast<size_t>(p)] != 0;
     if (!arrived && id != 0) {
       const uint32_t idx = static_cast<uint32_t>(id & 0xffffffffu), gen = static_cast<uint32_t>(id >> 32);
-      const Request& r = reqs_[idx];
+      const Request& r = e_->reqs[idx];
       arrived = r.live && r.gen == gen && r.pending == 0 && r.err == hcSuccess;
     }
     if (arrived) takeNotice(p, noticeCall(p));
@@ -604,32 +789,76 @@ void OfiTransport::announceFailure(const std::string& what) {
 }
 
 OfiTransport::~OfiTransport() {
-  closeAll();
+  close();
 }
 
-void OfiTransport::closeAll() noexcept {
-  // The endpoint goes first: once it is closed the provider touches no context or buffer.
-  // Nothing here waits for a peer.
-  std::lock_guard<std::mutex> lk(mu_);
-  for (Op& op : ops_)
-    if (op.in_use && ep_) fi_cancel(&ep_.get()->fid, &op.ctx);
-  ep_.reset();
-  cache_.clear();
-  regions_.clear();
-  retired_mrs_.clear();
-  av_.reset();
-  cq_.reset();
-  int rc = domain_.close();
-  if (rc == -FI_EBUSY && ops_in_use_ > 0) {
-    // libfabric 1.17's ofi_rxm keeps an unfinished rendezvous send (its peer never received it)
-    // after the endpoint is closed, and with it the domain.
-    HC_WARN("ofi: rank {} closed with {} operations unfinished; provider {} kept its domain busy, which is leaked",
-            rank_, ops_in_use_, provider_);
-  } else if (rc != 0) {
-    HC_WARN("ofi: rank {} fi_close(domain): {}", rank_, fiStr(rc));
+size_t OfiTransport::opsInFlight() const {
+  size_t n = 0;
+  for (const Op& op : e_->ops) n += op.in_use && op.chan == this;
+  return n;
+}
+
+// A channel's requests end here (their receives cancelled). Its own endpoint then closes with
+// it. On the shared one, which other channels keep moving, it waits a moment for what it
+// could not cancel (a send, a message arriving); what is still in flight after that keeps
+// writing or reading its buffers, so the endpoint leaves the shared ones (it closes with its
+// last channel) and the number is retired. Nothing here waits for a peer beyond that second.
+void OfiTransport::close() noexcept {
+  if (!endpoint_) return;
+  try {
+    std::unique_lock<std::mutex> lk(e_->mu);
+    size_t unfinished = 0;  // requests the layers above left (the notices' receives are its own)
+    for (uint32_t i = 0; i < e_->reqs.size(); ++i) {
+      Request& r = e_->reqs[i];
+      if (!r.live || r.chan != this) continue;
+      const ReqId id = (static_cast<uint64_t>(r.gen) << 32) | i;
+      unfinished += std::find(notice_req_.begin(), notice_req_.end(), id) == notice_req_.end();
+      cancelOps(i, r.gen);
+      release(i);
+    }
+    if (e_->key.empty()) {  // its own: closed (endpoint first) when endpoint_ goes
+      for (auto& [base, r] : regions_) e_->orphan_mrs.push_back(std::move(r.mr));
+      for (auto& m : retired_mrs_) e_->orphan_mrs.push_back(std::move(m));
+    } else {
+      const Deadline d(1000);
+      while (opsInFlight() > 0 && !d.expired()) {
+        if (drainCq() == 0) {
+          lk.unlock();
+          std::this_thread::yield();
+          lk.lock();
+        }
+      }
+      const size_t left = opsInFlight();
+      if (channel_ >= 0) {
+        e_->used.reset(static_cast<size_t>(channel_));
+        // A peer that failed may still send this channel its notice, and one whose message
+        // this rank left unreceived may have sent it: the number is not reused (a later
+        // communicator takes only a number free on all its ranks).
+        if (left > 0 || unfinished > 0 || aborted_.load() || announced_ || notice_seen_)
+          e_->retired.set(static_cast<size_t>(channel_));
+      }
+      if (left > 0) {
+        for (Op& op : e_->ops)
+          if (op.in_use && op.chan == this) op.chan = nullptr;
+        for (auto& [base, r] : regions_) e_->orphan_mrs.push_back(std::move(r.mr));
+        for (auto& m : retired_mrs_) e_->orphan_mrs.push_back(std::move(m));
+        if (!e_->detached) {
+          e_->detached = true;
+          std::lock_guard<std::mutex> g(sharedMu());
+          auto it = sharedEndpoints().find(e_->key);
+          if (it != sharedEndpoints().end() && it->second.lock().get() == e_) sharedEndpoints().erase(it);
+        }
+        HC_WARN("ofi: rank {} closed channel {} with {} operations in flight; its endpoint takes no new channels",
+                rank_, channel_, left);
+      }
+    }
+    regions_.clear();
+    retired_mrs_.clear();
+  } catch (const std::exception& e) {
+    HC_WARN("ofi: rank {} closing its channel: {}", rank_, e.what());
   }
-  if (rc == 0) fabric_.reset();
-  else fabric_.close();
+  e_ = nullptr;
+  endpoint_.reset();  // the last channel of an endpoint closes it
 }
 
 std::string OfiTransport::peerStr(int peer) const {
@@ -646,14 +875,14 @@ void OfiTransport::throwAborted(const char* what, int peer, uint64_t tag) const 
 
 uint32_t OfiTransport::allocRequest() {
   uint32_t idx;
-  if (!free_reqs_.empty()) {
-    idx = free_reqs_.back();
-    free_reqs_.pop_back();
+  if (!e_->free_reqs.empty()) {
+    idx = e_->free_reqs.back();
+    e_->free_reqs.pop_back();
   } else {
-    idx = static_cast<uint32_t>(reqs_.size());
-    reqs_.emplace_back();
+    idx = static_cast<uint32_t>(e_->reqs.size());
+    e_->reqs.emplace_back();
   }
-  Request& r = reqs_[idx];
+  Request& r = e_->reqs[idx];
   uint32_t gen = r.gen;
   r = Request{};
   r.gen = gen;
@@ -662,33 +891,33 @@ uint32_t OfiTransport::allocRequest() {
 }
 
 void OfiTransport::release(uint32_t idx) {
-  Request& r = reqs_[idx];
+  Request& r = e_->reqs[idx];
   r.live = false;
   r.msg.clear();
   if (++r.gen == 0) r.gen = 1;  // late completions of its operations are recognised as stale
-  free_reqs_.push_back(idx);
+  e_->free_reqs.push_back(idx);
 }
 
 Request& OfiTransport::lookup(ReqId id) {
   uint32_t idx = static_cast<uint32_t>(id & 0xffffffffu), gen = static_cast<uint32_t>(id >> 32);
-  HC_CHECK(idx < reqs_.size() && reqs_[idx].live && reqs_[idx].gen == gen, hcInvalidUsage,
-           "rank {} ofi: test() of an unknown or already completed request {:#x}", rank_, id);
-  return reqs_[idx];
+  HC_CHECK(idx < e_->reqs.size() && e_->reqs[idx].live && e_->reqs[idx].gen == gen && e_->reqs[idx].chan == this,
+           hcInvalidUsage, "rank {} ofi: test() of an unknown or already completed request {:#x}", rank_, id);
+  return e_->reqs[idx];
 }
 
 Request* OfiTransport::owner(const Op* op) {
-  if (op->req >= reqs_.size()) return nullptr;
-  Request& r = reqs_[op->req];
+  if (op->req >= e_->reqs.size()) return nullptr;
+  Request& r = e_->reqs[op->req];
   return r.live && r.gen == op->gen ? &r : nullptr;
 }
 
 Op* OfiTransport::allocOp(uint32_t req, uint32_t gen, size_t offset, size_t len, MrEntry* mr) {
   Op* op;
-  if (!free_ops_.empty()) {
-    op = free_ops_.back();
-    free_ops_.pop_back();
+  if (!e_->free_ops.empty()) {
+    op = e_->free_ops.back();
+    e_->free_ops.pop_back();
   } else {
-    op = &ops_.emplace_back();
+    op = &e_->ops.emplace_back();
   }
   std::memset(&op->ctx, 0, sizeof(op->ctx));
   op->req = req;
@@ -696,9 +925,10 @@ Op* OfiTransport::allocOp(uint32_t req, uint32_t gen, size_t offset, size_t len,
   op->offset = offset;
   op->len = len;
   op->mr = mr;
+  op->chan = this;
   op->in_use = true;
-  if (mr && mr->refs++ > 0) ++mr_reuses_;
-  ++ops_in_use_;
+  if (mr && mr->refs++ > 0) ++e_->mr_reuses;
+  ++e_->ops_in_use;
   return op;
 }
 
@@ -706,8 +936,8 @@ void OfiTransport::freeOp(Op* op) {
   if (op->mr) cacheRelease(op->mr);
   op->mr = nullptr;
   op->in_use = false;
-  --ops_in_use_;
-  free_ops_.push_back(op);
+  --e_->ops_in_use;
+  e_->free_ops.push_back(op);
 }
 
 void OfiTransport::fail(Request& r, hcResult_t code, std::string msg) {
@@ -717,8 +947,8 @@ void OfiTransport::fail(Request& r, hcResult_t code, std::string msg) {
 }
 
 void OfiTransport::cancelOps(uint32_t req, uint32_t gen) {
-  for (Op& op : ops_)
-    if (op.in_use && op.req == req && op.gen == gen) fi_cancel(&ep_.get()->fid, &op.ctx);
+  for (Op& op : e_->ops)
+    if (op.in_use && op.req == req && op.gen == gen) fi_cancel(&e_->ep.get()->fid, &op.ctx);
 }
 
 // ---- posting ----
@@ -726,16 +956,16 @@ void OfiTransport::cancelOps(uint32_t req, uint32_t gen) {
 ReqId OfiTransport::post(bool send, int peer, void* buf, size_t len, uint64_t tag, size_t* received) {
   const char* what = send ? "send to" : "receive from";
   if (aborted_.load()) throwAborted(what, peer, tag);
-  std::lock_guard<std::mutex> lk(mu_);
+  std::lock_guard<std::mutex> lk(e_->mu);
   if (aborted_.load()) throwAborted(what, peer, tag);
-  HC_CHECK(!broken_, hcRemoteError,
+  HC_CHECK(!e_->broken, hcRemoteError,
            "rank {} ofi: transport unusable after a failed split message; {} peer {} tag {:#x} refused", rank_, what,
            peer, tag);
   HC_CHECK(peer >= 0 && peer < size_, hcInvalidArgument, "rank {} ofi: {} peer {} out of range [0, {})", rank_, what,
            peer, size_);
-  HC_CHECK((tag & ~tag_mask_) == 0, hcInvalidArgument,
+  HC_CHECK((tag & ~mask_) == 0, hcInvalidArgument,
            "rank {} ofi: {} peer {}: tag {:#x} does not fit the {} tag bits of provider {}", rank_, what, peer, tag,
-           tag_bits_, provider_);
+           bits_, e_->provider);
   HC_CHECK(len == 0 || buf != nullptr, hcInvalidArgument, "rank {} ofi: {} peer {} tag {:#x}: null buffer of {} bytes",
            rank_, what, peer, tag, len);
 
@@ -744,39 +974,40 @@ ReqId OfiTransport::post(bool send, int peer, void* buf, size_t len, uint64_t ta
   if (len > 0) {
     desc = regionDesc(buf, len);
     if (desc) {
-      ++region_hits_;
-    } else if (local_mr_) {
+      ++e_->region_hits;
+    } else if (e_->local_mr) {
       mr = cacheAcquire(buf, len);
       desc = fi_mr_desc(mr->mr.get());
     }
   }
 
   const uint32_t idx = allocRequest();
-  const uint32_t gen = reqs_[idx].gen;
+  const uint32_t gen = e_->reqs[idx].gen;
   {
-    Request& r = reqs_[idx];
+    Request& r = e_->reqs[idx];
     r.send = send;
+    r.chan = this;
     r.peer = peer;
     r.tag = tag;
     r.len = len;
     r.received = received;
   }
-  const size_t chunks = len == 0 ? 1 : (len - 1) / max_chunk_ + 1;
+  const size_t chunks = len == 0 ? 1 : (len - 1) / e_->max_chunk + 1;
   for (size_t c = 0; c < chunks; ++c) {
-    const size_t off = c * max_chunk_;
-    Op* op = allocOp(idx, gen, off, std::min(max_chunk_, len - off), mr);
+    const size_t off = c * e_->max_chunk;
+    Op* op = allocOp(idx, gen, off, std::min(e_->max_chunk, len - off), mr);
     try {
       postOp(send, op, len ? static_cast<char*>(buf) + off : buf, desc, peer, tag);
     } catch (...) {
       freeOp(op);
       if (c > 0) {
-        broken_ = true;
+        e_->broken = true;
         cancelOps(idx, gen);
       }
       release(idx);
       throw;
     }
-    ++reqs_[idx].pending;
+    ++e_->reqs[idx].pending;
   }
   HC_TRACE("ofi: rank {} posted {} {} tag {:#x} {} bytes{}", rank_, what, peer, tag, len,
            chunks > 1 ? fmt::format(" in {} chunks", chunks) : "");
@@ -786,15 +1017,16 @@ ReqId OfiTransport::post(bool send, int peer, void* buf, size_t len, uint64_t ta
 void OfiTransport::postOp(bool send, Op* op, void* buf, void* desc, int peer, uint64_t tag) {
   const long limit = post_limit_ms_.load();
   const fi_addr_t addr = addrs_[static_cast<size_t>(peer)];
+  const uint64_t wire = prefix_ | tag;
   waitUntil(
       [&] {
-        ssize_t rc = send ? fi_tsend(ep_.get(), buf, op->len, desc, addr, tag, &op->ctx)
-                          : fi_trecv(ep_.get(), buf, op->len, desc, addr, tag, 0, &op->ctx);
+        ssize_t rc = send ? fi_tsend(e_->ep.get(), buf, op->len, desc, addr, wire, &op->ctx)
+                          : fi_trecv(e_->ep.get(), buf, op->len, desc, addr, wire, 0, &op->ctx);
         if (rc == 0) return Progress::Done;
         HC_CHECK(rc == -FI_EAGAIN, hcSystemError, "rank {} ofi: {} {} tag {:#x} ({} bytes): {}", rank_,
                  send ? "fi_tsend to" : "fi_trecv from", peerStr(peer), tag, op->len, fiStr(rc));
         // The queue is full: completions free it (and the provider may need progress to send).
-        ++post_retries_;
+        ++e_->post_retries;
         return drainCq() > 0 ? Progress::Moved : Progress::Idle;
       },
       Deadline(limit > 0 ? limit : timeout_ms_),
@@ -821,7 +1053,7 @@ size_t OfiTransport::drainCq() {
   size_t done = 0;
   fi_cq_tagged_entry ents[32];
   for (;;) {
-    ssize_t n = fi_cq_read(cq_.get(), ents, 32);
+    ssize_t n = fi_cq_read(e_->cq.get(), ents, 32);
     if (n > 0) {
       for (ssize_t i = 0; i < n; ++i) complete(static_cast<Op*>(ents[i].op_context), ents[i].len, 0, 0, {});
       done += static_cast<size_t>(n);
@@ -831,11 +1063,11 @@ size_t OfiTransport::drainCq() {
     if (n == -FI_EAGAIN) return done;
     HC_CHECK(n == -FI_EAVAIL, hcSystemError, "rank {} ofi: fi_cq_read: {}", rank_, fiStr(n));
     fi_cq_err_entry err{};
-    ssize_t m = fi_cq_readerr(cq_.get(), &err, 0);
+    ssize_t m = fi_cq_readerr(e_->cq.get(), &err, 0);
     if (m == -FI_EAGAIN) continue;
     HC_CHECK(m >= 0, hcSystemError, "rank {} ofi: fi_cq_readerr: {}", rank_, fiStr(m));
     char pbuf[256] = {};
-    const char* pstr = fi_cq_strerror(cq_.get(), err.prov_errno, err.err_data, pbuf, sizeof(pbuf));
+    const char* pstr = fi_cq_strerror(e_->cq.get(), err.prov_errno, err.err_data, pbuf, sizeof(pbuf));
     std::string why = fmt::format("{} (provider errno {}: {})", ofi::fabricLib().strerror(err.err), err.prov_errno,
                                   pstr ? pstr : "?");
     HC_CHECK(err.op_context != nullptr, classify(err.err), "rank {} ofi: completion error without an operation: {}",
@@ -853,6 +1085,7 @@ void OfiTransport::complete(Op* op, size_t len, int err, size_t olen, const std:
   freeOp(op);
   if (!r) return;  // its request already failed and was released
   --r->pending;
+  const OfiTransport& c = *r->chan;  // another channel's, on a shared endpoint
   if (err == 0 && (r->send || len == posted || r->received)) {
     if (r->received) *r->received = offset + len;
     return;
@@ -865,28 +1098,28 @@ void OfiTransport::complete(Op* op, size_t len, int err, size_t olen, const std:
                       : len > posted ? fmt::format("{}", offset + len)
                                      : fmt::format("more than {}", offset + posted);
     fail(*r, hcInvalidUsage,
-         fmt::format("rank {} ofi: size mismatch from {}: expected {} got {} bytes (tag {:#x})", rank_,
-                     peerStr(r->peer), r->len, got, r->tag));
+         fmt::format("rank {} ofi: size mismatch from {}: expected {} got {} bytes (tag {:#x})", c.rank_,
+                     c.peerStr(r->peer), r->len, got, r->tag));
     cancelOps(ri, rg);  // the remaining chunks must not swallow later messages
     return;
   }
   if (err == FI_ECANCELED) {
     fail(*r, hcRemoteError,
-         fmt::format("rank {} ofi: {} {} tag {:#x} cancelled", rank_, r->send ? "send to" : "receive from",
-                     peerStr(r->peer), r->tag));
+         fmt::format("rank {} ofi: {} {} tag {:#x} cancelled", c.rank_, r->send ? "send to" : "receive from",
+                     c.peerStr(r->peer), r->tag));
     return;
   }
   fail(*r, classify(err),
-       fmt::format("rank {} ofi: {} {} tag {:#x} ({} bytes) failed: {}", rank_, r->send ? "send to" : "receive from",
-                   peerStr(r->peer), r->tag, r->len, why));
+       fmt::format("rank {} ofi: {} {} tag {:#x} ({} bytes) failed: {}", c.rank_, r->send ? "send to" : "receive from",
+                   c.peerStr(r->peer), r->tag, r->len, why));
 }
 
 bool OfiTransport::test(ReqId id) {
-  std::lock_guard<std::mutex> lk(mu_);
+  std::lock_guard<std::mutex> lk(e_->mu);
   Request& r0 = lookup(id);
   const uint32_t idx = static_cast<uint32_t>(id & 0xffffffffu);
   if (r0.pending > 0 && r0.err == hcSuccess && !aborted_.load()) drainCq();
-  Request& r = reqs_[idx];
+  Request& r = e_->reqs[idx];
   if (r.err != hcSuccess) {
     Error e(r.err, r.msg, r.err == hcRemoteError ? Error::kSymptom : 0u);
     release(idx);
@@ -909,30 +1142,30 @@ bool OfiTransport::test(ReqId id) {
 
 void OfiTransport::progress() {
   if (aborted_.load()) HC_THROW(hcRemoteError, "rank {} ofi: transport aborted", rank_);
-  std::lock_guard<std::mutex> lk(mu_);
+  std::lock_guard<std::mutex> lk(e_->mu);
   drainCq();
 }
 
 void OfiTransport::abort() {
   aborted_.store(true);  // a post spinning on a full queue gives up without the lock
-  std::lock_guard<std::mutex> lk(mu_);
+  std::lock_guard<std::mutex> lk(e_->mu);
   // Best effort: receives are cancelled; rxm cannot cancel sends, which stay posted until the
   // endpoint is closed. test() reports every unfinished request as aborted from now on.
-  for (Op& op : ops_)
-    if (op.in_use) fi_cancel(&ep_.get()->fid, &op.ctx);
-  HC_INFO("ofi: rank {} aborted with {} operations outstanding", rank_, ops_in_use_);
+  for (Op& op : e_->ops)
+    if (op.in_use && op.chan == this) fi_cancel(&e_->ep.get()->fid, &op.ctx);
+  HC_INFO("ofi: rank {} aborted with {} operations outstanding", rank_, opsInFlight());
 }
 
 // ---- memory registration ----
 
 FidPtr<fid_mr> OfiTransport::regMr(uintptr_t base, size_t len) {
   FidPtr<fid_mr> mr;
-  const uint64_t key = prov_key_ ? 0 : next_key_++;
+  const uint64_t key = e_->prov_key ? 0 : e_->next_key++;
   int rc =
-      fi_mr_reg(domain_.get(), reinterpret_cast<void*>(base), len, FI_SEND | FI_RECV, 0, key, 0, mr.out(), nullptr);
+      fi_mr_reg(e_->domain.get(), reinterpret_cast<void*>(base), len, FI_SEND | FI_RECV, 0, key, 0, mr.out(), nullptr);
   HC_CHECK(rc == 0, hcSystemError, "rank {} ofi: fi_mr_reg({:#x}, {} bytes): {}", rank_, base, len, fiStr(rc));
-  if (mr_endpoint_) {
-    rc = fi_mr_bind(mr.get(), &ep_.get()->fid, 0);
+  if (e_->mr_endpoint) {
+    rc = fi_mr_bind(mr.get(), &e_->ep.get()->fid, 0);
     HC_CHECK(rc == 0, hcSystemError, "rank {} ofi: fi_mr_bind: {}", rank_, fiStr(rc));
     rc = fi_mr_enable(mr.get());
     HC_CHECK(rc == 0, hcSystemError, "rank {} ofi: fi_mr_enable: {}", rank_, fiStr(rc));
@@ -942,7 +1175,7 @@ FidPtr<fid_mr> OfiTransport::regMr(uintptr_t base, size_t len) {
 
 void OfiTransport::registerRegion(void* base, size_t len) {
   if (!base || len == 0) return;
-  std::lock_guard<std::mutex> lk(mu_);
+  std::lock_guard<std::mutex> lk(e_->mu);
   if (aborted_.load()) HC_THROW(hcRemoteError, "rank {} ofi: transport aborted: registerRegion refused", rank_);
   if (regionDesc(base, len)) return;
   const auto b = reinterpret_cast<uintptr_t>(base);
@@ -969,41 +1202,42 @@ void* OfiTransport::regionDesc(const void* buf, size_t len) {
 MrEntry* OfiTransport::cacheAcquire(const void* buf, size_t len) {
   const auto a = reinterpret_cast<uintptr_t>(buf);
   const uintptr_t s = a & ~(kPage - 1), e = (a + len + kPage - 1) & ~(kPage - 1);
-  for (MrEntry& m : cache_) {
+  for (MrEntry& m : e_->cache) {
     if (m.start <= s && e <= m.end) return &m;
   }
-  MrEntry& m = cache_.emplace_back();
+  MrEntry& m = e_->cache.emplace_back();
   try {
     m.mr = regMr(s, e - s);
   } catch (...) {
-    cache_.pop_back();
+    e_->cache.pop_back();
     throw;
   }
   m.start = s;
   m.end = e;
-  ++mr_regs_;
+  ++e_->mr_regs;
   return &m;
 }
 
 void OfiTransport::cacheRelease(MrEntry* e) {
   if (--e->refs > 0) return;
-  cache_.remove_if([e](const MrEntry& m) { return &m == e; });
+  e_->cache.remove_if([e](const MrEntry& m) { return &m == e; });
 }
 
 ofi_detail::OfiInfo OfiTransport::info() const {
-  std::lock_guard<std::mutex> lk(mu_);
+  std::lock_guard<std::mutex> lk(e_->mu);
   ofi_detail::OfiInfo i;
-  i.provider = provider_;
-  i.fabric = info_->fabric_attr->name ? info_->fabric_attr->name : "";
-  i.domain = info_->domain_attr->name ? info_->domain_attr->name : "";
+  i.provider = e_->provider;
+  i.fabric = e_->info->fabric_attr->name ? e_->info->fabric_attr->name : "";
+  i.domain = e_->info->domain_attr->name ? e_->info->domain_attr->name : "";
   i.address = address_;
-  i.tag_bits = tag_bits_;
-  i.max_chunk = max_chunk_;
-  i.local_mr = local_mr_;
-  i.mr_regs = mr_regs_;
-  i.mr_reuses = mr_reuses_;
-  i.region_hits = region_hits_;
-  i.post_retries = post_retries_;
+  i.tag_bits = bits_;
+  i.channel = channel_;
+  i.max_chunk = e_->max_chunk;
+  i.local_mr = e_->local_mr;
+  i.mr_regs = e_->mr_regs;
+  i.mr_reuses = e_->mr_reuses;
+  i.region_hits = e_->region_hits;
+  i.post_retries = e_->post_retries;
   return i;
 }
 

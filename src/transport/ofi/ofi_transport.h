@@ -32,14 +32,26 @@ struct OfiOptions {
   // Names a rank in messages ("rank 3 (node 'n1')", hcComm::who); empty: by its fabric address.
   // Users know their nodes, not the provider's addresses.
   std::function<std::string(int)> who;
+  // Join the process's shared endpoint for this provider and interface when every rank can
+  // (HICOLL_OFI_SHARED_ENDPOINT), rather than open one of its own.
+  bool share = false;
 };
 
 // Collective over bs (all ranks of the communicator call it): opens fabric/domain/endpoint/AV/CQ,
 // exchanges endpoint names with bs.allgather, inserts all into the AV, then exchanges one small
 // message with every peer (connections are up and addresses verified before it returns).
-// Two tags are the transport's own: all ones of the provider's tag width (the warm-up) and all
-// ones - 1 (failure notices, one receive per peer posted for the transport's life; only with
-// at least 61 tag bits). Throws hicoll::Error.
+//
+// Sharing (opt.share): an endpoint costs memory and connections (rxm's buffer pools: tens of
+// MB), so the communicators of a process may share one per provider and interface, each a
+// channel with its own number in the tag bits above tags::kTagBits (and tagBits() =
+// tags::kTagBits). The ranks agree on a number free on all of them in the same exchange;
+// where one cannot share (sharing off, no number free on all, a provider without the bits), all
+// open their own. Requests, errors, notices and abort() are the channel's; a dead peer fails
+// every channel's operations to it, as it fails them all.
+//
+// Two tags are the transport's own: all ones of its tag width (the warm-up) and all ones - 1
+// (failure notices, one receive per peer posted for the channel's life; on an own endpoint
+// only when the provider has bits above tags::kTagBits). Throws hicoll::Error.
 std::unique_ptr<Transport> makeOfiTransport(Bootstrap& bs, const OfiOptions& opt);
 
 // The IPv4 address (dotted) of network interface iface, "" when it has none (or iface is "").

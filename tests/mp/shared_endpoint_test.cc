@@ -1,0 +1,162 @@
+// Tier 3: communicators that span nodes share one libfabric endpoint per process
+// (HICOLL_OFI_SHARED_ENDPOINT, transport/ofi/ofi_transport.h), each a channel numbered in the
+// tag bits above hicoll's own. Messages of one never reach another, whichever threads drive
+// them; a channel that fails leaves the others working; numbers come round again once every
+// other has been used; a rank that does not share makes the communicator open its own.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../common/mp.h"
+
+namespace hctest {
+namespace {
+
+int fail(int me, const char* what, hcComm_t comm) {
+  std::fprintf(stderr, "[rank %d] %s failed: %s\n", me, what, hcGetLastError(comm));
+  return 1;
+}
+
+Job jobOf(int nodes, int per_node) {
+  Job job;
+  job.nranks = nodes * per_node;
+  job.node = contiguous(nodes, per_node);
+  job.env["HICOLL_TIMEOUT_MS"] = "20000";
+  job.timeout_s = 120;
+  return job;
+}
+
+// One AllGather whose every element names its rank, its index and the communicator's mark:
+// a message from another communicator shows as a wrong element.
+int gatherChecked(int me, int W, hcComm_t comm, int mark, size_t n) {
+  std::vector<int32_t> in(n), out(n * static_cast<size_t>(W), -1);
+  for (size_t i = 0; i < n; ++i) in[i] = mark * 100000000 + me * 1000000 + static_cast<int32_t>(i);
+  if (hcAllGather(in.data(), out.data(), n, hcInt32, comm, nullptr) != hcSuccess) return fail(me, "hcAllGather", comm);
+  for (int r = 0; r < W; ++r)
+    for (size_t i = 0; i < n; ++i)
+      if (out[r * n + i] != mark * 100000000 + r * 1000000 + static_cast<int32_t>(i)) {
+        std::fprintf(stderr, "[rank %d] mark %d: element %zu of rank %d is %d\n", me, mark, i, r, out[r * n + i]);
+        return 1;
+      }
+  return 0;
+}
+
+// A send to and a receive from the rank on the other node (the same place on it), every value
+// naming the communicator's mark: a message of another communicator shows as a wrong value or
+// a size that differs (each mark sends its own size).
+int exchangeChecked(int me, hcComm_t comm, int mark, int round) {
+  const int peer = (me + 2) % 4;
+  const size_t n = static_cast<size_t>(10 * mark + round % 7);
+  std::vector<int32_t> out(n, mark * 1000 + me), in(n, -1);
+  hcGroupStart();
+  hcSend(out.data(), n, hcInt32, peer, comm, nullptr);
+  hcRecv(in.data(), n, hcInt32, peer, comm, nullptr);
+  if (hcGroupEnd() != hcSuccess) return fail(me, "send/recv", comm);
+  for (int32_t v : in)
+    if (v != mark * 1000 + peer) {
+      std::fprintf(stderr, "[rank %d] mark %d: received %d\n", me, mark, v);
+      return 1;
+    }
+  return 0;
+}
+
+// Two children used at once from two threads of every rank (as torch's groups, a worker
+// thread each), with the same calls, so their tags are the same on both: point-to-point
+// (whose envelopes share one tag per pair) and AllGathers small and chunked, every value checked.
+TEST(SharedEndpoint, TwoCommunicatorsFromTwoThreadsKeepTheirMessages) {
+  Job job = jobOf(2, 2);
+  auto st = run(job, [](int me, hcComm_t world) {
+    hcComm_t a = nullptr, b = nullptr;
+    if (hcCommSplit(world, 0, me, &a) != hcSuccess || hcCommSplit(world, 0, me, &b) != hcSuccess)
+      return fail(me, "hcCommSplit", world);
+    // The networks open one after the other (opened at once from two threads, the second
+    // would find every number on offer to the first and open its own endpoints).
+    if (gatherChecked(me, 4, a, 1, 10) || gatherChecked(me, 4, b, 2, 10)) return 1;
+    int fa = 0, fb = 0;
+    auto loop = [&](hcComm_t c, int mark, int* f) {
+      for (int i = 0; i < 60 && !*f; ++i)
+        *f = exchangeChecked(me, c, mark, i) || gatherChecked(me, 4, c, mark, i % 3 == 0 ? 300000 : 1 + i);
+    };
+    std::thread ta(loop, a, 1, &fa), tb(loop, b, 2, &fb);
+    ta.join();
+    tb.join();
+    if (fa || fb) return 1;
+    int f = gatherChecked(me, 4, world, 3, 1000);
+    if (hcCommDestroy(a) != hcSuccess || hcCommDestroy(b) != hcSuccess) return fail(me, "hcCommDestroy", world);
+    return f;
+  });
+  for (int r = 0; r < job.nranks; ++r) EXPECT_EQ(st[r], 0) << "rank " << r;
+}
+
+// A point-to-point size mismatch fails one child on both ranks; the parent and a sibling on
+// the same endpoint go on, and a child made after it works.
+TEST(SharedEndpoint, AFailedCommunicatorLeavesTheOthersWorking) {
+  Job job = jobOf(2, 1);
+  auto st = run(job, [](int me, hcComm_t world) {
+    hcComm_t bad = nullptr, good = nullptr;
+    if (hcCommSplit(world, 0, me, &bad) != hcSuccess || hcCommSplit(world, 0, me, &good) != hcSuccess)
+      return fail(me, "hcCommSplit", world);
+    if (gatherChecked(me, 2, bad, 1, 10) || gatherChecked(me, 2, good, 2, 10)) return 1;
+    std::vector<int32_t> buf(200, me);
+    const hcResult_t r = me == 0 ? hcSend(buf.data(), 100, hcInt32, 1, bad, nullptr)
+                                 : hcRecv(buf.data(), 200, hcInt32, 0, bad, nullptr);
+    if (r == hcSuccess) {
+      std::fprintf(stderr, "[rank %d] the mismatched pair succeeded\n", me);
+      return 1;
+    }
+    if (hcBarrier(bad) == hcSuccess) return fail(me, "the failed child still works: hcBarrier", bad);
+    if (hcCommDestroy(bad) != hcSuccess) return fail(me, "hcCommDestroy of the failed child", world);
+    for (int i = 0; i < 5; ++i)
+      if (gatherChecked(me, 2, good, 2, 5000) || gatherChecked(me, 2, world, 3, 5000)) return 1;
+    hcComm_t later = nullptr;
+    if (hcCommSplit(world, 0, me, &later) != hcSuccess) return fail(me, "hcCommSplit after", world);
+    int f = gatherChecked(me, 2, later, 4, 5000);
+    if (hcCommDestroy(later) != hcSuccess || hcCommDestroy(good) != hcSuccess) return fail(me, "hcCommDestroy", world);
+    return f;
+  });
+  for (int r = 0; r < job.nranks; ++r) EXPECT_EQ(st[r], 0) << "rank " << r;
+}
+
+// More children made and destroyed, one after another, than an endpoint has numbers (1024
+// with tcp;ofi_rxm): numbers come round again and every child's data is right.
+TEST(SharedEndpoint, NumbersComeRoundAgain) {
+  Job job = jobOf(2, 1);
+  job.timeout_s = 300;
+  auto st = run(job, [](int me, hcComm_t world) {
+    for (int i = 0; i < 1100; ++i) {
+      hcComm_t c = nullptr;
+      if (hcCommSplit(world, 0, me, &c) != hcSuccess) return fail(me, "hcCommSplit", world);
+      int32_t v = me + i, sum = 0;
+      if (hcAllReduce(&v, &sum, 1, hcInt32, hcSum, c, nullptr) != hcSuccess) return fail(me, "hcAllReduce", c);
+      if (sum != 1 + 2 * i) {
+        std::fprintf(stderr, "[rank %d] child %d: sum %d, expected %d\n", me, i, sum, 1 + 2 * i);
+        return 1;
+      }
+      if (hcCommDestroy(c) != hcSuccess) return fail(me, "hcCommDestroy", world);
+    }
+    return gatherChecked(me, 2, world, 1, 1000);
+  });
+  for (int r = 0; r < job.nranks; ++r) EXPECT_EQ(st[r], 0) << "rank " << r;
+}
+
+// One rank with HICOLL_OFI_SHARED_ENDPOINT=0: every communicator opens its own endpoints, and
+// works.
+TEST(SharedEndpoint, OneRankThatDoesNotShareMakesEachOpenItsOwn) {
+  Job job = jobOf(2, 2);
+  job.rank_env[2]["HICOLL_OFI_SHARED_ENDPOINT"] = "0";
+  auto st = run(job, [](int me, hcComm_t world) {
+    hcComm_t a = nullptr;
+    if (hcCommSplit(world, 0, me, &a) != hcSuccess) return fail(me, "hcCommSplit", world);
+    int f = gatherChecked(me, 4, world, 1, 70000) + gatherChecked(me, 4, a, 2, 70000);
+    if (hcCommDestroy(a) != hcSuccess) return fail(me, "hcCommDestroy", world);
+    return f;
+  });
+  for (int r = 0; r < job.nranks; ++r) EXPECT_EQ(st[r], 0) << "rank " << r;
+}
+
+}  // namespace
+}  // namespace hctest
