@@ -136,9 +136,9 @@
     "the limit must be the same on every rank (creation fails naming it otherwise).")                                \
   X(OfiRxmLean, "HICOLL_OFI_RXM_LEAN", Enum, "1", "0|1", 0, 0, Agree,                                                \
     "With ofi_rxm: 1 sets FI_OFI_RXM_MSG_RX_SIZE=1024 and FI_OFI_RXM_BUFFER_SIZE=8192 (each unless "                 \
-    "set). rxm's own defaults over tcp post 4096 receive buffers of 16 KiB in every endpoint, and "                  \
-    "hicoll opens an endpoint for each communicator that spans nodes (resident memory per "                          \
-    "communicator: perf/results/2026-12-06-rxm.md). The receive buffers bound how many messages "                    \
+    "set). rxm's own defaults over tcp post 4096 receive buffers of 16 KiB in every endpoint (one "                  \
+    "per process with HICOLL_OFI_SHARED_ENDPOINT=1, else one per communicator that spans nodes; "                    \
+    "resident memory: perf/results/2026-12-06-rxm.md). The receive buffers bound how many messages "                 \
     "that no receive has been posted for yet rxm holds per endpoint; beyond them the rest wait in the "              \
     "sockets. Set when libhicoll loads, like HICOLL_OFI_RXM_EAGER.")                                                 \
   X(OfiSharedEndpoint, "HICOLL_OFI_SHARED_ENDPOINT", Bool, "1", "", 0, 0, Local,                                     \

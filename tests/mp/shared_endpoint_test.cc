@@ -102,8 +102,8 @@ TEST(SharedEndpoint, AFailedCommunicatorLeavesTheOthersWorking) {
       return fail(me, "hcCommSplit", world);
     if (gatherChecked(me, 2, bad, 1, 10) || gatherChecked(me, 2, good, 2, 10)) return 1;
     std::vector<int32_t> buf(200, me);
-    const hcResult_t r = me == 0 ? hcSend(buf.data(), 100, hcInt32, 1, bad, nullptr)
-                                 : hcRecv(buf.data(), 200, hcInt32, 0, bad, nullptr);
+    const hcResult_t r =
+        me == 0 ? hcSend(buf.data(), 100, hcInt32, 1, bad, nullptr) : hcRecv(buf.data(), 200, hcInt32, 0, bad, nullptr);
     if (r == hcSuccess) {
       std::fprintf(stderr, "[rank %d] the mismatched pair succeeded\n", me);
       return 1;

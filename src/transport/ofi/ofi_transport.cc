@@ -1,10 +1,9 @@
-// libfabric transport: a communicator's channel on an RDM endpoint (the process's shared one,
-// or its own), tagged messages, one CQ, manual progress by the calling thread. See
-// ofi_transport.h for the matching rules and for what sharing means.
+// libfabric transport: a communicator's channel on an RDM endpoint (ofi_endpoint.h: the
+// process's shared one, or its own), tagged messages, one CQ, manual progress by the calling
+// thread. See ofi_transport.h for the matching rules and for what sharing means.
 #include "transport/ofi/ofi_transport.h"
 
 #include <arpa/inet.h>
-#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -38,6 +37,7 @@
 #include "transport/ofi/fabric_lib.h"
 #include "transport/ofi/fi_resources.h"
 #include "transport/ofi/ofi_detail.h"
+#include "transport/ofi/ofi_endpoint.h"
 #include "transport/tags.h"
 
 namespace hicoll {
@@ -45,14 +45,10 @@ namespace {
 
 using ofi::FidPtr;
 using ofi::fiStr;
-using ofi::InfoPtr;
-using ofi::kFiApiVersion;
+using ofi::kMaxChannels;
 constexpr size_t kPage = 4096;
 
 // ---- the endpoint name every rank publishes (fixed size for bs.allgather) ----
-
-// Channels a shared endpoint carries at most: the tag bits above tags::kTagBits number them.
-constexpr size_t kMaxChannels = 1024;
 
 struct WireAddr {
   uint32_t magic;
@@ -88,307 +84,15 @@ hcResult_t classify(int err) {
   }
 }
 
-int tagBitsOf(uint64_t mem_tag_format) {
-  // aws-ofi-nccl's reading: bits above the highest set bit are not carried.
-  return mem_tag_format == 0 ? 64 : 64 - __builtin_clzll(mem_tag_format);
-}
-
-// The IPv4 address of a network interface (port 0); false for names that are not one (efa
-// device names, for instance).
-bool ifaceIpv4(const std::string& iface, sockaddr_in* out) {
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) return false;
-  std::unique_ptr<ifaddrs, decltype(&freeifaddrs)> guard(list, freeifaddrs);
-  for (ifaddrs* a = list; a; a = a->ifa_next) {
-    if (a->ifa_addr && a->ifa_addr->sa_family == AF_INET && iface == a->ifa_name) {
-      std::memcpy(out, a->ifa_addr, sizeof(*out));
-      out->sin_port = 0;
-      return true;
-    }
-  }
-  return false;
-}
-
-// rxm sends messages above its eager limit (its bounce buffers' size unless set) by SAR or
-// rendezvous; hicoll's pipelines keep a few chunks in flight per peer, and measured on 1 Gbit/s
-// netns links, chunks sent as rendezvous messages left the links idle part of the time
-// (perf/results/2026-11-30.md). Over tcp, eager messages larger than rxm's bounce buffers are
-// received straight into the posted buffer, so raising the limit costs no memory. hicoll sets it
-// when it loads (fabric_lib.cc), with the receive buffers (HICOLL_OFI_RXM_LEAN); this says which
-// values libfabric will run with.
-void logRxmSettings(const std::string& provider) {
-  static std::once_flag once;
-  if (provider.find("rxm") == std::string::npos) return;
-  std::call_once(once, [] {
-    auto var = [](const char* name) {
-      const char* v = std::getenv(name);
-      return std::string(v ? v : "unset (rxm's default)");
-    };
-    HC_INFO("ofi: FI_OFI_RXM_MSG_RX_SIZE={} FI_OFI_RXM_BUFFER_SIZE={}", var("FI_OFI_RXM_MSG_RX_SIZE"),
-            var("FI_OFI_RXM_BUFFER_SIZE"));
-    const char* env = std::getenv("FI_OFI_RXM_EAGER_LIMIT");
-    if (!env) return;
-    HC_INFO("ofi: FI_OFI_RXM_EAGER_LIMIT={} ({})", env,
-            ofi::rxmEagerLimitSetByHicoll()
-                ? "set by hicoll from HICOLL_OFI_RXM_EAGER=1 and the net chunk: net chunks go eager; effective if "
-                  "libfabric was not initialized earlier in this process"
-                : "from the environment");
-  });
-}
-
 std::string resolveProvider(const OfiOptions& opt) {
   return ofi::resolveProvider(opt.provider);
 }
 
-// ---- the endpoint ----
+}  // namespace
 
-struct MrEntry;
-class OfiTransport;
+namespace ofi {
 
-// One posted libfabric operation (a message or one chunk of a split message).
-struct Op {
-  fi_context2 ctx;  // first: the CQ hands back &ctx
-  uint32_t req = 0;
-  uint32_t gen = 0;
-  size_t offset = 0;
-  size_t len = 0;
-  MrEntry* mr = nullptr;               // on-the-fly registration held while posted
-  const OfiTransport* chan = nullptr;  // the channel that posted it (null: its channel closed)
-  bool in_use = false;
-};
-static_assert(offsetof(Op, ctx) == 0);
-
-// On-the-fly registration (only where the provider needs a descriptor for every buffer). Kept
-// only while some operation uses it: a cached registration that outlives its buffer would
-// point at old pages once the range is unmapped and mapped again; providers that need local
-// MRs (efa, verbs) keep their own cache with a memory monitor for that.
-struct MrEntry {
-  uintptr_t start = 0, end = 0;
-  FidPtr<fid_mr> mr;
-  int refs = 0;
-};
-
-struct Request {
-  uint32_t gen = 1;
-  bool live = false;
-  bool send = false;
-  const OfiTransport* chan = nullptr;  // names the peer in its errors
-  int peer = -1;
-  uint64_t tag = 0;  // the channel's (without its number)
-  size_t len = 0;
-  size_t* received = nullptr;  // irecvUpTo: a shorter message completes it, its length here
-  uint32_t pending = 0;        // posted operations not yet completed
-  hcResult_t err = hcSuccess;
-  std::string msg;
-};
-
-struct Region {
-  size_t len;
-  FidPtr<fid_mr> mr;
-};
-
-// A libfabric endpoint with its fabric, domain, CQ and AV, and every operation and request
-// posted on it: one communicator's own, or the process's shared one (one per provider and
-// interface), on which each communicator is a channel whose tags carry its number above
-// tags::kTagBits. Every field is under mu, every channel's requests included.
-struct Endpoint {
-  ~Endpoint();  // the endpoint closes first: then the provider touches no context or buffer
-
-  InfoPtr info;
-  FidPtr<fid_fabric> fabric;
-  FidPtr<fid_domain> domain;
-  FidPtr<fid_cq> cq;
-  FidPtr<fid_av> av;
-  FidPtr<fid_ep> ep;
-  std::string provider, key;  // key: its place among the shared endpoints ("" for an own one)
-  pid_t pid = getpid();       // a forked child opens its own (the sockets are its parent's)
-  int tag_bits = 64;
-  uint64_t tag_mask = ~0ull;
-  size_t max_chunk = SIZE_MAX;
-  bool local_mr = false, mr_endpoint = false, prov_key = false;
-  uint64_t next_key = 1;
-
-  std::mutex mu;        // one lock for everything: a watchdog thread may call abort()
-  bool broken = false;  // a split message was half posted: the stream is out of step
-  std::deque<Op> ops;   // stable addresses: contexts live until their completion or the close
-  std::vector<Op*> free_ops;
-  size_t ops_in_use = 0;
-  std::vector<Request> reqs;
-  std::vector<uint32_t> free_reqs;
-  std::list<MrEntry> cache;
-  std::vector<FidPtr<fid_mr>> orphan_mrs;  // regions of channels closed with operations in flight
-  uint64_t mr_regs = 0, mr_reuses = 0, region_hits = 0, post_retries = 0;
-
-  // Shared: channel numbers in use, on offer to a communicator being opened, or retired (a
-  // channel that failed or closed with messages in flight: a late one must not reach a
-  // later channel). Numbers are taken in turn from next_channel, so one comes round again only
-  // after all the others.
-  size_t channels = 0;  // numbers it can carry: 2^(tag bits - kTagBits), at most kMaxChannels
-  std::bitset<kMaxChannels> used, offered, retired;
-  size_t next_channel = 0;
-  bool detached = false;  // left the shared ones: a channel closed with operations it could not stop
-};
-
-Endpoint::~Endpoint() {
-  std::lock_guard<std::mutex> lk(mu);
-  for (Op& op : ops)
-    if (op.in_use && ep) fi_cancel(&ep.get()->fid, &op.ctx);
-  ep.reset();
-  cache.clear();
-  orphan_mrs.clear();
-  av.reset();
-  cq.reset();
-  int rc = domain.close();
-  if (rc == -FI_EBUSY && ops_in_use > 0) {
-    // libfabric 1.17's ofi_rxm keeps an unfinished rendezvous send (its peer never received it)
-    // after the endpoint is closed, and with it the domain.
-    HC_WARN("ofi: endpoint closed with {} operations unfinished; provider {} kept its domain busy, which is leaked",
-            ops_in_use, provider);
-  } else if (rc != 0) {
-    HC_WARN("ofi: fi_close(domain): {}", fiStr(rc));
-  }
-  if (rc == 0) fabric.reset();
-  else fabric.close();
-}
-
-// One fi_getinfo attempt; nullptr when nothing fits. libfabric 1.17's tcp and net list every
-// interface whatever domain_attr->name says, so the interface is also filtered here.
-InfoPtr getInfo(int rank, const std::string& provider, const std::string& iface, const sockaddr_in* src,
-                bool local_mr) {
-  InfoPtr hints(ofi::fabricLib().dupinfo(nullptr));
-  HC_CHECK(hints, hcSystemError, "rank {} ofi: fi_allocinfo failed", rank);
-  hints->caps = FI_TAGGED | FI_SEND | FI_RECV | FI_DIRECTED_RECV;
-  hints->mode = FI_CONTEXT | FI_CONTEXT2;
-  hints->ep_attr->type = FI_EP_RDM;
-  hints->tx_attr->msg_order = FI_ORDER_SAS;
-  hints->rx_attr->msg_order = FI_ORDER_SAS;
-  hints->domain_attr->threading = FI_THREAD_DOMAIN;  // Endpoint::mu serialises every call
-  hints->domain_attr->mr_mode =
-      FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT | (local_mr ? FI_MR_LOCAL : 0);
-  hints->fabric_attr->prov_name = strdup(provider.c_str());
-  if (!iface.empty()) hints->domain_attr->name = strdup(iface.c_str());
-  if (src) {  // bind to the interface's address, not to the host name's
-    auto* copy = static_cast<sockaddr_in*>(std::malloc(sizeof(sockaddr_in)));
-    HC_CHECK(copy, hcSystemError, "rank {} ofi: out of memory", rank);
-    *copy = *src;
-    hints->addr_format = FI_SOCKADDR_IN;
-    hints->src_addr = copy;
-    hints->src_addrlen = sizeof(sockaddr_in);
-  }
-
-  fi_info* list = nullptr;
-  int rc = ofi::fabricLib().getinfo(kFiApiVersion, nullptr, nullptr, 0, hints.get(), &list);
-  InfoPtr all(list);
-  if (rc == -FI_ENODATA) return nullptr;
-  HC_CHECK(rc == 0, hcSystemError, "rank {} ofi: fi_getinfo(provider '{}'): {}", rank, provider, fiStr(rc));
-
-  // Prefer the exact provider name ("net" also lists "net;ofi_rxm"), then IPv4.
-  fi_info* chosen = nullptr;
-  int best = -1;
-  for (fi_info* i = list; i; i = i->next) {
-    if (!iface.empty() && (!i->domain_attr->name || iface != i->domain_attr->name)) continue;
-    int score = (std::strcmp(i->fabric_attr->prov_name, provider.c_str()) == 0 ? 2 : 0) +
-                (i->addr_format == FI_SOCKADDR_IN ? 1 : 0);
-    if (score > best) best = score, chosen = i;
-  }
-  if (!chosen) return nullptr;
-  InfoPtr info(ofi::fabricLib().dupinfo(chosen));
-  HC_CHECK(info, hcSystemError, "rank {} ofi: fi_dupinfo failed", rank);
-  return info;
-}
-
-// Opens an endpoint; av_count: the addresses it expects (a hint); key: the shared one's ("": an
-// own one).
-std::shared_ptr<Endpoint> openEndpoint(int rank, const OfiOptions& opt, const ofi_detail::OfiTuning& tuning,
-                                       size_t av_count, const std::string& key = "") {
-  auto e = std::make_shared<Endpoint>();
-  e->key = key;
-  e->provider = resolveProvider(opt);
-  logRxmSettings(e->provider);
-  sockaddr_in src{};
-  const bool have_src = !opt.iface.empty() && ifaceIpv4(opt.iface, &src);
-  // FI_MR_LOCAL only when no provider works without it; the interface's address first.
-  for (bool local_mr : {false, true}) {
-    for (int s = have_src ? 0 : 1; s < 2 && !e->info; ++s)
-      e->info = getInfo(rank, e->provider, opt.iface, s == 0 ? &src : nullptr, local_mr);
-    if (e->info) break;
-  }
-  if (!e->info) {
-    HC_THROW(hcUnsupported,
-             "rank {} ofi: no libfabric provider '{}' with FI_EP_RDM, FI_TAGGED, FI_DIRECTED_RECV{}{} "
-             "(see `fi_info -t FI_EP_RDM`; FI_PROVIDER / HICOLL_OFI_PROVIDER choose the provider, "
-             "HICOLL_OFI_IFACE the interface)",
-             rank, e->provider, opt.iface.empty() ? "" : " on interface ", opt.iface);
-  }
-  const fi_info* info = e->info.get();
-  e->provider = info->fabric_attr->prov_name;
-
-  const uint64_t mr_mode = info->domain_attr->mr_mode;
-  e->local_mr = (mr_mode & FI_MR_LOCAL) || tuning.force_local_mr;
-  e->mr_endpoint = mr_mode & FI_MR_ENDPOINT;
-  e->prov_key = mr_mode & FI_MR_PROV_KEY;
-  e->tag_bits = tagBitsOf(info->ep_attr->mem_tag_format);
-  e->tag_mask = e->tag_bits >= 64 ? ~0ull : (1ull << e->tag_bits) - 1;
-  e->channels = e->tag_bits > tags::kTagBits
-                    ? std::min(kMaxChannels, size_t{1} << std::min(e->tag_bits - tags::kTagBits, 20))
-                    : 0;
-  e->max_chunk = info->ep_attr->max_msg_size ? info->ep_attr->max_msg_size : SIZE_MAX;
-  if (tuning.max_msg_size) e->max_chunk = std::min(e->max_chunk, tuning.max_msg_size);
-
-  int rc = ofi::fabricLib().fabric(info->fabric_attr, e->fabric.out(), nullptr);
-  HC_CHECK(rc == 0, hcSystemError, "rank {} ofi: fi_fabric({}): {}", rank, e->provider, fiStr(rc));
-  rc = fi_domain(e->fabric.get(), e->info.get(), e->domain.out(), nullptr);
-  HC_CHECK(rc == 0, hcSystemError, "rank {} ofi: fi_domain({}): {}", rank, info->domain_attr->name, fiStr(rc));
-
-  fi_cq_attr cq_attr{};
-  cq_attr.format = FI_CQ_FORMAT_TAGGED;
-  cq_attr.wait_obj = FI_WAIT_NONE;
-  rc = fi_cq_open(e->domain.get(), &cq_attr, e->cq.out(), nullptr);
-  HC_CHECK(rc == 0, hcSystemError, "rank {} ofi: fi_cq_open: {}", rank, fiStr(rc));
-
-  fi_av_attr av_attr{};
-  av_attr.type = info->domain_attr->av_type != FI_AV_UNSPEC ? info->domain_attr->av_type : FI_AV_TABLE;
-  av_attr.count = av_count;
-  rc = fi_av_open(e->domain.get(), &av_attr, e->av.out(), nullptr);
-  HC_CHECK(rc == 0, hcSystemError, "rank {} ofi: fi_av_open: {}", rank, fiStr(rc));
-
-  rc = fi_endpoint(e->domain.get(), e->info.get(), e->ep.out(), nullptr);
-  HC_CHECK(rc == 0, hcSystemError, "rank {} ofi: fi_endpoint: {}", rank, fiStr(rc));
-  rc = fi_ep_bind(e->ep.get(), &e->av.get()->fid, 0);
-  HC_CHECK(rc == 0, hcSystemError, "rank {} ofi: fi_ep_bind(av): {}", rank, fiStr(rc));
-  rc = fi_ep_bind(e->ep.get(), &e->cq.get()->fid, FI_TRANSMIT | FI_RECV);
-  HC_CHECK(rc == 0, hcSystemError, "rank {} ofi: fi_ep_bind(cq): {}", rank, fiStr(rc));
-  rc = fi_enable(e->ep.get());
-  HC_CHECK(rc == 0, hcSystemError, "rank {} ofi: fi_enable: {}", rank, fiStr(rc));
-  HC_INFO("ofi: opened {} endpoint: provider {} fabric {} domain {} (max_msg_size {}, tag bits {}, {} MRs{})",
-          e->key.empty() ? "an own" : "the shared", e->provider, info->fabric_attr->name, info->domain_attr->name,
-          info->ep_attr->max_msg_size, e->tag_bits, e->local_mr ? "local" : "no local",
-          tuning.max_msg_size ? fmt::format(", split above {}", e->max_chunk) : "");
-  return e;
-}
-
-// The process's shared endpoints, by provider and interface (never destroyed: channels may
-// close during exit, after static destructors ran).
-std::mutex& sharedMu() {
-  static auto* m = new std::mutex;
-  return *m;
-}
-std::map<std::string, std::weak_ptr<Endpoint>>& sharedEndpoints() {
-  static auto* m = new std::map<std::string, std::weak_ptr<Endpoint>>;
-  return *m;
-}
-
-std::shared_ptr<Endpoint> sharedEndpoint(int rank, const OfiOptions& opt) {
-  const std::string key = resolveProvider(opt) + "|" + opt.iface;
-  std::lock_guard<std::mutex> lk(sharedMu());
-  std::weak_ptr<Endpoint>& slot = sharedEndpoints()[key];
-  if (auto e = slot.lock(); e && e->pid == getpid()) return e;
-  auto e = openEndpoint(rank, opt, ofi_detail::OfiTuning{}, 64, key);
-  slot = e;
-  return e;
-}
-
-// ---- the transport: a communicator's channel on an endpoint ----
+// ---- the transport: a communicator's channel on an endpoint (ofi_endpoint.h) ----
 
 class OfiTransport final : public Transport {
  public:
@@ -513,6 +217,7 @@ WireAddr OfiTransport::describe(bool offer) {
   WireAddr mine{};
   mine.magic = kWireMagic;
   size_t len = sizeof(mine.name);
+  std::lock_guard<std::mutex> lk(e_->mu);  // other channels may be using the endpoint
   int rc = fi_getname(&e_->ep.get()->fid, mine.name, &len);
   HC_CHECK(rc == 0, hcSystemError, "rank {} ofi: fi_getname ({} bytes available): {}", rank_, sizeof(mine.name),
            fiStr(rc));
@@ -521,7 +226,6 @@ WireAddr OfiTransport::describe(bool offer) {
   mine.tag_bits = static_cast<uint32_t>(e_->tag_bits);
   std::snprintf(mine.provider, sizeof(mine.provider), "%s", e_->provider.c_str());
   if (offer && !e_->key.empty()) {
-    std::lock_guard<std::mutex> lk(e_->mu);
     for (size_t c = 0; c < e_->channels; ++c)
       if (!e_->used[c] && !e_->offered[c] && !e_->retired[c]) offer_.set(c);
     e_->offered |= offer_;
@@ -807,6 +511,8 @@ void OfiTransport::close() noexcept {
   if (!endpoint_) return;
   try {
     std::unique_lock<std::mutex> lk(e_->mu);
+    e_->offered &= ~offer_;  // an exchange that failed before the choice
+    offer_.reset();
     size_t unfinished = 0;  // requests the layers above left (the notices' receives are its own)
     for (uint32_t i = 0; i < e_->reqs.size(); ++i) {
       Request& r = e_->reqs[i];
@@ -842,12 +548,7 @@ void OfiTransport::close() noexcept {
           if (op.in_use && op.chan == this) op.chan = nullptr;
         for (auto& [base, r] : regions_) e_->orphan_mrs.push_back(std::move(r.mr));
         for (auto& m : retired_mrs_) e_->orphan_mrs.push_back(std::move(m));
-        if (!e_->detached) {
-          e_->detached = true;
-          std::lock_guard<std::mutex> g(sharedMu());
-          auto it = sharedEndpoints().find(e_->key);
-          if (it != sharedEndpoints().end() && it->second.lock().get() == e_) sharedEndpoints().erase(it);
-        }
+        leaveSharing(*e_);
         HC_WARN("ofi: rank {} closed channel {} with {} operations in flight; its endpoint takes no new channels",
                 rank_, channel_, left);
       }
@@ -1241,7 +942,7 @@ ofi_detail::OfiInfo OfiTransport::info() const {
   return i;
 }
 
-}  // namespace
+}  // namespace ofi
 
 std::unique_ptr<Transport> makeOfiTransport(Bootstrap& bs, const OfiOptions& opt) {
   return ofi_detail::makeOfiTransport(bs, opt, ofi_detail::OfiTuning{});
@@ -1250,7 +951,7 @@ std::unique_ptr<Transport> makeOfiTransport(Bootstrap& bs, const OfiOptions& opt
 std::string interfaceIpv4(const std::string& iface) {
   sockaddr_in a{};
   char ip[INET_ADDRSTRLEN] = {};
-  if (iface.empty() || !ifaceIpv4(iface, &a) || !inet_ntop(AF_INET, &a.sin_addr, ip, sizeof ip)) return "";
+  if (iface.empty() || !ofi::ifaceIpv4(iface, &a) || !inet_ntop(AF_INET, &a.sin_addr, ip, sizeof ip)) return "";
   return ip;
 }
 
@@ -1269,11 +970,11 @@ size_t ofiEagerLimit(const OfiOptions& opt) {
 namespace ofi_detail {
 
 std::unique_ptr<Transport> makeOfiTransport(Bootstrap& bs, const OfiOptions& opt, const OfiTuning& tuning) {
-  return std::make_unique<OfiTransport>(bs, opt, tuning);
+  return std::make_unique<ofi::OfiTransport>(bs, opt, tuning);
 }
 
 OfiInfo ofiInfo(Transport& t) {
-  auto* o = dynamic_cast<OfiTransport*>(&t);
+  auto* o = dynamic_cast<ofi::OfiTransport*>(&t);
   HC_CHECK(o != nullptr, hcInvalidArgument, "ofiInfo: transport '{}' is not ofi", t.name());
   return o->info();
 }
