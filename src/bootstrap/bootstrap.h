@@ -23,6 +23,8 @@ class Bootstrap {
   int rank() const { return rank_; }
   int size() const { return size_; }
   long timeoutMs() const { return timeout_ms_; }
+  // Its key prefix in the store: the same on every rank, one per communicator.
+  const std::string& key() const { return prefix_; }
 
   // all (size * len bytes) receives every rank's `mine` (len bytes) in rank order. With
   // while_waiting, on a store that can be polled, it is called between tries (it throws when a

@@ -30,11 +30,14 @@ Job jobOf(int nodes, int per_node) {
   return job;
 }
 
-// One AllGather whose every element names its rank, its index and the communicator's mark:
-// a message from another communicator shows as a wrong element.
+// One AllGather whose every element names its rank in comm, its index and the communicator's
+// mark: a message from another communicator shows as a wrong element. me: the world rank (for
+// messages); W: comm's size.
 int gatherChecked(int me, int W, hcComm_t comm, int mark, size_t n) {
+  int cr = -1;
+  hcCommUserRank(comm, &cr);
   std::vector<int32_t> in(n), out(n * static_cast<size_t>(W), -1);
-  for (size_t i = 0; i < n; ++i) in[i] = mark * 100000000 + me * 1000000 + static_cast<int32_t>(i);
+  for (size_t i = 0; i < n; ++i) in[i] = mark * 100000000 + cr * 1000000 + static_cast<int32_t>(i);
   if (hcAllGather(in.data(), out.data(), n, hcInt32, comm, nullptr) != hcSuccess) return fail(me, "hcAllGather", comm);
   for (int r = 0; r < W; ++r)
     for (size_t i = 0; i < n; ++i)
@@ -87,6 +90,60 @@ TEST(SharedEndpoint, TwoCommunicatorsFromTwoThreadsKeepTheirMessages) {
     if (fa || fb) return 1;
     int f = gatherChecked(me, 4, world, 3, 1000);
     if (hcCommDestroy(a) != hcSuccess || hcCommDestroy(b) != hcSuccess) return fail(me, "hcCommDestroy", world);
+    return f;
+  });
+  for (int r = 0; r < job.nranks; ++r) EXPECT_EQ(st[r], 0) << "rank " << r;
+}
+
+// Children over different subsets of the ranks (rank pairs across the nodes, then every rank),
+// so each process has used other numbers before the last one opens: each communicator's
+// AllGathers land whole, in several rounds interleaved between them.
+TEST(SharedEndpoint, SubsetsWithDifferentHistoriesAgreeOnANumber) {
+  Job job = jobOf(2, 2);
+  auto st = run(job, [](int me, hcComm_t world) {
+    hcComm_t pair = nullptr, pair2 = nullptr, all = nullptr;
+    // {0, 2} and {1, 3} (one rank per node each), then {0, 3} and {1, 2}, then all four.
+    if (hcCommSplit(world, me % 2, me, &pair) != hcSuccess) return fail(me, "hcCommSplit pair", world);
+    if (hcCommSplit(world, me == 0 || me == 3, me, &pair2) != hcSuccess) return fail(me, "hcCommSplit pair2", world);
+    if (me == 0 && gatherChecked(me, 2, pair2, 9, 100)) return 1;  // rank 0 opens one more first
+    if (me == 3 && gatherChecked(me, 2, pair2, 9, 100)) return 1;
+    if (gatherChecked(me, 2, pair, 1, 100)) return 1;
+    if (hcCommSplit(world, 0, me, &all) != hcSuccess) return fail(me, "hcCommSplit all", world);
+    for (int round = 0; round < 4; ++round) {
+      if (gatherChecked(me, 4, all, 2, 20000 + round) || gatherChecked(me, 2, pair, 1, 20000 + round) ||
+          gatherChecked(me, 4, world, 3, 100 + round))
+        return 1;
+      if ((me == 1 || me == 2) && round == 0 && gatherChecked(me, 2, pair2, 9, 100)) return 1;
+      if (gatherChecked(me, 2, pair2, 9, 3000 + round)) return 1;
+    }
+    for (hcComm_t c : {pair, pair2, all})
+      if (hcCommDestroy(c) != hcSuccess) return fail(me, "hcCommDestroy", world);
+    return 0;
+  });
+  for (int r = 0; r < job.nranks; ++r) EXPECT_EQ(st[r], 0) << "rank " << r;
+}
+
+// Two children whose networks open at the same moment from two threads of every rank: each
+// takes a number or opens its own endpoints, alike on all its ranks, and its data is right.
+TEST(SharedEndpoint, TwoCommunicatorsOpenedAtOnce) {
+  Job job = jobOf(2, 2);
+  auto st = run(job, [](int me, hcComm_t world) {
+    int f = 0;
+    for (int trial = 0; trial < 5 && !f; ++trial) {
+      hcComm_t a = nullptr, b = nullptr;
+      if (hcCommSplit(world, 0, me, &a) != hcSuccess || hcCommSplit(world, 0, me, &b) != hcSuccess)
+        return fail(me, "hcCommSplit", world);
+      int fa = 0, fb = 0;
+      auto loop = [&](hcComm_t c, int mark, int* fl) {
+        for (int i = 0; i < 5 && !*fl; ++i)
+          *fl = exchangeChecked(me, c, mark, i) || gatherChecked(me, 4, c, mark, 5000);
+      };
+      std::thread ta(loop, a, 1, &fa), tb(loop, b, 2, &fb);
+      ta.join();
+      tb.join();
+      f = fa || fb;
+      if (hcCommDestroy(a) != hcSuccess || hcCommDestroy(b) != hcSuccess) return fail(me, "hcCommDestroy", world);
+    }
     return f;
   });
   for (int r = 0; r < job.nranks; ++r) EXPECT_EQ(st[r], 0) << "rank " << r;

@@ -107,12 +107,11 @@ struct Endpoint {
   std::vector<FidPtr<fid_mr>> orphan_mrs;  // regions of channels closed with operations in flight
   uint64_t mr_regs = 0, mr_reuses = 0, region_hits = 0, post_retries = 0;
 
-  // Shared: channel numbers in use, on offer to a communicator being opened, or retired (a
-  // channel that failed or closed with messages in flight: a late one must not reach a
-  // later channel). Numbers are taken in turn from next_channel, so one comes round again only
-  // after all the others.
+  // Shared: channel numbers in use, or retired (a channel that failed, or closed with messages
+  // in flight or requests unfinished: a late message must not reach a later channel). Numbers
+  // are taken in turn from next_channel, so one comes round again only after the others.
   size_t channels = 0;  // numbers it can carry: 2^(tag bits - kTagBits), at most kMaxChannels
-  std::bitset<kMaxChannels> used, offered, retired;
+  std::bitset<kMaxChannels> used, retired;
   size_t next_channel = 0;
   bool detached = false;  // left the shared ones: a channel closed with operations it could not stop
 };

@@ -125,7 +125,8 @@ class OfiTransport final : public Transport {
  private:
   WireAddr describe(bool offer);
   void connect(Bootstrap& bs, const OfiOptions& opt, const ofi_detail::OfiTuning& tuning);
-  int chooseChannel(const std::vector<WireAddr>& all) const;
+  int chooseChannel(const std::vector<WireAddr>& all, size_t skew) const;
+  bool claim(int c);
   void close() noexcept;
   void warmUp();
   void postNotices();
@@ -163,7 +164,6 @@ class OfiTransport final : public Transport {
   uint64_t prefix_ = 0;    // channel_ above tags::kTagBits
   int bits_ = 64;          // tag bits it carries: tags::kTagBits on a shared endpoint
   uint64_t mask_ = ~0ull;
-  std::bitset<kMaxChannels> offer_;  // the channels offered while opening (released once chosen)
 
   std::vector<fi_addr_t> addrs_;
   std::vector<std::string> peer_names_;
@@ -210,9 +210,8 @@ OfiTransport::OfiTransport(Bootstrap& bs, const OfiOptions& opt, const ofi_detai
   }
 }
 
-// This rank's line of the exchange: its endpoint's name, and the channels it offers when the
-// endpoint is the shared one (offered until the choice: a communicator opened meanwhile on
-// another thread is offered none of them).
+// This rank's line of the exchange: its endpoint's name, and the channel numbers free on it
+// when the endpoint is the shared one.
 WireAddr OfiTransport::describe(bool offer) {
   WireAddr mine{};
   mine.magic = kWireMagic;
@@ -227,31 +226,29 @@ WireAddr OfiTransport::describe(bool offer) {
   std::snprintf(mine.provider, sizeof(mine.provider), "%s", e_->provider.c_str());
   if (offer && !e_->key.empty()) {
     for (size_t c = 0; c < e_->channels; ++c)
-      if (!e_->used[c] && !e_->offered[c] && !e_->retired[c]) offer_.set(c);
-    e_->offered |= offer_;
-    for (size_t c = 0; c < kMaxChannels; ++c)
-      if (offer_[c]) mine.free[c / 64] |= uint64_t{1} << (c % 64);
+      if (!e_->used[c] && !e_->retired[c]) mine.free[c / 64] |= uint64_t{1} << (c % 64);
     mine.offers = 1;
     mine.cursor = static_cast<uint32_t>(e_->next_channel);
   }
   return mine;
 }
 
-// The channel every rank takes: the first number free on all, searching from the furthest
-// cursor (so numbers come round in turn), or -1 (own endpoints) when one offers none, or when
-// two ranks are one process (ranks as threads): their messages would come from one address.
-// Every rank computes it from the same lines.
-int OfiTransport::chooseChannel(const std::vector<WireAddr>& all) const {
+// The number every rank tries: the first free on all, searching from the furthest cursor (so
+// numbers come round in turn) moved on by `skew`, or -1 (own endpoints) when one offers none,
+// or when two ranks are one process (ranks as threads): their messages would come from one
+// address. Every rank computes it from the same lines.
+int OfiTransport::chooseChannel(const std::vector<WireAddr>& all, size_t skew) const {
   uint64_t free[kMaxChannels / 64];
   std::fill(std::begin(free), std::end(free), ~uint64_t{0});
-  size_t from = 0;
+  size_t cursor = 0;
   std::vector<std::string> names;
   for (const WireAddr& w : all) {
     if (!w.offers) return -1;
     for (size_t i = 0; i < kMaxChannels / 64; ++i) free[i] &= w.free[i];
-    from = std::max<size_t>(from, w.cursor);
+    cursor = std::max<size_t>(cursor, w.cursor);
     names.emplace_back(reinterpret_cast<const char*>(w.name), w.name_len);
   }
+  const size_t from = cursor + skew;
   std::sort(names.begin(), names.end());
   if (std::adjacent_find(names.begin(), names.end()) != names.end()) return -1;
   for (size_t k = 0; k < kMaxChannels; ++k) {
@@ -261,8 +258,18 @@ int OfiTransport::chooseChannel(const std::vector<WireAddr>& all) const {
   return -1;
 }
 
+// Takes number c on this rank's endpoint unless another communicator took it since the lines
+// were written (one opened at the same moment on another thread).
+bool OfiTransport::claim(int c) {
+  std::lock_guard<std::mutex> lk(e_->mu);
+  const auto i = static_cast<size_t>(c);
+  if (e_->used[i] || e_->retired[i]) return false;
+  e_->used.set(i);
+  return true;
+}
+
 void OfiTransport::connect(Bootstrap& bs, const OfiOptions& opt, const ofi_detail::OfiTuning& tuning) {
-  WireAddr mine = describe(true);
+  WireAddr mine{};
   std::vector<WireAddr> all(static_cast<size_t>(size_));
   auto exchange = [&] {
     bs.allgather(&mine, all.data(), sizeof(WireAddr), while_blocked_);  // a dead peer fails it at once
@@ -278,20 +285,36 @@ void OfiTransport::connect(Bootstrap& bs, const OfiOptions& opt, const ofi_detai
                mine.addr_format);
     }
   };
-  exchange();
-  const int chosen = chooseChannel(all);
+  // Every rank tries the same number, and says whether it could take it; where one could not
+  // (another communicator of its process took it meanwhile), those that took it give it back
+  // and all try again, each communicator further on by its own amount (two opened at once
+  // then part), a few times before they open their own endpoints.
+  constexpr int kAttempts = 6;
+  const size_t own_skew = std::hash<std::string>()(bs.key()) % kMaxChannels;
+  int chosen = -1;
   bool offered_any = false;
-  for (const WireAddr& w : all) offered_any |= w.offers != 0;
-  if (!e_->key.empty()) {
-    std::lock_guard<std::mutex> lk(e_->mu);
-    e_->offered &= ~offer_;
-    offer_.reset();
-    if (chosen >= 0) {
-      e_->used.set(static_cast<size_t>(chosen));
-      e_->next_channel = static_cast<size_t>(chosen + 1) % kMaxChannels;
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    mine = describe(true);
+    exchange();
+    offered_any = false;
+    for (const WireAddr& w : all) offered_any |= w.offers != 0;
+    chosen = chooseChannel(all, attempt == 0 ? 0 : own_skew * static_cast<size_t>(attempt));
+    if (chosen < 0) break;
+    const uint32_t took = claim(chosen) ? 1 : 0;
+    std::vector<uint32_t> takes(static_cast<size_t>(size_));
+    bs.allgather(&took, takes.data(), sizeof took, while_blocked_);
+    if (std::all_of(takes.begin(), takes.end(), [](uint32_t t) { return t == 1; })) break;
+    if (took) {
+      std::lock_guard<std::mutex> lk(e_->mu);
+      e_->used.reset(static_cast<size_t>(chosen));
     }
+    chosen = -1;
   }
   if (chosen >= 0) {
+    {
+      std::lock_guard<std::mutex> lk(e_->mu);
+      e_->next_channel = static_cast<size_t>(chosen + 1) % kMaxChannels;
+    }
     channel_ = chosen;
     prefix_ = static_cast<uint64_t>(chosen) << tags::kTagBits;
     bits_ = tags::kTagBits;
@@ -511,8 +534,6 @@ void OfiTransport::close() noexcept {
   if (!endpoint_) return;
   try {
     std::unique_lock<std::mutex> lk(e_->mu);
-    e_->offered &= ~offer_;  // an exchange that failed before the choice
-    offer_.reset();
     size_t unfinished = 0;  // requests the layers above left (the notices' receives are its own)
     for (uint32_t i = 0; i < e_->reqs.size(); ++i) {
       Request& r = e_->reqs[i];

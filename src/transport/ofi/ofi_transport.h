@@ -44,7 +44,8 @@ struct OfiOptions {
 // Sharing (opt.share): an endpoint costs memory and connections (rxm's buffer pools: tens of
 // MB), so the communicators of a process may share one per provider and interface, each a
 // channel with its own number in the tag bits above tags::kTagBits (and tagBits() =
-// tags::kTagBits). The ranks agree on a number free on all of them in the same exchange;
+// tags::kTagBits). The ranks agree on a number free on all of them in the same exchange, and
+// take it unless another communicator of one's process took it meanwhile (then all try again);
 // where one cannot share (sharing off, no number free on all, a provider without the bits), all
 // open their own. Requests, errors, notices and abort() are the channel's; a dead peer fails
 // every channel's operations to it, as it fails them all.
