@@ -23,8 +23,10 @@ bool NodeBoard::waitPosted(int local, uint64_t seq, const CallDesc& mine, bool c
       deadline_,
       [&] {
         check_peers_();
-        // A peer that destroyed its communicator makes no more calls.
-        if (!posted() && shm_.closed(local)) {
+        // A peer that destroyed its communicator makes no more calls. Closed is read first: a
+        // peer may post this call, finish it and close between two reads (a rank preempted on
+        // an oversubscribed host), and what it posted before closing is seen after.
+        if (shm_.closed(local) && !posted()) {
           const std::string why = shm_.failed(local) ? shm_.reason(local) : "";
           HC_THROW(hcRemoteError, "{} destroyed its communicator without calling {}{}", id_.who(peer),
                    describeCall(mine), why.empty() ? "" : fmt::format(" (it had failed: {})", why));
@@ -83,8 +85,9 @@ void NodeBoard::settle(UncheckedPhases& u, uint64_t upto, uint64_t then_posted, 
     try {
       for (int l = 0; l < shm_.localSize(); ++l) {
         if (l == shm_.localIndex() || postedSame(l, q, desc)) continue;
+        const bool closed = shm_.closed(l);  // first, as in waitPosted
         if (wait || postedSeq(l, q) >= q) waitPosted(l, q, desc, /*collect=*/false, /*later_ok=*/true);
-        else if (shm_.closed(l))
+        else if (closed)
           HC_THROW(hcRemoteError, "{} destroyed its communicator without calling {}", id_.who(shm_.commRank(l)),
                    describeCall(desc));
       }
