@@ -20,6 +20,7 @@ RANK_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADD
 def test_init_process_group_without_import(backend):
     for r in launch(backend, 2, script="without_import.py"):
         assert r["entry_point"], "hicoll.torch was not loaded through the entry point"
+        assert r["heavy"] == [], f"loading the backend imported {r['heavy']}"
 
 
 @pytest.mark.skipif(importlib.util.find_spec("smdistributed") is None,

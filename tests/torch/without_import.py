@@ -10,6 +10,9 @@ backend = sys.argv[1]
 assert "hicoll" not in sys.modules, "hicoll imported before init_process_group"
 dist.init_process_group(backend)  # env:// (the torchrun environment)
 registered_by_entry_point = "hicoll.torch" in sys.modules
+# What loading the backend pulled in: FSDP's modules (and sympy with them) are ~45 MB a rank,
+# for FSDP2's int8 collectives only (hicoll.fsdp2, loaded on first use).
+heavy = sorted(m for m in ("torch.distributed.fsdp", "sympy", "hicoll.fsdp2") if m in sys.modules)
 import hicoll.torch as ht  # noqa: E402
 
 b = dist.group.WORLD._get_backend(torch.device("cpu"))
@@ -22,4 +25,4 @@ dist.destroy_process_group()
 dist.init_process_group("gloo")
 assert ht.fallback_counts() == {} and ht.hicoll_counts() == {} and ht.fallback_reasons() == {}
 dist.destroy_process_group()
-print("RESULT " + json.dumps({"entry_point": registered_by_entry_point, "backend": backend}))
+print("RESULT " + json.dumps({"entry_point": registered_by_entry_point, "backend": backend, "heavy": heavy}))
