@@ -21,6 +21,10 @@ int fail(int me, const char* what, hcComm_t comm) {
   return 1;
 }
 
+void expectAllZero(const std::vector<int>& st) {
+  for (size_t r = 0; r < st.size(); ++r) EXPECT_EQ(st[r], 0) << "rank " << r;
+}
+
 Job jobOf(int nodes, int per_node) {
   Job job;
   job.nranks = nodes * per_node;
@@ -92,7 +96,7 @@ TEST(SharedEndpoint, TwoCommunicatorsFromTwoThreadsKeepTheirMessages) {
     if (hcCommDestroy(a) != hcSuccess || hcCommDestroy(b) != hcSuccess) return fail(me, "hcCommDestroy", world);
     return f;
   });
-  for (int r = 0; r < job.nranks; ++r) EXPECT_EQ(st[r], 0) << "rank " << r;
+  expectAllZero(st);
 }
 
 // Children over different subsets of the ranks (rank pairs across the nodes, then every rank),
@@ -120,7 +124,7 @@ TEST(SharedEndpoint, SubsetsWithDifferentHistoriesAgreeOnANumber) {
       if (hcCommDestroy(c) != hcSuccess) return fail(me, "hcCommDestroy", world);
     return 0;
   });
-  for (int r = 0; r < job.nranks; ++r) EXPECT_EQ(st[r], 0) << "rank " << r;
+  expectAllZero(st);
 }
 
 // Two children whose networks open at the same moment from two threads of every rank: each
@@ -146,7 +150,7 @@ TEST(SharedEndpoint, TwoCommunicatorsOpenedAtOnce) {
     }
     return f;
   });
-  for (int r = 0; r < job.nranks; ++r) EXPECT_EQ(st[r], 0) << "rank " << r;
+  expectAllZero(st);
 }
 
 // A point-to-point size mismatch fails one child on both ranks; the parent and a sibling on
@@ -175,7 +179,7 @@ TEST(SharedEndpoint, AFailedCommunicatorLeavesTheOthersWorking) {
     if (hcCommDestroy(later) != hcSuccess || hcCommDestroy(good) != hcSuccess) return fail(me, "hcCommDestroy", world);
     return f;
   });
-  for (int r = 0; r < job.nranks; ++r) EXPECT_EQ(st[r], 0) << "rank " << r;
+  expectAllZero(st);
 }
 
 // More children made and destroyed, one after another, than an endpoint has numbers (1024
@@ -199,7 +203,7 @@ TEST(SharedEndpoint, NumbersComeRoundAgain) {
     }
     return gatherChecked(me, 2, world, 1, 1000);
   });
-  for (int r = 0; r < job.nranks; ++r) EXPECT_EQ(st[r], 0) << "rank " << r;
+  expectAllZero(st);
 }
 
 // One rank with HICOLL_OFI_SHARED_ENDPOINT=0: every communicator opens its own endpoints, and
@@ -214,7 +218,7 @@ TEST(SharedEndpoint, OneRankThatDoesNotShareMakesEachOpenItsOwn) {
     if (hcCommDestroy(a) != hcSuccess) return fail(me, "hcCommDestroy", world);
     return f;
   });
-  for (int r = 0; r < job.nranks; ++r) EXPECT_EQ(st[r], 0) << "rank " << r;
+  expectAllZero(st);
 }
 
 }  // namespace
