@@ -161,6 +161,7 @@ class OfiTransport final : public Transport {
   std::shared_ptr<Endpoint> endpoint_;
   Endpoint* e_ = nullptr;  // endpoint_.get()
   int channel_ = -1;       // its number on a shared endpoint; -1: the endpoint is its own
+  int claimed_ = -1;       // a number taken while the ranks agree on one
   uint64_t prefix_ = 0;    // channel_ above tags::kTagBits
   int bits_ = 64;          // tag bits it carries: tags::kTagBits on a shared endpoint
   uint64_t mask_ = ~0ull;
@@ -301,12 +302,14 @@ void OfiTransport::connect(Bootstrap& bs, const OfiOptions& opt, const ofi_detai
     chosen = chooseChannel(all, attempt == 0 ? 0 : own_skew * static_cast<size_t>(attempt));
     if (chosen < 0) break;
     const uint32_t took = claim(chosen) ? 1 : 0;
+    if (took) claimed_ = chosen;  // close() gives it back if the exchange below fails
     std::vector<uint32_t> takes(static_cast<size_t>(size_));
     bs.allgather(&took, takes.data(), sizeof took, while_blocked_);
     if (std::all_of(takes.begin(), takes.end(), [](uint32_t t) { return t == 1; })) break;
     if (took) {
       std::lock_guard<std::mutex> lk(e_->mu);
       e_->used.reset(static_cast<size_t>(chosen));
+      claimed_ = -1;
     }
     chosen = -1;
   }
@@ -534,6 +537,7 @@ void OfiTransport::close() noexcept {
   if (!endpoint_) return;
   try {
     std::unique_lock<std::mutex> lk(e_->mu);
+    if (channel_ < 0 && claimed_ >= 0) e_->used.reset(static_cast<size_t>(claimed_));  // opening failed
     size_t unfinished = 0;  // requests the layers above left (the notices' receives are its own)
     for (uint32_t i = 0; i < e_->reqs.size(); ++i) {
       Request& r = e_->reqs[i];
