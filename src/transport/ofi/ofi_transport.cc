@@ -547,10 +547,9 @@ void OfiTransport::close() noexcept {
       cancelOps(i, r.gen);
       release(i);
     }
-    if (e_->key.empty()) {  // its own: closed (endpoint first) when endpoint_ goes
-      for (auto& [base, r] : regions_) e_->orphan_mrs.push_back(std::move(r.mr));
-      for (auto& m : retired_mrs_) e_->orphan_mrs.push_back(std::move(m));
-    } else {
+    // Registrations that operations may still use close after the endpoint (~Endpoint).
+    bool keep_mrs = e_->key.empty();  // its own: closed (endpoint first) when endpoint_ goes
+    if (!keep_mrs) {
       const Deadline d(1000);
       while (opsInFlight() > 0 && !d.expired()) {
         if (drainCq() == 0) {
@@ -571,12 +570,15 @@ void OfiTransport::close() noexcept {
       if (left > 0) {
         for (Op& op : e_->ops)
           if (op.in_use && op.chan == this) op.chan = nullptr;
-        for (auto& [base, r] : regions_) e_->orphan_mrs.push_back(std::move(r.mr));
-        for (auto& m : retired_mrs_) e_->orphan_mrs.push_back(std::move(m));
+        keep_mrs = true;
         leaveSharing(*e_);
         HC_WARN("ofi: rank {} closed channel {} with {} operations in flight; its endpoint takes no new channels",
                 rank_, channel_, left);
       }
+    }
+    if (keep_mrs) {
+      for (auto& [base, r] : regions_) e_->orphan_mrs.push_back(std::move(r.mr));
+      for (auto& m : retired_mrs_) e_->orphan_mrs.push_back(std::move(m));
     }
     regions_.clear();
     retired_mrs_.clear();
