@@ -1,6 +1,8 @@
 // The tag space of a communicator's messages over a transport: every tag hicoll's layers post
-// is below 2^kTagBits, so that a transport keeps the bits above for itself (its own messages,
-// and the number of a communicator that shares its endpoint with others: ofi/). A tag's class
+// is below 2^kTagBits, so that a transport keeps the bits above for itself: the number of a
+// communicator that shares its endpoint with others (ofi/), and on an endpoint of its own its
+// own messages (on a shared one those take the space's top two values, which no probe round
+// reaches). A tag's class
 // sits in its top two bits, so the kinds of message never match each other in flight:
 //
 //   collectives (algorithms/run.h): phase sequence (24 bits, wrapping), step, chunk
